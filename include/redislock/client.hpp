@@ -1,0 +1,124 @@
+#pragma once
+/// @file client.hpp
+/// @brief redislock::client — the thread-safe handle to one Redis server: a bounded pool of
+/// connections lent out per call. Create one per process (per server) and share it.
+///
+/// ## The Client concept
+/// The lock templates (basic_mutex<Client>, ...) need only this of a Client:
+///
+///     template <class F> auto run(std::string_view key, F&& f) -> std::invoke_result_t<F, connection&>;
+///
+/// It calls f with a connection to the server that owns `key` (all keys of one lock share a
+/// hash tag, so one key routes the whole call) and returns f's result. A Redis Cluster client
+/// routes by the key's hash slot and follows MOVED/ASK; a Sentinel client asks Sentinel for the
+/// current master. Both fit without changing the lock classes.
+
+#include <redislock/connection.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/options.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+class client {
+ public:
+  explicit client(client_options options = {}) : options_(std::move(options)) {
+    if (options_.pool_size == 0) throw invalid_argument("client: pool_size must be at least 1");
+    idle_.reserve(options_.pool_size);
+  }
+  /// Same as client(client_options{parse_uri(uri)}).
+  explicit client(std::string_view uri) : client(client_options{parse_uri(uri)}) {}
+
+  // Locks keep a reference to their client: it is neither copied nor moved.
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  const client_options& options() const noexcept { return options_; }
+
+  /// Borrows a connection (waiting at most pool_wait_timeout), calls f(connection&) and gives
+  /// the connection back. `key` selects the server; a single-server client ignores it.
+  template <class F>
+  auto run(std::string_view /*key*/, F&& f) -> std::invoke_result_t<F, connection&> {
+    lease l(*this, borrow());
+    return std::forward<F>(f)(*l.conn);
+  }
+
+  /// Convenience: one command on the pool (e.g. PING, INFO).
+  reply_ptr command(std::initializer_list<std::string_view> argv) {
+    return run({}, [&](connection& c) { return c.command(argv); });
+  }
+
+  /// Connections currently open (idle or lent out).
+  std::size_t open_connections() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return open_;
+  }
+
+ private:
+  using connection_ptr = std::unique_ptr<connection>;
+
+  struct lease {
+    client& owner;
+    connection_ptr conn;
+    lease(client& o, connection_ptr c) : owner(o), conn(std::move(c)) {}
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { owner.give_back(std::move(conn)); }
+  };
+
+  connection_ptr borrow() {
+    std::unique_lock<std::mutex> g(mutex_);
+    const bool ready = available_.wait_for(g, options_.pool_wait_timeout,
+                                           [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    if (!ready)
+      throw timeout_error("client: no free connection within " + std::to_string(options_.pool_wait_timeout.count()) +
+                          " ms (pool_size " + std::to_string(options_.pool_size) + ")");
+    if (!idle_.empty()) {
+      connection_ptr c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    ++open_;
+    g.unlock();
+    try {  // connect outside the pool's lock
+      return std::make_unique<connection>(options_.connection);
+    } catch (...) {
+      g.lock();
+      --open_;
+      g.unlock();
+      available_.notify_one();
+      throw;
+    }
+  }
+
+  void give_back(connection_ptr c) noexcept {
+    connection_ptr unusable;  // closed outside the pool's lock
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (c && c->pending() == 0) {
+        idle_.push_back(std::move(c));  // capacity reserved; a broken one reconnects on next use
+      } else {
+        unusable = std::move(c);  // replies still owed: the stream position is lost
+        --open_;
+      }
+    }
+    available_.notify_one();
+  }
+
+  client_options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable available_;
+  std::vector<connection_ptr> idle_;
+  std::size_t open_ = 0;
+};
+
+}  // namespace redislock

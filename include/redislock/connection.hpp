@@ -1,0 +1,253 @@
+#pragma once
+/// @file connection.hpp
+/// @brief redislock::connection — one blocking hiredis connection (RAII, move-only).
+///
+/// Not thread-safe: one thread uses a connection at a time (redislock::client lends them out).
+/// A connection that failed (I/O error, timeout, peer closed) is marked broken and is
+/// re-established by the next call; a failed reconnect leaves it broken and throws.
+
+#include <redislock/errors.hpp>
+#include <redislock/options.hpp>
+#include <redislock/reply.hpp>
+
+#include <hiredis/hiredis.h>
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+#include <hiredis/hiredis_ssl.h>
+#endif
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+class connection {
+ public:
+  /// Connects, authenticates and selects the database. Throws connection_error (timeout_error
+  /// when the connect timeout ran out), auth_error or invalid_argument.
+  explicit connection(connection_options options) : options_(std::move(options)) { context_ = open(tls_context_); }
+
+  connection(connection&&) noexcept = default;
+  connection& operator=(connection&& other) noexcept {
+    context_.reset();  // before the TLS context it may use
+    tls_context_ = std::move(other.tls_context_);
+    context_ = std::move(other.context_);
+    options_ = std::move(other.options_);
+    pending_ = std::exchange(other.pending_, 0);
+    return *this;
+  }
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection() = default;
+
+  const connection_options& options() const noexcept { return options_; }
+
+  /// True when the next call must reconnect first.
+  bool broken() const noexcept { return !context_ || context_->err != 0; }
+
+  /// Reconnects if the connection is broken or the server closed it while idle (checked
+  /// without a round trip). Called by every command; callable directly to fail early.
+  void ensure_ready() {
+    if (pending_ == 0 && context_ && !broken() && !peer_closed_while_idle()) return;
+    if (pending_ != 0 && !broken()) return;
+    reconnect();
+  }
+
+  /// Sends one command and reads its reply. Error replies are thrown as typed exceptions.
+  reply_ptr command(std::initializer_list<std::string_view> argv) { return command(argv.begin(), argv.size()); }
+  reply_ptr command(const std::vector<std::string_view>& argv) { return command(argv.data(), argv.size()); }
+  reply_ptr command(const std::string_view* argv, std::size_t argc) {
+    append(argv, argc);
+    reply_ptr r = read_reply();
+    detail::checked(*r);
+    return r;
+  }
+
+  /// Pipelining: append N commands, then read N replies in order. Replies are returned as
+  /// they are (error replies included) so the caller can handle each one.
+  void append(std::initializer_list<std::string_view> argv) { append(argv.begin(), argv.size()); }
+  void append(const std::vector<std::string_view>& argv) { append(argv.data(), argv.size()); }
+  void append(const std::string_view* argv, std::size_t argc) {
+    if (pending_ == 0) ensure_ready();
+    constexpr std::size_t inline_args = 16;
+    const char* ptrs_inline[inline_args];
+    std::size_t lens_inline[inline_args];
+    std::vector<const char*> ptrs_heap;
+    std::vector<std::size_t> lens_heap;
+    const char** ptrs = ptrs_inline;
+    std::size_t* lens = lens_inline;
+    if (argc > inline_args) {
+      ptrs_heap.resize(argc);
+      lens_heap.resize(argc);
+      ptrs = ptrs_heap.data();
+      lens = lens_heap.data();
+    }
+    for (std::size_t i = 0; i < argc; ++i) {
+      ptrs[i] = argv[i].data();
+      lens[i] = argv[i].size();
+    }
+    if (redisAppendCommandArgv(context_.get(), static_cast<int>(argc), ptrs, lens) != REDIS_OK) fail("send");
+    ++pending_;
+  }
+
+  /// Reads the next reply of the pipeline (flushing what was appended first).
+  reply_ptr read_reply() {
+    void* raw = nullptr;
+    if (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr) fail("read");
+    --pending_;
+    return reply_ptr(static_cast<redisReply*>(raw));
+  }
+
+  /// Replies appended but not yet read.
+  std::size_t pending() const noexcept { return pending_; }
+
+  /// The underlying hiredis context, for what this wrapper does not cover. Do not free it.
+  redisContext* native_handle() noexcept { return context_.get(); }
+
+  /// Drops the socket; the next call reconnects. Used after timeouts and by tests.
+  void close() noexcept {
+    context_.reset();
+    pending_ = 0;
+  }
+
+ private:
+  struct context_deleter {
+    void operator()(redisContext* c) const noexcept { redisFree(c); }
+  };
+  using context_ptr = std::unique_ptr<redisContext, context_deleter>;
+
+  static timeval to_timeval(std::chrono::milliseconds ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<decltype(tv.tv_sec)>(ms.count() / 1000);
+    tv.tv_usec = static_cast<decltype(tv.tv_usec)>((ms.count() % 1000) * 1000);
+    return tv;
+  }
+
+  static bool looks_like_timeout(const redisContext& c) {
+#ifdef REDIS_ERR_TIMEOUT
+    if (c.err == REDIS_ERR_TIMEOUT) return true;
+#endif
+    return std::strstr(c.errstr, "timed out") != nullptr || std::strstr(c.errstr, "temporarily unavailable") != nullptr ||
+           std::strstr(c.errstr, "Timeout") != nullptr || std::strstr(c.errstr, "timeout") != nullptr;
+  }
+
+  // Builds a new, ready context; leaves *this untouched on failure. A TLS context, if any, is
+  // stored in tls_out: it must outlive the redisContext that uses it.
+  context_ptr open(std::shared_ptr<void>& tls_out) const {
+    (void)tls_out;
+    if (options_.tls) {
+#if !(defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1)
+      throw invalid_argument("TLS (rediss://) needs hiredis >= 1.0 with hiredis_ssl; build with REDISLOCK_WITH_TLS");
+#endif
+    }
+    context_ptr c;
+    const timeval connect_tv = to_timeval(options_.connect_timeout);
+    const bool has_connect_timeout = options_.connect_timeout.count() > 0;
+    if (!options_.unix_path.empty()) {
+      c.reset(has_connect_timeout ? redisConnectUnixWithTimeout(options_.unix_path.c_str(), connect_tv)
+                                  : redisConnectUnix(options_.unix_path.c_str()));
+    } else {
+      c.reset(has_connect_timeout ? redisConnectWithTimeout(options_.host.c_str(), options_.port, connect_tv)
+                                  : redisConnect(options_.host.c_str(), options_.port));
+    }
+    if (!c) throw connection_error("cannot connect to " + options_.endpoint() + ": out of memory");
+    if (c->err != 0) {
+      std::string what = "cannot connect to " + options_.endpoint() + ": " + c->errstr;
+      if (looks_like_timeout(*c)) throw timeout_error(what);
+      throw connection_error(what);
+    }
+    if (options_.command_timeout.count() > 0 && redisSetTimeout(c.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
+      throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+    if (options_.tls) tls_out = start_tls(*c);
+#endif
+    auto run = [&](std::initializer_list<std::string_view> argv) {
+      std::vector<const char*> ptrs;
+      std::vector<std::size_t> lens;
+      for (auto a : argv) {
+        ptrs.push_back(a.data());
+        lens.push_back(a.size());
+      }
+      reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+      if (!r) {
+        std::string what = "connection to " + options_.endpoint() + " failed during handshake: " + c->errstr;
+        if (looks_like_timeout(*c)) throw timeout_error(what);
+        throw connection_error(what);
+      }
+      detail::checked(*r);
+    };
+    if (!options_.password.empty()) {
+      if (options_.user.empty()) run({"AUTH", options_.password});
+      else run({"AUTH", options_.user, options_.password});
+    }
+    if (options_.db != 0) {
+      std::string db = std::to_string(options_.db);
+      run({"SELECT", db});
+    }
+    return c;
+  }
+
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+  std::shared_ptr<void> start_tls(redisContext& c) const {
+    redisInitOpenSSL();
+    redisSSLContextError ssl_error = REDIS_SSL_CTX_NONE;
+    auto opt = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
+    const std::string& sni = options_.tls_server_name.empty() ? options_.host : options_.tls_server_name;
+    redisSSLContext* ssl = redisCreateSSLContext(opt(options_.tls_ca_file), nullptr, opt(options_.tls_cert_file),
+                                                 opt(options_.tls_key_file), sni.c_str(), &ssl_error);
+    if (ssl == nullptr)
+      throw connection_error(std::string("TLS setup failed: ") + redisSSLContextGetError(ssl_error));
+    std::shared_ptr<void> holder(ssl, [](void* p) { redisFreeSSLContext(static_cast<redisSSLContext*>(p)); });
+    if (redisInitiateSSLWithContext(&c, ssl) != REDIS_OK)
+      throw connection_error("TLS handshake with " + options_.endpoint() + " failed: " + c.errstr);
+    return holder;
+  }
+#endif
+
+  // An idle connection has nothing to read; readable means EOF or an unsolicited error
+  // (e.g. the server closed it after CLIENT KILL or a restart).
+  bool peer_closed_while_idle() const noexcept {
+    pollfd p{context_->fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+    char byte;
+    ssize_t n = ::recv(context_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;                                   // orderly shutdown by the server
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // reset
+    return !options_.tls;  // plain RESP2 never sends unsolicited data; TLS may (session tickets)
+  }
+
+  void reconnect() {
+    std::shared_ptr<void> tls;
+    context_ptr fresh = open(tls);  // throws, leaving the old (broken) state in place
+    context_ = std::move(fresh);    // frees the old context before its TLS context below
+    tls_context_ = std::move(tls);
+    pending_ = 0;
+  }
+
+  [[noreturn]] void fail(const char* during) {
+    std::string what = std::string(during) + " failed on " + options_.endpoint() + ": " +
+                       (context_ ? context_->errstr : "not connected");
+    const bool timeout = context_ && looks_like_timeout(*context_);
+    close();  // the stream position is unknown now: never reuse this socket
+    if (timeout) throw timeout_error(what);
+    throw connection_error(what);
+  }
+
+  connection_options options_;
+  std::shared_ptr<void> tls_context_;  // declared before context_: destroyed after it
+  context_ptr context_;
+  std::size_t pending_ = 0;
+};
+
+}  // namespace redislock

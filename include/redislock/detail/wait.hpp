@@ -1,0 +1,108 @@
+#pragma once
+/// @file detail/wait.hpp
+/// @brief The pieces of waiting for a lock: a process-local gate, deadlines and backoff.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+namespace redislock::detail {
+
+using steady = std::chrono::steady_clock;
+
+/// An optional deadline on the steady clock (none = wait forever).
+using deadline = std::optional<steady::time_point>;
+
+template <class Clock, class Duration>
+steady::time_point to_steady(const std::chrono::time_point<Clock, Duration>& tp) {
+  if constexpr (std::is_same_v<Clock, steady>) {
+    return std::chrono::time_point_cast<steady::duration>(tp);
+  } else {
+    return steady::now() + std::chrono::duration_cast<steady::duration>(tp - Clock::now());
+  }
+}
+
+/// Threads of one process that share a lock object queue here first, so only one of them
+/// talks to Redis at a time. Unlike std::timed_mutex it may be released by another thread
+/// (a lock can be handed across threads, as a lease can).
+class local_gate {
+ public:
+  void lock() {
+    std::unique_lock<std::mutex> g(m_);
+    cv_.wait(g, [&] { return !busy_; });
+    busy_ = true;
+  }
+  bool try_lock() {
+    std::lock_guard<std::mutex> g(m_);
+    if (busy_) return false;
+    busy_ = true;
+    return true;
+  }
+  bool lock_until(const deadline& d) {
+    if (!d) {
+      lock();
+      return true;
+    }
+    std::unique_lock<std::mutex> g(m_);
+    if (!cv_.wait_until(g, *d, [&] { return !busy_; })) return false;
+    busy_ = true;
+    return true;
+  }
+  void unlock() noexcept {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      busy_ = false;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool busy_ = false;
+};
+
+/// Jittered exponential backoff ("full jitter"), capped by the holder's remaining lease and
+/// the caller's deadline.
+class backoff {
+ public:
+  backoff(std::chrono::milliseconds min, std::chrono::milliseconds max) : min_(min), max_(max), ceiling_(min) {}
+
+  /// How long to sleep before the next attempt. holder_pttl < 0 means "unknown/no expiry".
+  std::chrono::microseconds next(std::chrono::milliseconds holder_pttl, const deadline& d) {
+    using std::chrono::microseconds;
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    const auto ceiling = std::chrono::duration_cast<microseconds>(ceiling_);
+    std::uniform_int_distribution<long long> pick(std::chrono::duration_cast<microseconds>(min_).count() / 2,
+                                                  ceiling.count());
+    microseconds wait{pick(rng)};
+    ceiling_ = std::min(max_, ceiling_ * 2);
+    // +1 ms: the key is gone when its PTTL has run out on the server, not a moment before.
+    if (holder_pttl.count() >= 0) wait = std::min<microseconds>(wait, holder_pttl + std::chrono::milliseconds(1));
+    if (d) wait = std::min(wait, std::max(microseconds(0), std::chrono::duration_cast<microseconds>(*d - steady::now())));
+    return wait;
+  }
+
+ private:
+  std::chrono::milliseconds min_, max_, ceiling_;
+};
+
+/// Calls attempt() until it succeeds or the deadline passes. attempt() returns nullopt when it
+/// acquired, otherwise the holder's remaining lease (negative when unknown).
+template <class Attempt>
+bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::chrono::milliseconds retry_max,
+                 Attempt&& attempt) {
+  backoff b(retry_min, retry_max);
+  for (;;) {
+    std::optional<std::chrono::milliseconds> holder_pttl = attempt();
+    if (!holder_pttl) return true;
+    if (d && steady::now() >= *d) return false;
+    std::this_thread::sleep_for(b.next(*holder_pttl, d));
+  }
+}
+
+}  // namespace redislock::detail

@@ -1,0 +1,122 @@
+#pragma once
+/// @file errors.hpp
+/// @brief The exception hierarchy. Every exception the library throws derives from
+/// redislock::error, itself a std::runtime_error.
+///
+///   error
+///   ├── invalid_argument      bad input, rejected before anything is sent to Redis
+///   ├── connection_error      cannot connect, I/O failure, connection closed
+///   │   └── timeout_error     connect or command timeout, pool wait timeout
+///   ├── reply_error           the server answered with an error reply (text kept verbatim)
+///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
+///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
+///   │   ├── auth_error        NOAUTH / WRONGPASS / NOPERM
+///   │   └── redirect_error    MOVED / ASK (Redis Cluster)
+///   └── lock_error            ownership misuse (unlocking or extending a lock not held)
+///
+/// Messages never contain passwords.
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace redislock {
+
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class invalid_argument : public error {
+ public:
+  using error::error;
+};
+
+class connection_error : public error {
+ public:
+  using error::error;
+};
+
+class timeout_error : public connection_error {
+ public:
+  using connection_error::connection_error;
+};
+
+/// An error reply from the server. server_message() is the server's text exactly.
+class reply_error : public error {
+ public:
+  explicit reply_error(std::string server_message)
+      : error("redis error reply: " + server_message), server_message_(std::move(server_message)) {}
+  const std::string& server_message() const noexcept { return server_message_; }
+
+ private:
+  std::string server_message_;
+};
+
+class noscript_error : public reply_error {
+ public:
+  using reply_error::reply_error;
+};
+
+class wrong_type_error : public reply_error {
+ public:
+  using reply_error::reply_error;
+};
+
+class auth_error : public reply_error {
+ public:
+  using reply_error::reply_error;
+};
+
+/// MOVED or ASK from a Redis Cluster node: the key's slot lives elsewhere.
+class redirect_error : public reply_error {
+ public:
+  explicit redirect_error(std::string server_message) : reply_error(std::move(server_message)) {
+    // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
+    const std::string& m = this->server_message();
+    ask_ = m.compare(0, 3, "ASK") == 0;
+    auto first = m.find(' ');
+    auto second = first == std::string::npos ? std::string::npos : m.find(' ', first + 1);
+    if (second != std::string::npos) {
+      slot_ = std::stoi(m.substr(first + 1, second - first - 1));
+      endpoint_ = m.substr(second + 1);
+    }
+  }
+  bool is_ask() const noexcept { return ask_; }
+  int slot() const noexcept { return slot_; }
+  /// "host:port" of the node that owns the slot.
+  const std::string& endpoint() const noexcept { return endpoint_; }
+
+ private:
+  bool ask_ = false;
+  int slot_ = -1;
+  std::string endpoint_;
+};
+
+class lock_error : public error {
+ public:
+  using error::error;
+};
+
+namespace detail {
+
+inline bool starts_with(std::string_view s, std::string_view prefix) noexcept {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+/// The one place where a server error reply becomes a typed exception.
+[[noreturn]] inline void throw_reply_error(std::string message) {
+  if (starts_with(message, "NOSCRIPT")) throw noscript_error(std::move(message));
+  // Inside a script Redis 7 forwards the original error code first.
+  if (starts_with(message, "WRONGTYPE")) throw wrong_type_error(std::move(message));
+  if (starts_with(message, "NOAUTH") || starts_with(message, "WRONGPASS") ||
+      starts_with(message, "NOPERM") || starts_with(message, "ERR invalid password") ||
+      starts_with(message, "ERR AUTH"))
+    throw auth_error(std::move(message));
+  if (starts_with(message, "MOVED ") || starts_with(message, "ASK "))
+    throw redirect_error(std::move(message));
+  throw reply_error(std::move(message));
+}
+
+}  // namespace detail
+}  // namespace redislock

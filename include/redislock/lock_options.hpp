@@ -1,0 +1,64 @@
+#pragma once
+/// @file lock_options.hpp
+/// @brief Options shared by every lock kind, and the outcome of a release.
+
+#include <redislock/errors.hpp>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace redislock {
+
+struct lock_options {
+  /// How long the server keeps the lock if its holder vanishes. Must be in (0, max_lease].
+  std::chrono::milliseconds lease{30000};
+  /// Prepended to every key; the lock's name goes inside a {hash tag} after it.
+  std::string key_prefix = "redislock:";
+  /// Bounds of the jittered exponential backoff between acquire attempts while waiting.
+  /// The wait never exceeds the holder's remaining lease nor the caller's deadline.
+  std::chrono::milliseconds retry_min{1};
+  std::chrono::milliseconds retry_max{100};
+};
+
+/// Leases longer than this are rejected as a likely unit mistake (30 days).
+inline constexpr std::chrono::milliseconds max_lease{30LL * 24 * 3600 * 1000};
+
+/// What a release found on the server.
+enum class release_status {
+  released,       ///< we held the lock and removed our hold
+  lease_expired,  ///< we believed we held it, but our lease had run out (it may be someone else's now)
+  not_held,       ///< this object did not hold the lock: nothing was sent
+  failed,         ///< Redis could not be asked (or answered an error); our lease runs out on its own
+};
+
+inline const char* to_string(release_status s) noexcept {
+  switch (s) {
+    case release_status::released: return "released";
+    case release_status::lease_expired: return "lease_expired";
+    case release_status::not_held: return "not_held";
+    case release_status::failed: return "failed";
+  }
+  return "?";
+}
+
+namespace detail {
+
+inline void validate(std::string_view name, const lock_options& o) {
+  if (name.empty()) throw invalid_argument("lock name must not be empty");
+  if (o.lease.count() <= 0) throw invalid_argument("lock lease must be positive");
+  if (o.lease > max_lease) throw invalid_argument("lock lease exceeds 30 days (max_lease)");
+  if (o.retry_min.count() <= 0 || o.retry_max < o.retry_min)
+    throw invalid_argument("lock retry bounds must satisfy 0 < retry_min <= retry_max");
+}
+
+/// "<prefix>{<name>}": every key of one lock starts with it, so they share one hash slot.
+inline std::string base_key(std::string_view name, const lock_options& o) {
+  std::string key;
+  key.reserve(o.key_prefix.size() + name.size() + 2);
+  key.append(o.key_prefix).append("{").append(name).append("}");
+  return key;
+}
+
+}  // namespace detail
+}  // namespace redislock

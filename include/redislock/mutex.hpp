@@ -1,0 +1,207 @@
+#pragma once
+/// @file mutex.hpp
+/// @brief redislock::basic_mutex — an exclusive lock with a lease, owner token and fencing token.
+///
+/// Models Lockable and TimedLockable, so std::lock_guard, std::unique_lock and
+/// std::scoped_lock are its guards. Key layout and scripts: detail/mutex_scripts.hpp.
+///
+/// One object is one would-be holder. Threads that share an object queue locally first (it
+/// behaves like a std::timed_mutex across them); separate objects, in this process or others,
+/// compete through Redis.
+
+#include <redislock/client.hpp>
+#include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/random.hpp>
+#include <redislock/detail/wait.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/reply.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace redislock {
+
+template <class Client>
+class basic_mutex {
+ public:
+  using client_type = Client;
+
+  /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
+  basic_mutex(Client& client, std::string name, lock_options options = {})
+      : client_(client), name_(std::move(name)), options_(std::move(options)) {
+    detail::validate(name_, options_);
+    key_ = detail::base_key(name_, options_);
+    fence_key_ = key_ + ":fence";
+    channel_ = key_ + ":released";
+    lease_ms_ = std::to_string(options_.lease.count());
+    token_ = detail::random_token();
+  }
+
+  basic_mutex(const basic_mutex&) = delete;
+  basic_mutex& operator=(const basic_mutex&) = delete;
+
+  /// Releases the lock if this object still holds it (never throws).
+  ~basic_mutex() {
+    if (held_.load(std::memory_order_acquire)) unlock();
+  }
+
+  /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
+  /// reached (the call does not hang beyond the client's timeouts per attempt).
+  void lock() { acquire(std::nullopt); }
+
+  /// One attempt, no waiting: true when acquired.
+  bool try_lock() { return acquire(detail::steady::now()); }
+
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return acquire(detail::steady::now() + std::chrono::ceil<detail::steady::duration>(timeout));
+  }
+
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return acquire(detail::to_steady(deadline));
+  }
+
+  /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
+  /// in last_release(): released, lease_expired (the critical section outlived its lease),
+  /// not_held, or failed (Redis unreachable: the lease runs out on its own).
+  void unlock() noexcept {
+    try {
+      release();
+    } catch (...) {
+      // release() has recorded release_status::failed and dropped the local hold.
+    }
+  }
+
+  /// Like unlock(), but returns the outcome and throws when Redis could not be asked
+  /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
+  release_status release() {
+    if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
+    release_status status = release_status::failed;
+    try {
+      const std::int64_t deleted = client_.run(key_, [&](connection& c) {
+        return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
+      });
+      status = deleted == 1 ? release_status::released : release_status::lease_expired;
+    } catch (...) {
+      drop_local_hold(release_status::failed);
+      throw;
+    }
+    drop_local_hold(status);
+    return status;
+  }
+
+  /// Outcome of the most recent release by this object (not_held before any).
+  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+
+  /// Resets the lease to `lease` from now (server clock) if the lock is still ours.
+  /// Returns false when the lease had already run out (the lock may be someone else's).
+  /// Throws lock_error when this object does not hold the lock.
+  bool extend(std::chrono::milliseconds lease) {
+    if (lease.count() <= 0 || lease > max_lease) throw invalid_argument("extend: lease must be in (0, max_lease]");
+    require_held("extend");
+    const std::string ms = std::to_string(lease.count());
+    return client_.run(key_, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, ms}));
+    }) == 1;
+  }
+  bool extend() { return extend(options_.lease); }
+
+  /// Asks the server how much of our lease is left: a positive duration while the lock is
+  /// ours, zero when it is not (never acquired, released, or lost). One round trip.
+  std::chrono::milliseconds remaining_lease() {
+    if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
+    const std::int64_t pttl = client_.run(key_, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key_}, {token_}));
+    });
+    if (pttl == -1) return max_lease;  // ours, without expiry (someone PERSISTed it)
+    return std::chrono::milliseconds(pttl > 0 ? pttl : 0);
+  }
+
+  /// True when the server confirms that this object's lease is still valid (one round trip).
+  bool still_held() { return remaining_lease().count() > 0; }
+
+  /// This object's local belief: lock() succeeded and unlock() has not been called.
+  /// The lease may have run out meanwhile; still_held() asks the server.
+  bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
+
+  /// The fencing token of the current (or most recent) acquisition: strictly increasing per
+  /// lock name across all clients. Pass it to the storage you write to, which rejects any
+  /// token lower than the highest it has seen. Zero before the first acquisition.
+  std::uint64_t fencing_token() const noexcept { return fence_.load(std::memory_order_acquire); }
+
+  const std::string& name() const noexcept { return name_; }
+  /// The Redis key holding the lock (see detail/mutex_scripts.hpp for the layout).
+  const std::string& key() const noexcept { return key_; }
+  const lock_options& options() const noexcept { return options_; }
+  Client& client() const noexcept { return client_; }
+
+ private:
+  bool acquire(const detail::deadline& d) {
+    if (!gate_.lock_until(d)) return false;
+    bool acquired = false;
+    try {
+      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max, [&] { return attempt(); });
+    } catch (...) {
+      gate_.unlock();
+      throw;
+    }
+    if (!acquired) gate_.unlock();
+    return acquired;
+  }
+
+  // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
+  std::optional<std::chrono::milliseconds> attempt() {
+    // The token is only replaced after a release, so an attempt whose reply was lost (and
+    // that may have set the key) is recognised as ours by the next attempt.
+    auto [acquired, value] = client_.run(key_, [&](connection& c) {
+      reply_ptr r = detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_});
+      return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
+    });
+    if (acquired == 1) {
+      fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
+      held_.store(true, std::memory_order_release);
+      return std::nullopt;
+    }
+    return std::chrono::milliseconds(value);
+  }
+
+  void require_held(const char* what) const {
+    if (!held_.load(std::memory_order_acquire))
+      throw lock_error(std::string(what) + ": lock '" + name_ + "' is not held by this object");
+  }
+
+  void drop_local_hold(release_status status) noexcept {
+    try {
+      token_ = detail::random_token();  // 128 fresh bits for the next acquisition
+    } catch (...) {
+    }
+    held_.store(false, std::memory_order_release);
+    record(status);
+    gate_.unlock();
+  }
+
+  release_status record(release_status s) noexcept {
+    last_release_.store(s, std::memory_order_release);
+    return s;
+  }
+
+  Client& client_;
+  std::string name_;
+  lock_options options_;
+  std::string key_, fence_key_, channel_, lease_ms_;
+  std::string token_;  // touched only by the thread that holds gate_
+  detail::local_gate gate_;
+  std::atomic<bool> held_{false};
+  std::atomic<std::uint64_t> fence_{0};
+  std::atomic<release_status> last_release_{release_status::not_held};
+};
+
+using mutex = basic_mutex<client>;
+
+}  // namespace redislock

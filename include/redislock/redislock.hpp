@@ -1,0 +1,12 @@
+#pragma once
+/// @file redislock.hpp
+/// @brief Umbrella header: everything a program needs to use redislock.
+
+#include <redislock/version.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/options.hpp>
+#include <redislock/connection.hpp>
+#include <redislock/script.hpp>
+#include <redislock/client.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/mutex.hpp>

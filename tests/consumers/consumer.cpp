@@ -1,0 +1,23 @@
+// A program as a user would write it, built by a separate CMake project that pulls in
+// redislock with FetchContent or find_package. Run with REDISLOCK_TEST_URI set.
+#include <redislock/redislock.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+int main() {
+  const char* uri = std::getenv("REDISLOCK_TEST_URI");
+  if (uri == nullptr) {
+    std::fprintf(stderr, "REDISLOCK_TEST_URI is not set\n");
+    return 2;
+  }
+  redislock::client client(uri);
+  redislock::mutex lock(client, "consumer");
+  {
+    std::lock_guard<redislock::mutex> guard(lock);
+    std::printf("consumer holds the lock, fencing token %llu\n",
+                static_cast<unsigned long long>(lock.fencing_token()));
+  }
+  return lock.last_release() == redislock::release_status::released ? 0 : 1;
+}

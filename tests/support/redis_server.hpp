@@ -1,0 +1,164 @@
+#pragma once
+// A throwaway redis-server for one test suite: started on a free loopback port (never 6379),
+// without persistence, and stopped by the destructor. Readiness is the server's own
+// "Ready to accept connections" log line, read from a pipe; no sleeping.
+
+#include "process.hpp"
+
+#include <redislock/connection.hpp>
+#include <redislock/options.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace redislock_test {
+
+/// A loopback port that was free a moment ago (the kernel picks it).
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("free_port: cannot bind");
+  }
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+inline std::string redis_server_binary() {
+  const char* env = std::getenv("REDISLOCK_REDIS_SERVER");
+  return env && *env ? env : "redis-server";
+}
+
+class redis_server {
+ public:
+  /// Starts a server; `extra` are additional redis-server arguments (e.g. {"--requirepass", "x"}).
+  explicit redis_server(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+    for (int tries = 0; tries < 5; ++tries) {
+      port_ = free_port();
+      if (start()) return;
+    }
+    throw std::runtime_error("redis_server: could not start redis-server (is it installed?)");
+  }
+  ~redis_server() { stop(); }
+  redis_server(const redis_server&) = delete;
+  redis_server& operator=(const redis_server&) = delete;
+
+  int port() const { return port_; }
+  std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  redislock::connection_options options() const {
+    redislock::connection_options o;
+    o.host = "127.0.0.1";
+    o.port = port_;
+    return o;
+  }
+  pid_t pid() const { return process_.pid(); }
+
+  /// An administrative connection (not through the library's pool).
+  redislock::connection admin() const { return redislock::connection(options()); }
+
+  /// Stops the server (SIGTERM, bounded wait, then SIGKILL). Data is gone: no persistence.
+  void stop() {
+    if (!process_.running()) return;
+    process_.signal(SIGTERM);
+    if (process_.wait_for(std::chrono::seconds(10)) < 0) {
+      process_.signal(SIGKILL);
+      process_.wait_for(std::chrono::seconds(10));
+    }
+    if (log_reader_.joinable()) log_reader_.join();
+  }
+
+  /// Stops and starts again on the same port (an empty data set and script cache).
+  void restart() {
+    stop();
+    if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
+  }
+
+  /// Suspends / resumes the server process (a stalled server for timeout tests).
+  void pause() const { process_.signal(SIGSTOP); }
+  void resume() const { process_.signal(SIGCONT); }
+
+ private:
+  bool start() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    std::vector<std::string> argv = {redis_server_binary(), "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                     "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+                                     "--loglevel", "notice", "--protected-mode", "no"};
+    argv.insert(argv.end(), extra_.begin(), extra_.end());
+    process_ = child_process(argv, fds[1]);
+    ::close(fds[1]);
+    ready_ = failed_ = false;
+    // Reads the log to its end (the server's exit), so the pipe never fills up.
+    log_reader_ = std::thread([this, fd = fds[0]] {
+      std::string pending;
+      char buf[4096];
+      for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        pending.append(buf, static_cast<std::size_t>(n));
+        if (pending.find("Ready to accept connections") != std::string::npos) signal_state(true, false);
+        if (pending.size() > 8192) pending.erase(0, pending.size() - 64);
+      }
+      ::close(fd);
+      signal_state(false, true);
+    });
+    std::unique_lock<std::mutex> g(m_);
+    cv_.wait_for(g, std::chrono::seconds(20), [&] { return ready_ || failed_; });
+    const bool ok = ready_;
+    g.unlock();
+    if (!ok) {
+      stop();
+      if (log_reader_.joinable()) log_reader_.join();
+    }
+    return ok;
+  }
+
+  void signal_state(bool ready, bool failed) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      ready_ = ready_ || ready;
+      failed_ = failed_ || failed;
+    }
+    cv_.notify_all();
+  }
+
+  std::vector<std::string> extra_;
+  int port_ = 0;
+  child_process process_;
+  std::thread log_reader_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool ready_ = false, failed_ = false;
+};
+
+/// Value of one counter in INFO commandstats ("evalsha" -> calls), 0 when absent.
+inline long long command_calls(redislock::connection& admin, const std::string& command) {
+  auto r = admin.command({"INFO", "commandstats"});
+  std::string text(r->str, r->len);
+  std::string needle = "cmdstat_" + command + ":calls=";
+  auto pos = text.find(needle);
+  if (pos == std::string::npos) return 0;
+  return std::stoll(text.substr(pos + needle.size()));
+}
+
+}  // namespace redislock_test

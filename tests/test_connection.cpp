@@ -1,0 +1,204 @@
+// redislock::connection against a real, throwaway redis-server.
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdio>
+
+using namespace redislock;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
+
+struct ConnectionTest : ::testing::Test {
+  static void SetUpTestSuite() { server = new redis_server(); }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  static redis_server* server;
+};
+redis_server* ConnectionTest::server = nullptr;
+
+}  // namespace
+
+TEST_F(ConnectionTest, CommandsAreBinarySafe) {
+  connection c(server->options());
+  const std::string key("bin\0key", 7), value("a\0b\r\nc", 6);
+  c.command({"SET", key, value});
+  EXPECT_EQ(text(c.command({"GET", key})), value);
+}
+
+TEST_F(ConnectionTest, PipelinesManyCommands) {
+  connection c(server->options());
+  c.command({"DEL", "pipeline:n"});
+  for (int i = 0; i < 100; ++i) c.append({"INCR", "pipeline:n"});
+  EXPECT_EQ(c.pending(), 100u);
+  for (int i = 1; i <= 100; ++i) EXPECT_EQ(c.read_reply()->integer, i);
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST_F(ConnectionTest, SelectsTheDatabaseFromTheUri) {
+  connection db2(parse_uri(server->uri() + "/2"));
+  db2.command({"SET", "select:k", "in-db-2"});
+  connection db0(server->options());
+  EXPECT_EQ(db0.command({"EXISTS", "select:k"})->integer, 0);
+  EXPECT_EQ(text(db2.command({"GET", "select:k"})), "in-db-2");
+}
+
+TEST_F(ConnectionTest, ErrorRepliesAreTypedWithTheServersText) {
+  connection c(server->options());
+  c.command({"HSET", "typed:hash", "f", "v"});
+  try {
+    c.command({"GET", "typed:hash"});
+    FAIL();
+  } catch (const wrong_type_error& e) {
+    EXPECT_EQ(e.server_message().rfind("WRONGTYPE", 0), 0u);
+  }
+  EXPECT_THROW(c.command({"NOSUCHCOMMAND"}), reply_error);
+  // An error reply leaves the connection usable.
+  EXPECT_EQ(text(c.command({"PING"})), "PONG");
+}
+
+TEST_F(ConnectionTest, ReconnectsAfterClientKill) {
+  connection c(server->options());
+  c.command({"CLIENT", "SETNAME", "victim"});
+  connection admin = server->admin();
+  EXPECT_EQ(admin.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"})->integer, 1);
+  // The kill is noticed before sending (no round trip lost), and the call succeeds.
+  EXPECT_EQ(text(c.command({"PING"})), "PONG");
+}
+
+TEST_F(ConnectionTest, ConnectionRefusedIsAConnectionErrorNotAHang) {
+  connection_options o;
+  o.port = redislock_test::free_port();  // nobody listens there
+  const auto start = clock_type::now();
+  EXPECT_THROW(connection{o}, connection_error);
+  EXPECT_LT(clock_type::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(ConnectionTest, ConnectTimeoutIsATimeoutError) {
+  // A listener whose accept queue is full: the kernel drops further SYNs, so connect hangs
+  // like against an unreachable host, and only the connect timeout ends it.
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fillers.push_back(fd);
+  }
+  connection_options o;
+  o.port = ntohs(a.sin_port);
+  o.connect_timeout = milliseconds(300);
+  const auto start = clock_type::now();
+  EXPECT_THROW(connection{o}, timeout_error);
+  const auto took = clock_type::now() - start;
+  EXPECT_GE(took, milliseconds(250));
+  EXPECT_LT(took, std::chrono::seconds(5));
+  for (int fd : fillers) ::close(fd);
+  ::close(listener);
+}
+
+TEST_F(ConnectionTest, StalledServerGivesATimeoutErrorThenRecovers) {
+  connection_options o = server->options();
+  o.command_timeout = milliseconds(200);
+  connection c(o);
+  server->pause();
+  const auto start = clock_type::now();
+  EXPECT_THROW(c.command({"PING"}), timeout_error);
+  const auto took = clock_type::now() - start;
+  server->resume();
+  EXPECT_GE(took, milliseconds(150));
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_TRUE(c.broken());
+  EXPECT_EQ(text(c.command({"PING"})), "PONG");  // reconnected
+}
+
+TEST(ConnectionRestart, ReconnectsAfterServerRestart) {
+  redis_server server;
+  connection c(server.options());
+  c.command({"SET", "k", "v"});
+  server.restart();
+  EXPECT_EQ(c.command({"EXISTS", "k"})->integer, 0);  // no persistence: data is gone
+}
+
+TEST(ConnectionDown, ServerGoneIsAConnectionError) {
+  auto server = std::make_unique<redis_server>();
+  connection_options o = server->options();
+  connection c(o);
+  server.reset();
+  EXPECT_THROW(c.command({"PING"}), connection_error);
+  EXPECT_THROW(c.command({"PING"}), connection_error);  // reconnect fails: still typed
+}
+
+TEST(ConnectionUnix, ConnectsOverAUnixSocket) {
+  char path[] = "/tmp/redislock-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(path), nullptr);
+  const std::string sock = std::string(path) + "/redis.sock";
+  {
+    redis_server server({"--unixsocket", sock, "--unixsocketperm", "700"});
+    connection c(parse_uri("unix://" + sock + "?db=1"));
+    EXPECT_EQ(text(c.command({"PING"})), "PONG");
+    c.command({"SET", "u", "1"});
+    connection tcp(parse_uri(server.uri() + "/1"));
+    EXPECT_EQ(text(tcp.command({"GET", "u"})), "1");
+  }
+  std::remove(sock.c_str());
+  ::rmdir(path);
+}
+
+TEST(ConnectionAuth, PasswordRequired) {
+  redis_server server({"--requirepass", "s3cret-pw"});
+  EXPECT_EQ(text(connection(parse_uri("redis://:s3cret-pw@127.0.0.1:" + std::to_string(server.port()))).command({"PING"})),
+            "PONG");
+  try {
+    connection bad(parse_uri("redis://:wrong-pw@127.0.0.1:" + std::to_string(server.port())));
+    FAIL();
+  } catch (const auth_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("wrong-pw"), std::string::npos);
+  }
+  connection none(server.options());
+  EXPECT_THROW(none.command({"PING"}), auth_error);  // NOAUTH
+}
+
+TEST(ConnectionAuth, AclUserAndPassword) {
+  redis_server server;
+  connection admin = server.admin();
+  admin.command({"ACL", "SETUSER", "locker", "on", ">locker-pw", "~*", "+@all"});
+  connection_options o = server.options();
+  o.user = "locker";
+  o.password = "locker-pw";
+  connection c(o);
+  EXPECT_EQ(text(c.command({"ACL", "WHOAMI"})), "locker");
+  o.password = "not-it";
+  try {
+    connection bad(o);
+    FAIL();
+  } catch (const auth_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("not-it"), std::string::npos);
+  }
+}
+
+TEST(ConnectionTls, WithoutTlsSupportRedissIsAClearError) {
+#if !defined(REDISLOCK_WITH_TLS)
+  EXPECT_THROW(connection(parse_uri("rediss://127.0.0.1:1")), invalid_argument);
+#else
+  GTEST_SKIP() << "built with TLS support";
+#endif
+}

@@ -1,0 +1,361 @@
+// redislock::mutex against a real redis-server: exclusion, leases, release outcomes, guards,
+// bad input and round-trip counts.
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::command_calls;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+struct MutexTest : ::testing::Test {
+  static void SetUpTestSuite() { server = new redis_server(); }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  void SetUp() override {
+    pool = std::make_unique<client>(client_options{server->options()});
+    admin = std::make_unique<connection>(server->options());
+    admin->command({"FLUSHALL"});
+  }
+  std::string get(const std::string& key) {
+    reply_ptr r = admin->command({"GET", key});
+    return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
+  }
+  static lock_options lease(milliseconds ms) {
+    lock_options o;
+    o.lease = ms;
+    return o;
+  }
+  static redis_server* server;
+  std::unique_ptr<client> pool;
+  std::unique_ptr<connection> admin;
+};
+redis_server* MutexTest::server = nullptr;
+
+}  // namespace
+
+TEST_F(MutexTest, LockSetsAKeyWithTheLeaseAndUnlockDeletesIt) {
+  mutex m(*pool, "orders", lease(seconds(10)));
+  EXPECT_EQ(m.key(), "redislock:{orders}");
+  m.lock();
+  EXPECT_TRUE(m.owns_lock());
+  const std::string token = get(m.key());
+  EXPECT_EQ(token.size(), 32u);
+  const long long pttl = admin->command({"PTTL", m.key()})->integer;
+  EXPECT_GT(pttl, 9000);
+  EXPECT_LE(pttl, 10000);
+  m.unlock();
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(m.last_release(), release_status::released);
+  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0);
+}
+
+TEST_F(MutexTest, EveryAcquisitionHasAFreshToken) {
+  mutex m(*pool, "fresh");
+  m.lock();
+  const std::string first = get(m.key());
+  m.unlock();
+  m.lock();
+  EXPECT_NE(get(m.key()), first);
+  m.unlock();
+}
+
+TEST_F(MutexTest, TryLockFailsWhileAnotherObjectHoldsIt) {
+  mutex a(*pool, "contended"), b(*pool, "contended");
+  ASSERT_TRUE(a.try_lock());
+  EXPECT_FALSE(b.try_lock());
+  EXPECT_FALSE(b.owns_lock());
+  a.unlock();
+  EXPECT_TRUE(b.try_lock());
+  b.unlock();
+}
+
+TEST_F(MutexTest, TryLockForGivesUpAtItsDeadline) {
+  mutex a(*pool, "deadline"), b(*pool, "deadline");
+  a.lock();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(b.try_lock_for(milliseconds(150)));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, milliseconds(150));
+  EXPECT_LT(took, seconds(5));
+  EXPECT_FALSE(b.try_lock_until(std::chrono::system_clock::now() + milliseconds(20)));
+  a.unlock();
+}
+
+TEST_F(MutexTest, AWaiterGetsTheLockWhenTheHolderReleases) {
+  mutex a(*pool, "handoff"), b(*pool, "handoff");
+  a.lock();
+  std::promise<void> waiting;
+  auto waiter = std::async(std::launch::async, [&] {
+    waiting.set_value();
+    b.lock();
+    return b.fencing_token();
+  });
+  waiting.get_future().wait();
+  const auto first_fence = a.fencing_token();
+  a.unlock();
+  ASSERT_EQ(waiter.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_GT(waiter.get(), first_fence);
+  EXPECT_TRUE(b.owns_lock());
+  b.unlock();
+}
+
+TEST_F(MutexTest, ThreadsWithTheirOwnObjectsExcludeEachOther) {
+  // Non-atomic read-modify-write on a Redis counter, plus an overlap marker.
+  constexpr int threads = 4, rounds = 50;
+  std::atomic<int> inside{0}, overlaps{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      client own(client_options{server->options()});
+      mutex m(own, "counter");
+      connection c(server->options());
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<mutex> guard(m);
+        if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+        reply_ptr r = c.command({"GET", "counter:value"});
+        const int value = r->type == REDIS_REPLY_NIL ? 0 : std::stoi(std::string(r->str, r->len));
+        c.command({"SET", "counter:value", std::to_string(value + 1)});
+        inside.fetch_sub(1);
+      }
+    });
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(get("counter:value"), std::to_string(threads * rounds));
+}
+
+TEST_F(MutexTest, ThreadsSharingOneObjectBehaveLikeATimedMutex) {
+  mutex m(*pool, "shared-object");
+  int counter = 0;  // plain int: the lock alone protects it
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t)
+    workers.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        std::unique_lock<mutex> guard(m);
+        ++counter;
+      }
+    });
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(counter, 200);
+  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0);
+}
+
+TEST_F(MutexTest, AStaleHolderNeverDeletesTheNextHoldersLock) {
+  mutex slow(*pool, "stale", lease(milliseconds(100)));
+  mutex next(*pool, "stale", lease(seconds(30)));
+  slow.lock();
+  // next acquires as soon as slow's lease runs out on the server.
+  ASSERT_TRUE(next.try_lock_for(seconds(10)));
+  const std::string next_token = get(next.key());
+  EXPECT_FALSE(slow.still_held());
+  EXPECT_EQ(slow.release(), release_status::lease_expired);
+  EXPECT_EQ(slow.last_release(), release_status::lease_expired);
+  EXPECT_EQ(get(next.key()), next_token);  // untouched
+  EXPECT_TRUE(next.still_held());
+  EXPECT_GT(next.fencing_token(), slow.fencing_token());
+  next.unlock();
+  EXPECT_EQ(next.last_release(), release_status::released);
+}
+
+TEST_F(MutexTest, ExtendKeepsTheLockAndFailsOnceLost) {
+  mutex m(*pool, "extend", lease(milliseconds(200)));
+  m.lock();
+  ASSERT_TRUE(m.extend(seconds(20)));
+  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 19000);
+  EXPECT_GT(m.remaining_lease(), seconds(19));
+  admin->command({"DEL", m.key()});  // the lease is gone (as if it had expired)
+  EXPECT_FALSE(m.extend());
+  EXPECT_FALSE(m.still_held());
+  EXPECT_EQ(m.remaining_lease(), milliseconds(0));
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::lease_expired);
+}
+
+TEST_F(MutexTest, ExtendWithoutHoldingIsALockError) {
+  mutex m(*pool, "not-held");
+  EXPECT_THROW(m.extend(), lock_error);
+  EXPECT_THROW(m.extend(milliseconds(0)), invalid_argument);
+}
+
+TEST_F(MutexTest, UnlockWithoutHoldingReportsNotHeldAndSendsNothing) {
+  mutex m(*pool, "idle");
+  admin->command({"CONFIG", "RESETSTAT"});
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::not_held);
+  EXPECT_EQ(command_calls(*admin, "evalsha"), 0);
+}
+
+TEST_F(MutexTest, ReleaseNeverDeletesAnotherHoldersKey) {
+  mutex m(*pool, "overwritten");
+  m.lock();
+  admin->command({"SET", m.key(), "someone-else"});
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::lease_expired);
+  EXPECT_EQ(get(m.key()), "someone-else");
+}
+
+TEST_F(MutexTest, WrongTypeKeyIsATypedErrorAndChangesNothing) {
+  mutex m(*pool, "typed");
+  admin->command({"HSET", m.key(), "field", "value"});
+  EXPECT_THROW(m.lock(), wrong_type_error);
+  EXPECT_THROW(m.try_lock(), wrong_type_error);
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(std::string(admin->command({"TYPE", m.key()})->str), "hash");
+  EXPECT_EQ(admin->command({"HGET", m.key(), "field"})->str, std::string("value"));
+  EXPECT_EQ(admin->command({"EXISTS", m.key() + ":fence"})->integer, 0);
+  // The fence key of the wrong type: the acquisition fails before setting the lock.
+  mutex f(*pool, "typed-fence");
+  admin->command({"LPUSH", f.key() + ":fence", "x"});
+  EXPECT_THROW(f.lock(), wrong_type_error);
+  EXPECT_EQ(admin->command({"EXISTS", f.key()})->integer, 0);
+  // After a failed lock() the object is usable again.
+  admin->command({"DEL", f.key() + ":fence"});
+  EXPECT_TRUE(f.try_lock());
+  f.unlock();
+}
+
+TEST_F(MutexTest, UnreachableServerIsATypedErrorWithinTheTimeoutAndUnlockStaysQuiet) {
+  client_options o;
+  o.connection.port = redislock_test::free_port();
+  o.connection.connect_timeout = milliseconds(200);
+  client nowhere(o);
+  mutex m(nowhere, "nowhere");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(m.lock(), connection_error);
+  EXPECT_THROW(m.try_lock_for(seconds(1)), connection_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5));
+  EXPECT_NO_THROW(m.unlock());
+  EXPECT_EQ(m.last_release(), release_status::not_held);
+}
+
+TEST_F(MutexTest, ServerLostWhileHoldingReportsFailedRelease) {
+  redis_server own;
+  client c(client_options{own.options()});
+  auto m = std::make_unique<mutex>(c, "lost");
+  m->lock();
+  own.stop();
+  static_assert(noexcept(m->unlock()));
+  m->unlock();
+  EXPECT_EQ(m->last_release(), release_status::failed);
+  EXPECT_FALSE(m->owns_lock());
+}
+
+TEST_F(MutexTest, StdGuardsWork) {
+  mutex a(*pool, "guard-a"), b(*pool, "guard-b");
+  {
+    std::lock_guard<mutex> g(a);
+    EXPECT_TRUE(a.owns_lock());
+  }
+  EXPECT_FALSE(a.owns_lock());
+  {
+    std::unique_lock<mutex> u(a, std::try_to_lock);
+    EXPECT_TRUE(u.owns_lock());
+    u.unlock();
+    EXPECT_TRUE(u.try_lock_for(milliseconds(100)));
+  }
+  {
+    std::scoped_lock both(a, b);
+    EXPECT_TRUE(a.owns_lock());
+    EXPECT_TRUE(b.owns_lock());
+  }
+  EXPECT_FALSE(a.owns_lock());
+  EXPECT_FALSE(b.owns_lock());
+  EXPECT_EQ(a.last_release(), release_status::released);
+  EXPECT_EQ(b.last_release(), release_status::released);
+}
+
+TEST_F(MutexTest, ScopedLockOfTwoDoesNotDeadlockAgainstTheOppositeOrder) {
+  std::atomic<int> done{0};
+  auto run = [&](bool reversed) {
+    client own(client_options{server->options()});
+    mutex x(own, "pair-x"), y(own, "pair-y");
+    for (int i = 0; i < 20; ++i) {
+      if (reversed) {
+        std::scoped_lock g(y, x);
+      } else {
+        std::scoped_lock g(x, y);
+      }
+    }
+    done.fetch_add(1);
+  };
+  std::thread t1(run, false), t2(run, true);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(done.load(), 2);
+}
+
+TEST_F(MutexTest, UncontendedCycleCostsTwoRoundTripsAfterWarmUp) {
+  mutex m(*pool, "cost");
+  m.lock();  // warm-up: loads the scripts
+  m.unlock();
+  admin->command({"CONFIG", "RESETSTAT"});
+  constexpr int cycles = 100;
+  for (int i = 0; i < cycles; ++i) {
+    m.lock();
+    m.unlock();
+  }
+  EXPECT_EQ(command_calls(*admin, "evalsha"), 2 * cycles);
+  EXPECT_EQ(command_calls(*admin, "eval"), 0);
+  EXPECT_EQ(command_calls(*admin, "script|load"), 0);
+}
+
+TEST_F(MutexTest, FencingTokensStrictlyIncreaseAcrossObjects) {
+  mutex a(*pool, "fence"), b(*pool, "fence");
+  std::uint64_t last = 0;
+  for (int i = 0; i < 10; ++i) {
+    mutex& m = i % 2 ? a : b;
+    m.lock();
+    EXPECT_GT(m.fencing_token(), last);
+    last = m.fencing_token();
+    m.unlock();
+  }
+}
+
+TEST_F(MutexTest, RecoversWhenTheScriptCacheIsFlushed) {
+  mutex m(*pool, "flush");
+  m.lock();
+  admin->command({"SCRIPT", "FLUSH"});
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+  admin->command({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(m.try_lock());
+  m.unlock();
+}
+
+TEST_F(MutexTest, KeepsWorkingAfterItsConnectionsAreKilled) {
+  mutex m(*pool, "killed");
+  m.lock();
+  admin->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+  admin->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  EXPECT_TRUE(m.try_lock());
+  m.unlock();
+}
+
+TEST(MutexRestart, KeepsWorkingAfterAServerRestart) {
+  redis_server server;
+  client c(client_options{server.options()});
+  mutex m(c, "restart");
+  m.lock();
+  m.unlock();
+  server.restart();  // scripts and keys are gone
+  m.lock();
+  EXPECT_EQ(m.fencing_token(), 1u);  // no persistence: the fence counter restarted too
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+}

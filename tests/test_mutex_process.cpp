@@ -1,0 +1,73 @@
+// Exclusion between processes and a crashed holder: each worker is a separate process.
+#include "process.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <vector>
+
+using namespace redislock;
+using redislock_test::child_process;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+/// Reads one line from fd, waiting at most `timeout` (poll on the pipe: no sleeping).
+std::string read_line(int fd, milliseconds timeout) {
+  std::string line;
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  char ch;
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
+    if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
+    if (::read(fd, &ch, 1) != 1) break;
+    if (ch == '\n') return line;
+    line.push_back(ch);
+  }
+  return line;
+}
+
+}  // namespace
+
+TEST(MutexProcesses, WorkersInSeparateProcessesNeverOverlap) {
+  redis_server server;
+  constexpr int workers = 4, rounds = 100;
+  std::vector<child_process> children;
+  for (int i = 0; i < workers; ++i)
+    children.emplace_back(std::vector<std::string>{REDISLOCK_TEST_WORKER, "count", std::to_string(server.port()),
+                                                   "procs", "procs:counter", std::to_string(rounds)});
+  for (auto& c : children) EXPECT_EQ(c.wait_for(seconds(60)), 0) << "worker saw an overlap or failed";
+  connection admin = server.admin();
+  reply_ptr r = admin.command({"GET", "procs:counter"});
+  EXPECT_EQ(std::string(r->str, r->len), std::to_string(workers * rounds));
+}
+
+TEST(MutexProcesses, AKilledHoldersLockFreesWhenItsLeaseRunsOut) {
+  redis_server server;
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  child_process holder({REDISLOCK_TEST_WORKER, "hold", std::to_string(server.port()), "crash", "300"}, out[1]);
+  ::close(out[1]);
+  const std::string line = read_line(out[0], seconds(20));
+  ::close(out[0]);
+  ASSERT_EQ(line.rfind("acquired ", 0), 0u) << line;
+  const std::uint64_t holder_fence = std::stoull(line.substr(9));
+
+  client c(client_options{server.options()});
+  mutex m(c, "crash");
+  EXPECT_FALSE(m.try_lock());
+  holder.signal(SIGKILL);
+  EXPECT_EQ(holder.wait_for(seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(m.try_lock_for(seconds(10)));  // within the dead holder's lease
+  EXPECT_GT(m.fencing_token(), holder_fence);
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+}

@@ -1,0 +1,150 @@
+// URI parsing and option validation: no server needed.
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace redislock;
+
+TEST(ParseUri, HostPortDb) {
+  auto o = parse_uri("redis://cache.internal:6380/3");
+  EXPECT_EQ(o.host, "cache.internal");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 3);
+  EXPECT_TRUE(o.user.empty());
+  EXPECT_TRUE(o.password.empty());
+  EXPECT_FALSE(o.tls);
+}
+
+TEST(ParseUri, DefaultsPortAndDb) {
+  auto o = parse_uri("redis://localhost");
+  EXPECT_EQ(o.host, "localhost");
+  EXPECT_EQ(o.port, 6379);
+  EXPECT_EQ(o.db, 0);
+}
+
+TEST(ParseUri, UserAndPasswordPercentDecoded) {
+  auto o = parse_uri("redis://locker:p%40ss%3Aword@10.0.0.5:7000");
+  EXPECT_EQ(o.user, "locker");
+  EXPECT_EQ(o.password, "p@ss:word");
+  EXPECT_EQ(o.host, "10.0.0.5");
+  EXPECT_EQ(o.port, 7000);
+}
+
+TEST(ParseUri, PasswordOnly) {
+  auto a = parse_uri("redis://:secret@h");
+  EXPECT_TRUE(a.user.empty());
+  EXPECT_EQ(a.password, "secret");
+  auto b = parse_uri("redis://secret@h");
+  EXPECT_TRUE(b.user.empty());
+  EXPECT_EQ(b.password, "secret");
+}
+
+TEST(ParseUri, Ipv6) {
+  auto o = parse_uri("redis://[::1]:6390");
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 6390);
+}
+
+TEST(ParseUri, UnixSocket) {
+  auto o = parse_uri("unix:///run/redis/redis.sock?db=2");
+  EXPECT_EQ(o.unix_path, "/run/redis/redis.sock");
+  EXPECT_EQ(o.db, 2);
+  EXPECT_EQ(parse_uri("unix:///tmp/r.sock").db, 0);
+}
+
+TEST(ParseUri, TlsScheme) { EXPECT_TRUE(parse_uri("rediss://h:6380").tls); }
+
+TEST(ParseUri, RejectsMalformed) {
+  for (const char* bad : {"localhost:6379", "http://h", "redis://", "redis://h:notaport", "redis://h:70000",
+                          "redis://h:0", "redis://h/x", "unix://relative.sock", "unix:///s.sock?foo=1",
+                          "redis://u:%zz@h", "redis://[::1"}) {
+    EXPECT_THROW(parse_uri(bad), invalid_argument) << bad;
+  }
+}
+
+TEST(ParseUri, ErrorsNeverContainThePassword) {
+  try {
+    parse_uri("redis://user:hunter2@h:99999");
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos);
+  }
+  EXPECT_EQ(parse_uri("redis://user:hunter2@h").endpoint().find("hunter2"), std::string::npos);
+}
+
+TEST(Errors, ReplyErrorsAreTyped) {
+  auto kind = [](const char* text) -> std::string {
+    try {
+      detail::throw_reply_error(text);
+    } catch (const noscript_error&) {
+      return "noscript";
+    } catch (const wrong_type_error&) {
+      return "wrongtype";
+    } catch (const auth_error&) {
+      return "auth";
+    } catch (const redirect_error& e) {
+      return std::string(e.is_ask() ? "ask " : "moved ") + std::to_string(e.slot()) + " " + e.endpoint();
+    } catch (const reply_error& e) {
+      return "reply:" + e.server_message();
+    }
+    return "none";
+  };
+  EXPECT_EQ(kind("NOSCRIPT No matching script."), "noscript");
+  EXPECT_EQ(kind("WRONGTYPE Operation against a key holding the wrong kind of value"), "wrongtype");
+  EXPECT_EQ(kind("NOAUTH Authentication required."), "auth");
+  EXPECT_EQ(kind("WRONGPASS invalid username-password pair or user is disabled."), "auth");
+  EXPECT_EQ(kind("NOPERM this user has no permissions to run the 'eval' command"), "auth");
+  EXPECT_EQ(kind("MOVED 3999 127.0.0.1:6381"), "moved 3999 127.0.0.1:6381");
+  EXPECT_EQ(kind("ASK 12 10.1.1.1:7000"), "ask 12 10.1.1.1:7000");
+  EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");
+}
+
+TEST(Errors, HierarchyIsRootedAtError) {
+  static_assert(std::is_base_of_v<std::runtime_error, error>);
+  static_assert(std::is_base_of_v<connection_error, timeout_error>);
+  static_assert(std::is_base_of_v<reply_error, wrong_type_error>);
+  static_assert(std::is_base_of_v<error, lock_error>);
+  static_assert(std::is_base_of_v<error, invalid_argument>);
+}
+
+TEST(Script, Sha1MatchesKnownVectors) {
+  EXPECT_EQ(detail::sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  EXPECT_EQ(detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(detail::sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+}
+
+TEST(Tokens, AreRandom128BitHex) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    std::string t = detail::random_token();
+    ASSERT_EQ(t.size(), 32u);
+    ASSERT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos);
+    seen.insert(t);
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+}
+
+TEST(LockOptions, BadInputIsRejectedBeforeAnyNetworkUse) {
+  // The client points at a port nobody listens on: validation must fail first, typed.
+  client c(client_options{parse_uri("redis://127.0.0.1:1")});
+  EXPECT_THROW(mutex(c, ""), invalid_argument);
+  lock_options zero;
+  zero.lease = std::chrono::milliseconds(0);
+  EXPECT_THROW(mutex(c, "x", zero), invalid_argument);
+  lock_options negative;
+  negative.lease = std::chrono::milliseconds(-5);
+  EXPECT_THROW(mutex(c, "x", negative), invalid_argument);
+  lock_options huge;
+  huge.lease = std::chrono::hours(24 * 365);
+  EXPECT_THROW(mutex(c, "x", huge), invalid_argument);
+  lock_options backwards;
+  backwards.retry_min = std::chrono::milliseconds(50);
+  backwards.retry_max = std::chrono::milliseconds(10);
+  EXPECT_THROW(mutex(c, "x", backwards), invalid_argument);
+  client_options no_pool;
+  no_pool.pool_size = 0;
+  EXPECT_THROW(client{no_pool}, invalid_argument);
+}
