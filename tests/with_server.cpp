@@ -1,6 +1,6 @@
 // redislock_test_with_server <program> [args...]
 // Starts a throwaway redis-server on a free loopback port, runs the program with
-// REDISLOCK_TEST_URI set to it, stops the server, and exits with the program's status.
+// REDISLOCK_URI set to it, stops the server, and exits with the program's status.
 #include "process.hpp"
 #include "redis_server.hpp"
 
@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   }
   try {
     redislock_test::redis_server server;
-    ::setenv("REDISLOCK_TEST_URI", server.uri().c_str(), 1);
+    ::setenv("REDISLOCK_URI", server.uri().c_str(), 1);
     redislock_test::child_process program(std::vector<std::string>(argv + 1, argv + argc));
     const int status = program.wait_for(std::chrono::minutes(10));
     return status < 0 ? 124 : status;
