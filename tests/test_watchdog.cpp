@@ -108,38 +108,50 @@ TEST_F(WatchdogTest, ReleaseAndDestructionStopRenewalAtOnce) {
 }
 
 // Threads lock and release their own objects over and over with a lease so short that
-// renewals are nearly always in flight; some leases may even be lost on a loaded machine.
-// Whatever the timing: no on_lost runs after its lock's release returned (release waits for
-// a renewal in flight), and every registration is gone at the end. Run under TSan too.
+// renewals are nearly always in flight, while a thief briefly overwrites held keys so that
+// renewals find locks lost (on_lost) just as their holders release them. Whatever the
+// timing: no on_lost runs after its lock's release returned (release waits for a renewal in
+// flight and its callback), and every registration is gone at the end. Run under TSan too.
 TEST_F(WatchdogTest, ReleaseRacingRenewalNeverLetsTheReleasedLockBeTouched) {
   constexpr int threads = 4, rounds = 100;
-  std::atomic<int> late_callbacks{0}, callbacks{0};
+  std::atomic<int> late_callbacks{0}, callbacks{0}, running{threads};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      std::atomic<bool> holding{false};
-      lock_options o = renewed(milliseconds(45));
-      o.on_lost = [&](const std::string&) {
-        ++callbacks;
-        if (!holding.load()) ++late_callbacks;
-      };
-      mutex m(*pool, "race-" + std::to_string(t % 2), o);  // two objects per name: contention too
       std::minstd_rand rng(static_cast<unsigned>(t));
       for (int i = 0; i < rounds; ++i) {
-        holding = true;  // before lock(): a callback may come before lock() returns
-        if (!m.try_lock_for(seconds(10))) {
-          holding = false;
-          ADD_FAILURE() << "no acquisition within 10 s";
-          return;
+        // A fresh object per round, so each callback knows whose acquisition it reports.
+        auto released = std::make_shared<std::atomic<bool>>(false);
+        lock_options o = renewed(milliseconds(45));
+        o.on_lost = [&callbacks, &late_callbacks, released](const std::string&) {
+          ++callbacks;
+          std::this_thread::sleep_for(milliseconds(2));  // widens the window for a racing release
+          if (released->load()) ++late_callbacks;
+        };
+        {
+          mutex m(*pool, "race-" + std::to_string(t % 2), o);  // two objects per name: contention too
+          if (!m.try_lock_for(seconds(10))) {
+            ADD_FAILURE() << "no acquisition within 10 s";
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));  // the critical section
+          if (i % 2 == 0) {  // even rounds release explicitly, odd ones by the destructor
+            const release_status st = m.release();
+            EXPECT_TRUE(st == release_status::released || st == release_status::lease_expired) << to_string(st);
+          }
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));  // the critical section
-        const release_status st = m.release();
-        holding = false;
-        EXPECT_TRUE(st == release_status::released || st == release_status::lease_expired) << to_string(st);
+        released->store(true);
       }
+      --running;
     });
   }
+  connection thief(server->options());
+  while (running.load() > 0) {  // ends when the workers do (each is bounded)
+    for (const char* key : {"redislock:{race-0}", "redislock:{race-1}"}) thief.command({"SET", key, "thief", "PX", "5", "XX"});
+    std::this_thread::sleep_for(milliseconds(20));  // pacing only
+  }
   for (auto& w : workers) w.join();
+  std::cout << callbacks.load() << " leases lost on the way, " << pool->watchdog().stats().renewals << " renewals\n";
   EXPECT_EQ(late_callbacks.load(), 0) << "of " << callbacks.load() << " callbacks";
   const watchdog_stats s = pool->watchdog().stats();
   EXPECT_EQ(s.registered, 0u);
