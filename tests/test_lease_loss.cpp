@@ -53,7 +53,7 @@ TEST(LeaseLoss, APausedHolderLosesTheLockAndItsLateReleaseLeavesTheNextHolderAlo
   redis_server server;
   int out[2];
   ASSERT_EQ(::pipe(out), 0);
-  child_process holder({REDISLOCK_TEST_WORKER, "renew", std::to_string(server.port()), "paused", "500"}, out[1]);
+  child_process holder({REDISLOCK_TEST_WORKER, "renew", std::to_string(server.port()), "paused", "1000"}, out[1]);
   ::close(out[1]);
   const std::string line = read_line(out[0], seconds(20));
   ASSERT_EQ(line.rfind("acquired ", 0), 0u) << line;

@@ -8,6 +8,10 @@
 /// One object is one would-be holder. Threads that share an object queue locally first (it
 /// behaves like a std::timed_mutex across them); separate objects, in this process or others,
 /// compete through Redis.
+///
+/// With lock_options::auto_renew the client's watchdog (watchdog.hpp) renews the lease while
+/// the lock is held; lost() tells when the lease was found lost, and fencing_token() lets the
+/// storage reject a holder that lost its lease without noticing (examples/fencing.cpp).
 
 #include <redislock/client.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
