@@ -13,29 +13,10 @@
 
 using namespace redislock;
 using redislock_test::child_process;
+using redislock_test::read_line;
 using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-namespace {
-
-/// Reads one line from fd, waiting at most `timeout` (poll on the pipe: no sleeping).
-std::string read_line(int fd, milliseconds timeout) {
-  std::string line;
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  char ch;
-  while (std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
-    if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
-    if (::read(fd, &ch, 1) != 1) break;
-    if (ch == '\n') return line;
-    line.push_back(ch);
-  }
-  return line;
-}
-
-}  // namespace
 
 TEST(MutexProcesses, WorkersInSeparateProcessesNeverOverlap) {
   redis_server server;

@@ -5,12 +5,17 @@
 //       (SET NX on entry, DEL on exit). Exit 0 when no overlap was seen, 3 otherwise.
 //   redislock_test_worker hold <port> <lock> <lease-ms>
 //       acquires the lock, prints "acquired <fencing token>" and waits to be signalled.
+//   redislock_test_worker renew <port> <lock> <lease-ms>
+//       acquires the lock with auto_renew, prints "acquired <fencing token>", waits (at most
+//       60 s) for its on_lost callback, then prints "lost <lost()>" and "release <status>".
+//       Exit 0 after the loss was seen, 4 when it never came.
 #include <redislock/redislock.hpp>
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <string>
 
@@ -51,11 +56,31 @@ static int hold(const char* port, const std::string& lock, long lease_ms) {
   for (;;) ::pause();
 }
 
+static int renew(const char* port, const std::string& lock, long lease_ms) {
+  client c(options_for(port));
+  std::promise<std::string> lost;
+  lock_options o;
+  o.lease = std::chrono::milliseconds(lease_ms);
+  o.auto_renew = true;
+  o.on_lost = [&lost](const std::string& name) { lost.set_value(name); };  // once per acquisition
+  mutex m(c, lock, o);
+  m.lock();
+  std::printf("acquired %llu\n", static_cast<unsigned long long>(m.fencing_token()));
+  std::fflush(stdout);
+  std::future<std::string> seen = lost.get_future();
+  if (seen.wait_for(std::chrono::seconds(60)) != std::future_status::ready) return 4;
+  std::printf("lost %d\n", m.lost() ? 1 : 0);
+  std::printf("release %s\n", to_string(m.release()));
+  std::fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "count" && argc == 6) return count(argv[2], argv[3], argv[4], std::atoi(argv[5]));
     if (mode == "hold" && argc == 5) return hold(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;
   } catch (const std::exception& e) {

@@ -12,14 +12,25 @@
 /// hash tag, so one key routes the whole call) and returns f's result. A Redis Cluster client
 /// routes by the key's hash slot and follows MOVED/ASK; a Sentinel client asks Sentinel for the
 /// current master. Both fit without changing the lock classes.
+///
+/// Optional, for lock_options::auto_renew:
+///
+///     redislock::watchdog& watchdog();
+///
+/// returns the client's one lease-renewal thread (created on first use, stopped and joined
+/// by the client's destructor). A Client without it still works; its locks reject auto_renew.
+/// A multi-server Client passes a locator to the watchdog so that renewals are pipelined per
+/// server.
 
 #include <redislock/connection.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
+#include <redislock/watchdog.hpp>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -42,6 +53,9 @@ class client {
   client(const client&) = delete;
   client& operator=(const client&) = delete;
 
+  /// Stops the lease watchdog first (it borrows connections from the pool).
+  ~client() { watchdog_.reset(); }
+
   const client_options& options() const noexcept { return options_; }
 
   /// Borrows a connection (waiting at most pool_wait_timeout), calls f(connection&) and gives
@@ -55,6 +69,16 @@ class client {
   /// Convenience: one command on the pool (e.g. PING, INFO).
   reply_ptr command(std::initializer_list<std::string_view> argv) {
     return run({}, [&](connection& c) { return c.command(argv); });
+  }
+
+  /// The one thread that renews this client's auto_renew locks; created on first use, its
+  /// thread starts with the first registration.
+  redislock::watchdog& watchdog() {
+    std::call_once(watchdog_once_, [this] {
+      watchdog_ = std::make_unique<redislock::watchdog>(
+          [this](std::string_view key, const std::function<void(connection&)>& f) { run(key, f); });
+    });
+    return *watchdog_;
   }
 
   /// Connections currently open (idle or lent out).
@@ -119,6 +143,8 @@ class client {
   std::condition_variable available_;
   std::vector<connection_ptr> idle_;
   std::size_t open_ = 0;
+  std::once_flag watchdog_once_;
+  std::unique_ptr<redislock::watchdog> watchdog_;  // last member: destroyed first
 };
 
 }  // namespace redislock

@@ -5,6 +5,7 @@
 #include <redislock/errors.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,15 @@ struct lock_options {
   /// The wait never exceeds the holder's remaining lease nor the caller's deadline.
   std::chrono::milliseconds retry_min{1};
   std::chrono::milliseconds retry_max{100};
+  /// Renew the lease in the background while the lock is held (every lease/3, by the client's
+  /// one watchdog thread), so a critical section may outlive the lease. Renewal stops when the
+  /// lock is released or destroyed, or when the lease is found lost.
+  bool auto_renew = false;
+  /// With auto_renew: called once when the watchdog finds the lease lost (the lock is someone
+  /// else's, or renewals failed until the lease ran out). Runs on the watchdog thread: it must
+  /// not block and must not call into the lock it reports (release waits for it); signal your
+  /// worker instead. The lock's lost() is already true when it runs.
+  std::function<void(const std::string& name)> on_lost;
 };
 
 /// Leases longer than this are rejected as a likely unit mistake (30 days).

@@ -8,6 +8,10 @@
 /// One object is one would-be holder. Threads that share an object queue locally first (it
 /// behaves like a std::timed_mutex across them); separate objects, in this process or others,
 /// compete through Redis.
+///
+/// With lock_options::auto_renew the client's watchdog (watchdog.hpp) renews the lease while
+/// the lock is held; lost() tells when the lease was found lost, and fencing_token() lets the
+/// storage reject a holder that lost its lease without noticing (examples/fencing.cpp).
 
 #include <redislock/client.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
@@ -16,6 +20,7 @@
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
+#include <redislock/watchdog.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -35,6 +40,9 @@ class basic_mutex {
   basic_mutex(Client& client, std::string name, lock_options options = {})
       : client_(client), name_(std::move(name)), options_(std::move(options)) {
     detail::validate(name_, options_);
+    if constexpr (!detail::has_watchdog<Client>::value) {
+      if (options_.auto_renew) throw invalid_argument("auto_renew needs a Client with watchdog() (see client.hpp)");
+    }
     key_ = detail::base_key(name_, options_);
     fence_key_ = key_ + ":fence";
     channel_ = key_ + ":released";
@@ -82,12 +90,14 @@ class basic_mutex {
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
   release_status release() {
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
+    renewal_.reset();  // before the release is sent: waits for a renewal in flight (watchdog.hpp)
     release_status status = release_status::failed;
     try {
       const std::int64_t deleted = client_.run(key_, [&](connection& c) {
         return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
       });
-      status = deleted == 1 ? release_status::released : release_status::lease_expired;
+      // Once found lost, never report a clean release: the lease may have lapsed meanwhile.
+      status = deleted == 1 && !lost() ? release_status::released : release_status::lease_expired;
     } catch (...) {
       drop_local_hold(release_status::failed);
       throw;
@@ -101,14 +111,17 @@ class basic_mutex {
 
   /// Resets the lease to `lease` from now (server clock) if the lock is still ours.
   /// Returns false when the lease had already run out (the lock may be someone else's).
-  /// Throws lock_error when this object does not hold the lock.
+  /// Throws lock_error when this object does not hold the lock. false also marks it lost().
+  /// With auto_renew the watchdog renews to options().lease again at its next turn.
   bool extend(std::chrono::milliseconds lease) {
     if (lease.count() <= 0 || lease > max_lease) throw invalid_argument("extend: lease must be in (0, max_lease]");
     require_held("extend");
     const std::string ms = std::to_string(lease.count());
-    return client_.run(key_, [&](connection& c) {
+    const bool ours = client_.run(key_, [&](connection& c) {
       return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, ms}));
     }) == 1;
+    if (!ours) lost_.store(true, std::memory_order_release);
+    return ours;
   }
   bool extend() { return extend(options_.lease); }
 
@@ -129,6 +142,11 @@ class basic_mutex {
   /// This object's local belief: lock() succeeded and unlock() has not been called.
   /// The lease may have run out meanwhile; still_held() asks the server.
   bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
+
+  /// True when the current (or most recent) acquisition's lease was found lost: by the
+  /// watchdog (auto_renew) or by an extend() that returned false. Reset by the next acquisition.
+  /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
+  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
 
   /// The fencing token of the current (or most recent) acquisition: strictly increasing per
   /// lock name across all clients. Pass it to the storage you write to, which rejects any
@@ -151,24 +169,55 @@ class basic_mutex {
       gate_.unlock();
       throw;
     }
-    if (!acquired) gate_.unlock();
-    return acquired;
+    if (!acquired) {
+      gate_.unlock();
+      return false;
+    }
+    if (options_.auto_renew) {
+      try {
+        start_renewal();
+      } catch (...) {
+        unlock();  // do not keep a lock we promised to renew
+        throw;
+      }
+    }
+    return true;
   }
 
   // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
   std::optional<std::chrono::milliseconds> attempt() {
     // The token is only replaced after a release, so an attempt whose reply was lost (and
     // that may have set the key) is recognised as ours by the next attempt.
+    const detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
     auto [acquired, value] = client_.run(key_, [&](connection& c) {
       reply_ptr r = detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_});
       return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
     });
     if (acquired == 1) {
       fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
+      acquired_at_ = sent;
+      lost_.store(false, std::memory_order_release);
       held_.store(true, std::memory_order_release);
       return std::nullopt;
     }
     return std::chrono::milliseconds(value);
+  }
+
+  // Hands this acquisition (its token) to the client's watchdog.
+  void start_renewal() {
+    if constexpr (detail::has_watchdog<Client>::value) {
+      renewal_request r;
+      r.name = name_;
+      r.route_key = key_;
+      r.extend = &detail::mutex_scripts::extend();
+      r.keys = {key_};
+      r.args = {token_, lease_ms_};
+      r.lease = options_.lease;
+      r.confirmed = acquired_at_;
+      r.lost_flag = &lost_;
+      r.on_lost = options_.on_lost;
+      renewal_ = client_.watchdog().add(std::move(r));
+    }
   }
 
   void require_held(const char* what) const {
@@ -200,6 +249,9 @@ class basic_mutex {
   std::atomic<bool> held_{false};
   std::atomic<std::uint64_t> fence_{0};
   std::atomic<release_status> last_release_{release_status::not_held};
+  std::atomic<bool> lost_{false};
+  detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
+  watchdog::registration renewal_;          // after lost_: it points there until reset
 };
 
 using mutex = basic_mutex<client>;

@@ -7,6 +7,7 @@
 #include <redislock/options.hpp>
 #include <redislock/connection.hpp>
 #include <redislock/script.hpp>
+#include <redislock/watchdog.hpp>
 #include <redislock/client.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/mutex.hpp>

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -75,5 +76,22 @@ class child_process {
   int pidfd_ = -1;
   int status_ = -1;
 };
+
+/// Reads one line from fd, waiting at most `timeout` (poll on the pipe: no sleeping).
+/// Returns what was read so far when the timeout passes or the pipe closes.
+inline std::string read_line(int fd, std::chrono::milliseconds timeout) {
+  std::string line;
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  char ch;
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
+    if (::read(fd, &ch, 1) != 1) break;
+    if (ch == '\n') return line;
+    line.push_back(ch);
+  }
+  return line;
+}
 
 }  // namespace redislock_test

@@ -1,0 +1,443 @@
+#pragma once
+/// @file watchdog.hpp
+/// @brief redislock::watchdog — one background thread per client that keeps renewing the
+/// leases of held locks that asked for it (lock_options::auto_renew), in pipelined batches.
+///
+/// Any lock kind plugs in: it registers a renewal_request (its owner-checked extend script
+/// with KEYS/ARGV, replying 1 renewed / 0 not ours) after acquiring, and drops the returned
+/// registration before releasing.
+///
+/// Schedule: a lease set at time C (the local send time of the command that set it) is
+/// renewed at C + lease/3 and may be renewed from C + lease/6 on, so a wake-up takes every
+/// renewal that is nearly due and they travel together. All renewals taken in one go are
+/// grouped by server and each group is sent as one pipeline of at most max_batch EVALSHAs
+/// (NOSCRIPT: SCRIPT LOAD, then one more pipeline of the refused ones).
+///
+/// Loss: a renewal answered 0 means the lock is no longer ours. Renewals that fail
+/// (connection errors, error replies) are retried every lease/10 until C + lease; from then
+/// on the server may have expired the key, so the lease is declared lost (conservative: the
+/// server set the lease when it ran the command, at or after C). A lost lease sets the lock's
+/// lost flag, calls its on_lost callback (on this thread) and is no longer renewed.
+///
+/// Locking: the deadline heap and every entry's state are guarded by one mutex; network I/O
+/// and callbacks run outside it, on entries marked in flight.
+
+#include <redislock/connection.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/reply.hpp>
+#include <redislock/script.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+/// Counters of one watchdog (a snapshot; see watchdog::stats()).
+struct watchdog_stats {
+  std::uint64_t ticks = 0;     ///< wake-ups that found renewals due (a tick drains all of them)
+  std::uint64_t batches = 0;   ///< pipelines sent (one round trip each)
+  std::uint64_t renewals = 0;  ///< leases renewed (the script answered 1)
+  std::uint64_t failures = 0;  ///< renewals not answered 1 or 0 (connection errors, error replies)
+  std::uint64_t lost = 0;      ///< leases found lost
+  std::size_t registered = 0;  ///< locks currently renewed
+  std::chrono::microseconds last_tick{0};  ///< duration of the latest finished tick
+  std::chrono::microseconds max_tick{0};   ///< longest tick so far
+  std::chrono::microseconds max_late{0};   ///< worst delay of a renewal's send after its due time (lease/3)
+};
+
+/// What a lock kind hands the watchdog to renew one acquisition.
+struct renewal_request {
+  std::string name;                 ///< the lock's name, passed to on_lost
+  std::string route_key;            ///< the key the client routes by (the lock's keys share its hash tag)
+  const script* extend = nullptr;   ///< owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration.
+  std::vector<std::string> keys;    ///< KEYS of `extend`
+  std::vector<std::string> args;    ///< ARGV of `extend`
+  std::chrono::milliseconds lease{0};  ///< the lease the script sets; renewals every lease/3
+  /// Local send time of the command that set the current lease (the acquisition). Default: now.
+  std::chrono::steady_clock::time_point confirmed{};
+  /// Set to true when the lease is found lost. Must stay valid until the registration is reset.
+  std::atomic<bool>* lost_flag = nullptr;
+  /// Called on the watchdog thread when the lease is found lost. Must not block, and must not
+  /// call into the lock it reports (release/unlock/extend): the watchdog waits for nobody, but
+  /// that lock's release waits for renewals in flight.
+  std::function<void(const std::string& name)> on_lost;
+};
+
+class watchdog {
+ public:
+  using steady = std::chrono::steady_clock;
+  /// Calls f with a connection to the server that owns `key` (a Client's run()).
+  using runner = std::function<void(std::string_view key, const std::function<void(connection&)>& f)>;
+  /// Names the server that owns `key`; renewals of one server share a pipeline. Empty: one server.
+  using locator = std::function<std::string(std::string_view key)>;
+
+  /// Most EVALSHAs in one pipeline: bounds the memory of a batch and how long a release may
+  /// wait for a batch in flight.
+  static constexpr std::size_t max_batch = 1000;
+
+ private:
+  struct entry;
+
+ public:
+  /// Keeps one lock renewed until reset() or destruction. Move-only; empty when default-built.
+  class registration {
+   public:
+    registration() = default;
+    registration(registration&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)), entry_(std::move(o.entry_)) {}
+    registration& operator=(registration&& o) noexcept {
+      if (this != &o) {
+        reset();
+        owner_ = std::exchange(o.owner_, nullptr);
+        entry_ = std::move(o.entry_);
+      }
+      return *this;
+    }
+    registration(const registration&) = delete;
+    registration& operator=(const registration&) = delete;
+    ~registration() { reset(); }
+
+    /// Stops the renewals. When a renewal of this lock is in flight (or its on_lost runs), waits
+    /// for it to finish, so nothing of this registration happens after reset() returns, not even
+    /// a callback. (On the watchdog thread itself, i.e. from inside a callback, it does not wait.)
+    void reset() noexcept {
+      if (owner_ != nullptr) owner_->remove(entry_);
+      owner_ = nullptr;
+      entry_.reset();
+    }
+    explicit operator bool() const noexcept { return owner_ != nullptr; }
+
+   private:
+    friend class watchdog;
+    registration(watchdog* owner, std::shared_ptr<entry> e) : owner_(owner), entry_(std::move(e)) {}
+    watchdog* owner_ = nullptr;
+    std::shared_ptr<entry> entry_;
+  };
+
+  explicit watchdog(runner run, locator server_of = nullptr) : run_(std::move(run)), server_of_(std::move(server_of)) {
+    if (!run_) throw invalid_argument("watchdog: runner must not be empty");
+  }
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+
+  /// Stops the thread and joins it (waits for a batch in flight, bounded by the client's
+  /// timeouts). Locks still registered are no longer renewed.
+  ~watchdog() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// Starts renewing (and the thread, on the first call). Throws invalid_argument for a
+  /// request without script or lease.
+  registration add(renewal_request r) {
+    if (r.extend == nullptr) throw invalid_argument("watchdog: renewal_request without extend script");
+    if (r.lease.count() <= 0) throw invalid_argument("watchdog: renewal lease must be positive");
+    if (r.confirmed == steady::time_point{}) r.confirmed = steady::now();
+    auto e = std::make_shared<entry>(std::move(r));
+    bool first;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (stop_) throw lock_error("watchdog: stopped");
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+      push(e);
+      ++registered_;
+      first = heap_.front() == e;
+    }
+    if (first) wake_.notify_all();  // the thread may sleep until a later due time
+    return registration(this, std::move(e));
+  }
+
+  watchdog_stats stats() const {
+    std::lock_guard<std::mutex> g(m_);
+    return snapshot();
+  }
+
+  /// Waits until pred(stats) holds (checked after every batch) or the timeout passes.
+  template <class Rep, class Period, class Pred>
+  bool wait_for_stats(const std::chrono::duration<Rep, Period>& timeout, Pred pred) const {
+    std::unique_lock<std::mutex> g(m_);
+    return done_.wait_for(g, timeout, [&] { return pred(snapshot()); });
+  }
+
+  /// True once the thread was started (by the first registration).
+  bool running() const {
+    std::lock_guard<std::mutex> g(m_);
+    return thread_.joinable();
+  }
+
+ private:
+  enum class outcome { pending, renewed, not_ours, failed, expired };
+
+  struct entry {
+    explicit entry(renewal_request r) : req(std::move(r)) {
+      for (const auto& k : req.keys) keys.emplace_back(k);
+      for (const auto& a : req.args) args.emplace_back(a);
+      renewed(req.confirmed);
+    }
+    // Schedules the next renewal of a lease set at `at`.
+    void renewed(steady::time_point at) {
+      confirmed = at;
+      eligible = at + req.lease / 6;
+      due = at + req.lease / 3;
+      failing = false;
+    }
+    const renewal_request req;
+    std::vector<std::string_view> keys, args;  // views of req's strings, for script::append
+    // Guarded by watchdog::m_.
+    steady::time_point confirmed, eligible, due;
+    bool failing = false, cancelled = false, in_flight = false, in_heap = false, lost = false;
+  };
+  using entry_ptr = std::shared_ptr<entry>;
+
+  // Why a renewal can never act on a released (or released and re-acquired) lock:
+  //  1. registration::reset() runs before the lock's release script is sent. It marks the
+  //     entry cancelled under m_, and if a batch holding the entry is in flight, waits until the
+  //     thread has handled its replies (and callbacks). The thread takes entries and applies
+  //     results under m_ and skips cancelled ones, so after reset() returns the entry is never
+  //     sent again and never touches the lock (lost flag, callback).
+  //  2. Even a renewal that had already left when the release was sent cannot renew someone
+  //     else's lease: the script is owner-checked and every acquisition draws a fresh token, so
+  //     after the release (DEL) or a re-acquisition by the same object (new token) it answers 0.
+  //     That 0 lands on the cancelled entry and is ignored; the new acquisition has a new entry.
+  void remove(const entry_ptr& e) noexcept {
+    std::unique_lock<std::mutex> g(m_);
+    if (e->cancelled) return;
+    e->cancelled = true;
+    --registered_;
+    if (e->in_heap) {
+      ++dead_in_heap_;
+      if (dead_in_heap_ > 64 && dead_in_heap_ * 2 > heap_.size()) compact();
+    }
+    if (std::this_thread::get_id() != thread_.get_id()) done_.wait(g, [&] { return !e->in_flight; });
+  }
+
+  static bool later(const entry_ptr& a, const entry_ptr& b) { return a->due > b->due; }
+
+  void push(const entry_ptr& e) {
+    e->in_heap = true;
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  entry_ptr pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    entry_ptr e = std::move(heap_.back());
+    heap_.pop_back();
+    e->in_heap = false;
+    if (e->cancelled) --dead_in_heap_;
+    return e;
+  }
+  // Cancelled entries stay in the heap until popped; this drops them when they pile up.
+  void compact() {
+    auto dead = std::remove_if(heap_.begin(), heap_.end(), [](const entry_ptr& e) {
+      if (e->cancelled) e->in_heap = false;
+      return e->cancelled;
+    });
+    heap_.erase(dead, heap_.end());
+    std::make_heap(heap_.begin(), heap_.end(), later);
+    dead_in_heap_ = 0;
+  }
+
+  watchdog_stats snapshot() const {
+    watchdog_stats s = stats_;
+    s.registered = registered_;
+    return s;
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> g(m_);
+    bool in_tick = false;
+    steady::time_point tick_start;
+    while (!stop_) {
+      while (!heap_.empty() && heap_.front()->cancelled) pop();
+      const steady::time_point now = steady::now();
+      if (heap_.empty() || heap_.front()->eligible > now) {
+        if (in_tick) {  // nothing more is due: the tick is over
+          in_tick = false;
+          stats_.last_tick = std::chrono::duration_cast<std::chrono::microseconds>(now - tick_start);
+          stats_.max_tick = std::max(stats_.max_tick, stats_.last_tick);
+          done_.notify_all();
+        }
+        if (heap_.empty()) wake_.wait(g);
+        else wake_.wait_until(g, heap_.front()->due);
+        continue;
+      }
+      if (!in_tick) {
+        in_tick = true;
+        tick_start = now;
+        ++stats_.ticks;
+      }
+      std::vector<entry_ptr> batch;
+      std::vector<outcome> results;
+      while (batch.size() < max_batch && !heap_.empty()) {
+        if (heap_.front()->cancelled) {
+          pop();
+          continue;
+        }
+        if (heap_.front()->eligible > now) break;
+        entry_ptr e = pop();
+        e->in_flight = true;
+        // Renewals kept failing until the lease ran out: the server may have expired it.
+        const bool expired = e->failing && now >= e->confirmed + e->req.lease;
+        results.push_back(expired ? outcome::expired : outcome::pending);
+        batch.push_back(std::move(e));
+      }
+      g.unlock();
+      std::vector<steady::time_point> sent(batch.size());
+      const std::uint64_t pipelines = send(batch, results, sent);
+      g.lock();
+      stats_.batches += pipelines;
+      std::vector<entry_ptr> report = apply(batch, results, sent);
+      for (const entry_ptr& e : report) {
+        if (e->cancelled) continue;  // released meanwhile (e.g. by an earlier callback)
+        g.unlock();
+        try {
+          e->req.on_lost(e->req.name);
+        } catch (...) {
+          // a callback's exception has nowhere to go on this thread
+        }
+        g.lock();
+      }
+      for (const entry_ptr& e : batch) {
+        e->in_flight = false;
+        if (!e->cancelled && !e->lost) push(e);
+      }
+      done_.notify_all();
+    }
+  }
+
+  // Sends the pending renewals of `batch`, one pipeline per server; fills results and sent.
+  // Runs without m_. Returns the number of pipelines sent.
+  std::uint64_t send(const std::vector<entry_ptr>& batch, std::vector<outcome>& results,
+                     std::vector<steady::time_point>& sent) {
+    std::map<std::string, std::vector<std::size_t>> by_server;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (results[i] != outcome::pending) continue;
+      by_server[server_of_ ? server_of_(batch[i]->req.route_key) : std::string()].push_back(i);
+    }
+    std::uint64_t pipelines = 0;
+    for (const auto& [server, group] : by_server) {
+      try {
+        run_(batch[group.front()]->req.route_key, [&](connection& c) {
+          const steady::time_point at = steady::now();  // before the write: conservative
+          for (std::size_t i : group) sent[i] = at;
+          std::vector<std::size_t> refused = pipeline(c, batch, group, results);
+          ++pipelines;
+          if (refused.empty()) return;
+          std::vector<const script*> loaded;
+          for (std::size_t i : refused) {
+            const script* s = batch[i]->req.extend;
+            if (std::find(loaded.begin(), loaded.end(), s) != loaded.end()) continue;
+            s->load(c);
+            loaded.push_back(s);
+          }
+          refused = pipeline(c, batch, refused, results);
+          ++pipelines;
+          for (std::size_t i : refused) results[i] = outcome::failed;
+        });
+      } catch (...) {
+        // connection lost or pool exhausted: every renewal without an answer failed
+      }
+      for (std::size_t i : group)
+        if (results[i] == outcome::pending) results[i] = outcome::failed;
+    }
+    return pipelines;
+  }
+
+  // One round trip: appends the EVALSHAs of `which`, reads their replies. Returns the ones
+  // refused with NOSCRIPT (left pending).
+  static std::vector<std::size_t> pipeline(connection& c, const std::vector<entry_ptr>& batch,
+                                           const std::vector<std::size_t>& which, std::vector<outcome>& results) {
+    for (std::size_t i : which) {
+      const entry& e = *batch[i];
+      e.req.extend->append(c, e.keys.data(), e.keys.size(), e.args.data(), e.args.size());
+    }
+    std::vector<std::size_t> refused;
+    for (std::size_t i : which) {
+      reply_ptr r = c.read_reply();
+      if (script::is_noscript(*r)) refused.push_back(i);
+      else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) results[i] = outcome::renewed;
+      else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) results[i] = outcome::not_ours;
+      else results[i] = outcome::failed;
+    }
+    return refused;
+  }
+
+  // Under m_: records the results; returns the entries whose on_lost must be called.
+  std::vector<entry_ptr> apply(const std::vector<entry_ptr>& batch, const std::vector<outcome>& results,
+                               const std::vector<steady::time_point>& sent) {
+    std::vector<entry_ptr> report;
+    const steady::time_point now = steady::now();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      entry& e = *batch[i];
+      if (e.cancelled) continue;  // released while in flight: the answer concerns nobody
+      bool lost = false;
+      switch (results[i]) {
+        case outcome::renewed:
+          if (sent[i] > e.due)
+            stats_.max_late = std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
+          ++stats_.renewals;
+          e.renewed(sent[i]);
+          break;
+        case outcome::failed:
+        case outcome::pending: {
+          ++stats_.failures;
+          const steady::time_point end = e.confirmed + e.req.lease;
+          e.failing = true;
+          e.due = e.eligible = std::min(end, now + std::max<steady::duration>(e.req.lease / 10, std::chrono::milliseconds(1)));
+          lost = now >= end;
+          break;
+        }
+        case outcome::not_ours:
+        case outcome::expired:
+          lost = true;
+          break;
+      }
+      if (!lost) continue;
+      e.lost = true;
+      ++stats_.lost;
+      if (e.req.lost_flag != nullptr) e.req.lost_flag->store(true, std::memory_order_release);
+      if (e.req.on_lost) report.push_back(batch[i]);
+    }
+    return report;
+  }
+
+  runner run_;
+  locator server_of_;
+  mutable std::mutex m_;
+  std::condition_variable wake_;          // the thread sleeps on it until the next due time
+  mutable std::condition_variable done_;  // a batch was handled (releases and stats waiters)
+  std::vector<entry_ptr> heap_;           // min-heap on due
+  std::size_t dead_in_heap_ = 0;          // cancelled entries still in heap_
+  std::size_t registered_ = 0;
+  watchdog_stats stats_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+namespace detail {
+
+/// True when Client offers the optional `watchdog()` of the Client concept (see client.hpp).
+template <class Client, class = void>
+struct has_watchdog : std::false_type {};
+template <class Client>
+struct has_watchdog<Client, std::void_t<decltype(std::declval<Client&>().watchdog())>>
+    : std::is_same<decltype(std::declval<Client&>().watchdog()), watchdog&> {};
+
+}  // namespace detail
+}  // namespace redislock

@@ -1,0 +1,209 @@
+// The lease watchdog: one thread per client, started lazily; renewal keeps a lock past its
+// lease; release stops renewal at once (and never lets a callback of a released lock run);
+// 10,000 locks are renewed in pipelined batches without falling behind.
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::command_calls;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct WatchdogTest : ::testing::Test {
+  static void SetUpTestSuite() { server = new redis_server(); }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  void SetUp() override {
+    pool = std::make_unique<client>(client_options{server->options()});
+    admin = std::make_unique<connection>(server->options());
+    admin->command({"FLUSHALL"});
+  }
+  static lock_options renewed(milliseconds lease) {
+    lock_options o;
+    o.lease = lease;
+    o.auto_renew = true;
+    return o;
+  }
+  static redis_server* server;
+  std::unique_ptr<client> pool;
+  std::unique_ptr<connection> admin;
+};
+redis_server* WatchdogTest::server = nullptr;
+
+}  // namespace
+
+TEST_F(WatchdogTest, TheThreadStartsWithTheFirstAutoRenewLock) {
+  mutex plain(*pool, "plain");
+  plain.lock();
+  plain.unlock();
+  EXPECT_FALSE(pool->watchdog().running());
+  mutex renewing(*pool, "renewing", renewed(seconds(10)));
+  renewing.lock();
+  EXPECT_TRUE(pool->watchdog().running());
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+  renewing.unlock();
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+}
+
+TEST_F(WatchdogTest, AutoRenewKeepsALockForThreeTimesItsLease) {
+  const milliseconds lease(1000);
+  mutex holder(*pool, "long-job", renewed(lease)), other(*pool, "long-job");
+  holder.lock();
+  const steady::time_point start = steady::now();
+  int attempts = 0;
+  while (steady::now() - start < 3 * lease) {  // bounded by the clock, not by an event
+    ASSERT_FALSE(other.try_lock()) << "lost the lock after " << (steady::now() - start).count() << " ns";
+    ++attempts;
+    std::this_thread::sleep_for(milliseconds(20));  // pacing only: every attempt must fail
+  }
+  EXPECT_GT(attempts, 0);
+  EXPECT_TRUE(holder.still_held());
+  EXPECT_FALSE(holder.lost());
+  EXPECT_GE(pool->watchdog().stats().renewals, 2u);
+  EXPECT_EQ(holder.release(), release_status::released);
+}
+
+TEST_F(WatchdogTest, ABatchRefusedWithNoscriptLoadsTheScriptAndRetries) {
+  mutex m(*pool, "flushed", renewed(milliseconds(900)));
+  m.lock();
+  admin->command({"SCRIPT", "FLUSH"});
+  const std::uint64_t before = pool->watchdog().stats().renewals;
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [&](const watchdog_stats& s) {
+    return s.renewals >= before + 2 || s.lost > 0;
+  }));
+  EXPECT_FALSE(m.lost());
+  EXPECT_EQ(pool->watchdog().stats().failures, 0u);
+  EXPECT_EQ(m.release(), release_status::released);
+}
+
+TEST_F(WatchdogTest, ReleaseAndDestructionStopRenewalAtOnce) {
+  {
+    mutex m(*pool, "stopped", renewed(milliseconds(300)));
+    m.lock();
+    EXPECT_EQ(m.release(), release_status::released);
+    EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+    m.lock();  // a fresh acquisition of the same object: renewed again, not lost
+    EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+    EXPECT_FALSE(m.lost());
+  }  // destroyed while held
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{stopped}"})->integer, 0);
+}
+
+// Threads lock and release their own objects over and over with a lease so short that
+// renewals are nearly always in flight, while a thief briefly overwrites held keys so that
+// renewals find locks lost (on_lost) just as their holders release them. Whatever the
+// timing: no on_lost runs after its lock's release returned (release waits for a renewal in
+// flight and its callback), and every registration is gone at the end. Run under TSan too.
+TEST_F(WatchdogTest, ReleaseRacingRenewalNeverLetsTheReleasedLockBeTouched) {
+  constexpr int threads = 4, rounds = 100;
+  std::atomic<int> late_callbacks{0}, callbacks{0}, running{threads};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::minstd_rand rng(static_cast<unsigned>(t));
+      for (int i = 0; i < rounds; ++i) {
+        // A fresh object per round, so each callback knows whose acquisition it reports.
+        auto released = std::make_shared<std::atomic<bool>>(false);
+        lock_options o = renewed(milliseconds(45));
+        o.on_lost = [&callbacks, &late_callbacks, released](const std::string&) {
+          ++callbacks;
+          std::this_thread::sleep_for(milliseconds(2));  // widens the window for a racing release
+          if (released->load()) ++late_callbacks;
+        };
+        {
+          mutex m(*pool, "race-" + std::to_string(t % 2), o);  // two objects per name: contention too
+          if (!m.try_lock_for(seconds(10))) {
+            ADD_FAILURE() << "no acquisition within 10 s";
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));  // the critical section
+          if (i % 2 == 0) {  // even rounds release explicitly, odd ones by the destructor
+            const release_status st = m.release();
+            EXPECT_TRUE(st == release_status::released || st == release_status::lease_expired) << to_string(st);
+          }
+        }
+        released->store(true);
+      }
+      --running;
+    });
+  }
+  connection thief(server->options());
+  while (running.load() > 0) {  // ends when the workers do (each is bounded)
+    for (const char* key : {"redislock:{race-0}", "redislock:{race-1}"}) thief.command({"SET", key, "thief", "PX", "5", "XX"});
+    std::this_thread::sleep_for(milliseconds(20));  // pacing only
+  }
+  for (auto& w : workers) w.join();
+  std::cout << callbacks.load() << " leases lost on the way, " << pool->watchdog().stats().renewals << " renewals\n";
+  EXPECT_EQ(late_callbacks.load(), 0) << "of " << callbacks.load() << " callbacks";
+  const watchdog_stats s = pool->watchdog().stats();
+  EXPECT_EQ(s.registered, 0u);
+  EXPECT_GT(s.renewals, 0u);
+}
+
+TEST_F(WatchdogTest, ClientsStartAndStopTheirWatchdogCleanly) {
+  for (int i = 0; i < 10; ++i) {
+    client c(client_options{server->options()});
+    mutex m(c, "start-stop", renewed(milliseconds(60)));
+    m.lock();
+    ASSERT_TRUE(c.watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1; }));
+    m.unlock();
+  }  // ~client joins a thread that may be asleep or mid-batch
+}
+
+// Renewing N locks costs about N / max_batch round trips per tick, counted on the server.
+TEST_F(WatchdogTest, TenThousandLocksAreRenewedInPipelinedBatchesWithoutFallingBehind) {
+  constexpr std::size_t n = 10000, acquirers = 4;
+  const milliseconds lease(6000);
+  std::vector<std::unique_ptr<mutex>> locks(n);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < acquirers; ++t)
+    threads.emplace_back([&, t] {
+      for (std::size_t i = t; i < n; i += acquirers) {
+        locks[i] = std::make_unique<mutex>(*pool, "many-" + std::to_string(i), renewed(lease));
+        locks[i]->lock();
+      }
+    });
+  for (auto& t : threads) t.join();
+
+  watchdog& dog = pool->watchdog();
+  const watchdog_stats s0 = dog.stats();
+  const long long evalsha0 = command_calls(*admin, "evalsha");
+  ASSERT_TRUE(dog.wait_for_stats(seconds(120), [&](const watchdog_stats& s) { return s.renewals >= s0.renewals + 2 * n; }));
+  const watchdog_stats s1 = dog.stats();
+  const long long evalsha1 = command_calls(*admin, "evalsha");
+
+  const std::uint64_t renewals = s1.renewals - s0.renewals, batches = s1.batches - s0.batches;
+  const std::uint64_t ticks = s1.ticks - s0.ticks;
+  const auto evalsha = static_cast<std::uint64_t>(evalsha1 - evalsha0);
+  std::cout << "renewed " << renewals << " leases of " << n << " locks in " << ticks << " ticks, " << batches
+            << " batches, " << evalsha << " EVALSHA; last tick " << s1.last_tick.count() << " us, longest "
+            << s1.max_tick.count() << " us, worst lateness " << s1.max_late.count() << " us\n";
+  EXPECT_EQ(s1.failures, 0u);
+  EXPECT_EQ(s1.lost, 0u);
+  // Each renewal is one EVALSHA; at most one batch may be in flight at either snapshot.
+  EXPECT_GE(evalsha + watchdog::max_batch, renewals);
+  EXPECT_LE(evalsha, renewals + watchdog::max_batch);
+  // O(N / batch) round trips: full batches, plus at most one partial batch per tick.
+  EXPECT_LE(batches, renewals / watchdog::max_batch + ticks + 2);
+  // Kept up: every renewal left before lease/2 (it is due at lease/3).
+  EXPECT_LT(s1.max_late, lease / 6);
+  for (auto& m : locks) EXPECT_FALSE(m->lost());
+}
