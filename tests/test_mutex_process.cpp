@@ -1,6 +1,7 @@
 // Exclusion between processes and a crashed holder: each worker is a separate process.
 #include "process.hpp"
 #include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -17,37 +18,10 @@ using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-namespace {
-
-/// Reads one line from fd, waiting at most `timeout` (poll on the pipe: no sleeping).
-std::string read_line(int fd, milliseconds timeout) {
-  std::string line;
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  char ch;
-  while (std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
-    if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
-    if (::read(fd, &ch, 1) != 1) break;
-    if (ch == '\n') return line;
-    line.push_back(ch);
-  }
-  return line;
-}
-
-}  // namespace
+using redislock_test::read_line;
 
 TEST(MutexProcesses, WorkersInSeparateProcessesNeverOverlap) {
-  redis_server server;
-  constexpr int workers = 4, rounds = 100;
-  std::vector<child_process> children;
-  for (int i = 0; i < workers; ++i)
-    children.emplace_back(std::vector<std::string>{REDISLOCK_TEST_WORKER, "count", std::to_string(server.port()),
-                                                   "procs", "procs:counter", std::to_string(rounds)});
-  for (auto& c : children) EXPECT_EQ(c.wait_for(seconds(60)), 0) << "worker saw an overlap or failed";
-  connection admin = server.admin();
-  reply_ptr r = admin.command({"GET", "procs:counter"});
-  EXPECT_EQ(std::string(r->str, r->len), std::to_string(workers * rounds));
+  EXPECT_EQ(redislock_test::count_in_processes(REDISLOCK_TEST_WORKER, "count", 4, 100), std::to_string(4 * 100));
 }
 
 TEST(MutexProcesses, AKilledHoldersLockFreesWhenItsLeaseRunsOut) {
