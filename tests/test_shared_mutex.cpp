@@ -102,6 +102,22 @@ TEST_F(SharedTest, AWriterExcludesReadersAndWriters) {
   EXPECT_EQ(admin->command({"EXISTS", w.key()})->integer, 0);
 }
 
+TEST_F(SharedTest, RefusedAttemptsWriteNothing) {
+  shared_mutex w(*pool, "quiet"), r(*pool, "quiet"), other(*pool, "quiet");
+  r.lock_shared();  // warm-up: loads the scripts
+  r.unlock_shared();
+  w.lock();
+  admin->command({"CONFIG", "RESETSTAT"});
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_FALSE(r.try_lock_shared());
+    EXPECT_FALSE(other.try_lock());  // a single attempt: no "writer waiting" marker either
+  }
+  EXPECT_EQ(command_calls(*admin, "evalsha"), 20);
+  for (const char* write : {"hset", "hdel", "pexpire", "del", "publish", "incr"})
+    EXPECT_EQ(command_calls(*admin, write), 0) << write;
+  w.unlock();
+}
+
 TEST_F(SharedTest, AWaitingWriterGetsInWhenTheReaderLeaves) {
   shared_mutex r(*pool, "handoff"), w(*pool, "handoff");
   r.lock_shared();

@@ -75,9 +75,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Publish when the writer left (readers may enter) or a reader left and no holds remain.
 local writer_left, reader_left = false, false
+local purged = false  -- the purge changed the hash
 if writer and wexp <= now then
   redis.call('HDEL', key, '@w', '@wx')
-  writer, writer_left = false, true
+  writer, writer_left, purged = false, true, true
 end
 local gone = {}
 for o, x in pairs(leases) do
@@ -87,10 +88,10 @@ for _, o in ipairs(gone) do
   redis.call('HDEL', key, 'r:' .. o, 'x:' .. o)
   leases[o], counts[o] = nil, nil
 end
-if #gone > 0 then reader_left = true end
+if #gone > 0 then reader_left, purged = true, true end
 if wq ~= 0 and wq <= now then
   redis.call('HDEL', key, '@wq')
-  wq = 0
+  wq, purged = 0, true
 end
 -- The latest lease end among the holds (0: no holds).
 local function last_hold()
@@ -101,7 +102,9 @@ local function last_hold()
   end
   return last
 end
-local function finish()
+-- changed: the script wrote to the hash (an untouched hash keeps its expiry: no write).
+local function finish(changed)
+  if not (changed or purged) then return end
   local holds = last_hold()
   local last = math.max(holds, wq)
   if last > now then
@@ -128,18 +131,19 @@ if counts[owner] then
 end
 if writer and writer ~= owner or next(leases) then
   local marker = now + tonumber(ARGV[4])
-  if tonumber(ARGV[4]) > 0 and marker > wq then
+  local marked = tonumber(ARGV[4]) > 0 and marker > wq
+  if marked then
     wq = marker
     redis.call('HSET', key, '@wq', wq)
   end
-  finish()
+  finish(marked)
   return {0, last_hold() - now}
 end
 local fence = redis.call('INCR', KEYS[2])
 writer, wexp, wq = owner, now + tonumber(ARGV[3]), 0
 redis.call('HSET', key, '@kind', 'shared', '@w', owner, '@wx', wexp)
 redis.call('HDEL', key, '@wq')
-finish()
+finish(true)
 return {1, fence}
 )lua");
   return s;
@@ -163,7 +167,7 @@ end
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 leases[owner] = now + tonumber(ARGV[3])
 redis.call('HSET', key, '@kind', 'shared', 'r:' .. owner, ARGV[4], 'x:' .. owner, leases[owner])
-finish()
+finish(true)
 return {1, fence}
 )lua");
   return s;
@@ -179,7 +183,7 @@ if writer ~= owner then
 end
 redis.call('HDEL', key, '@w', '@wx')
 writer, writer_left = false, true
-finish()
+finish(true)
 return 1
 )lua");
   return s;
@@ -200,7 +204,7 @@ else
   redis.call('HDEL', key, 'r:' .. owner, 'x:' .. owner)
   leases[owner], counts[owner], reader_left = nil, nil, true
 end
-finish()
+finish(true)
 return 1
 )lua");
   return s;
@@ -222,7 +226,7 @@ else
   finish()
   return 0
 end
-finish()
+finish(true)
 return 1
 )lua");
   return s;
