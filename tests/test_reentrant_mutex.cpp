@@ -250,3 +250,25 @@ TEST_F(ReentrantTest, TheLastReleasePublishes) {
 TEST(ReentrantProcesses, WorkersInSeparateProcessesNeverOverlap) {
   EXPECT_EQ(redislock_test::count_in_processes(REDISLOCK_TEST_WORKER, "count-reentrant", 3, 60), std::to_string(3 * 60));
 }
+
+TEST(ReentrantServerLoss, UnreachableIsTypedAndReleasesReportFailed) {
+  static_assert(noexcept(std::declval<reentrant_mutex&>().unlock()));
+  redislock_test::redis_server own;
+  client_options o{own.options()};
+  o.connection.connect_timeout = milliseconds(200);
+  client c(o);
+  reentrant_mutex m(c, "lost");
+  m.lock();
+  m.lock();
+  own.stop();
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::failed);
+  EXPECT_EQ(m.hold_count(), 1);  // one hold dropped locally either way
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(m.lock(), connection_error);
+  EXPECT_EQ(m.hold_count(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::failed);
+  EXPECT_FALSE(m.owns_lock());
+}

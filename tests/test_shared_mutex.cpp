@@ -510,3 +510,26 @@ TEST(SharedProcesses, AKilledReaderStopsBlockingWritersWhileAnotherReaderRenews)
   EXPECT_GT(writer.fencing_token(), 0u);
   writer.unlock();
 }
+
+TEST(SharedServerLoss, UnreachableIsTypedAndReleasesReportFailed) {
+  static_assert(noexcept(std::declval<shared_mutex&>().unlock()));
+  static_assert(noexcept(std::declval<shared_mutex&>().unlock_shared()));
+  redislock_test::redis_server own;
+  client_options o{own.options()};
+  o.connection.connect_timeout = milliseconds(200);
+  client c(o);
+  shared_mutex r(c, "lost"), w(c, "lost-w");
+  r.lock_shared();
+  w.lock();
+  own.stop();
+  r.unlock_shared();
+  EXPECT_EQ(r.last_release(), release_status::failed);
+  EXPECT_FALSE(r.owns_shared());
+  w.unlock();
+  EXPECT_EQ(w.last_release(), release_status::failed);
+  EXPECT_FALSE(w.owns_lock());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(r.lock_shared(), connection_error);
+  EXPECT_THROW(w.try_lock_for(seconds(1)), connection_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+}

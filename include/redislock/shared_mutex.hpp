@@ -13,7 +13,11 @@
 ///   renewing theirs.
 /// - Owners are threads: each thread that uses an object is a distinct owner on the server, so
 ///   threads sharing one object may read together and exclude each other when writing.
-/// - Reads are reentrant per owner (each lock_shared() needs one unlock_shared()).
+/// - Reads are reentrant per owner (each lock_shared() needs one unlock_shared()); an owner has
+///   one read lease, renewed by each of its lock_shared() calls and by extend_shared().
+/// - Cost: one EVALSHA per acquisition attempt, release or renewal; each script reads the whole
+///   hash (O(number of holders)) to purge ended holds, which suits tens of readers, not
+///   thousands. Refused attempts write nothing.
 /// - Downgrade: the writer may take read holds (lock_shared() succeeds at once), then unlock()
 ///   the write side and keep reading. Upgrade is refused: lock() / try_lock*() throw
 ///   lock_error when the calling thread holds a read hold on this object (two readers
