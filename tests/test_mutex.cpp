@@ -1,6 +1,6 @@
 // redislock::mutex against a real redis-server: exclusion, leases, release outcomes, guards,
 // bad input and round-trip counts.
-#include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -18,35 +18,7 @@ using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-namespace {
-
-struct MutexTest : ::testing::Test {
-  static void SetUpTestSuite() { server = new redis_server(); }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-  }
-  void SetUp() override {
-    pool = std::make_unique<client>(client_options{server->options()});
-    admin = std::make_unique<connection>(server->options());
-    admin->command({"FLUSHALL"});
-  }
-  std::string get(const std::string& key) {
-    reply_ptr r = admin->command({"GET", key});
-    return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
-  }
-  static lock_options lease(milliseconds ms) {
-    lock_options o;
-    o.lease = ms;
-    return o;
-  }
-  static redis_server* server;
-  std::unique_ptr<client> pool;
-  std::unique_ptr<connection> admin;
-};
-redis_server* MutexTest::server = nullptr;
-
-}  // namespace
+using MutexTest = redislock_test::server_test;
 
 TEST_F(MutexTest, LockSetsAKeyWithTheLeaseAndUnlockDeletesIt) {
   mutex m(*pool, "orders", lease(seconds(10)));

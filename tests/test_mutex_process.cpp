@@ -1,6 +1,7 @@
 // Exclusion between processes and a crashed holder: each worker is a separate process.
 #include "process.hpp"
 #include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -19,16 +20,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 TEST(MutexProcesses, WorkersInSeparateProcessesNeverOverlap) {
-  redis_server server;
-  constexpr int workers = 4, rounds = 100;
-  std::vector<child_process> children;
-  for (int i = 0; i < workers; ++i)
-    children.emplace_back(std::vector<std::string>{REDISLOCK_TEST_WORKER, "count", std::to_string(server.port()),
-                                                   "procs", "procs:counter", std::to_string(rounds)});
-  for (auto& c : children) EXPECT_EQ(c.wait_for(seconds(60)), 0) << "worker saw an overlap or failed";
-  connection admin = server.admin();
-  reply_ptr r = admin.command({"GET", "procs:counter"});
-  EXPECT_EQ(std::string(r->str, r->len), std::to_string(workers * rounds));
+  EXPECT_EQ(redislock_test::count_in_processes(REDISLOCK_TEST_WORKER, "count", 4, 100), std::to_string(4 * 100));
 }
 
 TEST(MutexProcesses, AKilledHoldersLockFreesWhenItsLeaseRunsOut) {

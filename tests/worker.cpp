@@ -3,12 +3,19 @@
 //   redislock_test_worker count <port> <lock> <counter-key> <rounds>
 //       rounds x { lock; GET counter; SET counter+1; unlock } with an overlap marker
 //       (SET NX on entry, DEL on exit). Exit 0 when no overlap was seen, 3 otherwise.
+//   redislock_test_worker count-reentrant <port> <lock> <counter-key> <rounds>
+//       the same with a reentrant_mutex, locked twice (nested) per round.
+//   redislock_test_worker count-shared <port> <lock> <counter-key> <rounds>
+//       the same with the write side of a shared_mutex.
 //   redislock_test_worker hold <port> <lock> <lease-ms>
 //       acquires the lock, prints "acquired <fencing token>" and waits to be signalled.
 //   redislock_test_worker renew <port> <lock> <lease-ms>
 //       acquires the lock with auto_renew, prints "acquired <fencing token>", waits (at most
 //       60 s) for its on_lost callback, then prints "lost <lost()>" and "release <status>".
 //       Exit 0 after the loss was seen, 4 when it never came.
+//   redislock_test_worker hold-shared <port> <lock> <lease-ms>
+//       takes a read hold of a shared_mutex, prints "acquired <owner id>" and waits to be
+//       signalled (never renewing its lease).
 #include <redislock/redislock.hpp>
 
 #include <unistd.h>
@@ -28,30 +35,34 @@ static client_options options_for(const char* port) {
   return o;
 }
 
-static int count(const char* port, const std::string& lock, const std::string& counter, int rounds) {
+template <class Lock>
+static int count(const char* port, const std::string& lock, const std::string& counter, int rounds, int depth) {
   client c(options_for(port));
-  mutex m(c, lock);
+  Lock m(c, lock);
   connection data(options_for(port).connection);
   const std::string marker = counter + ":inside";
   int overlaps = 0;
   for (int i = 0; i < rounds; ++i) {
-    std::lock_guard<mutex> guard(m);
+    std::lock_guard<Lock> guard(m);
+    if (depth > 1) m.lock();  // nested (reentrant locks only)
     if (data.command({"SET", marker, "1", "NX"})->type == REDIS_REPLY_NIL) ++overlaps;
     reply_ptr r = data.command({"GET", counter});
     const long value = r->type == REDIS_REPLY_NIL ? 0 : std::stol(std::string(r->str, r->len));
     data.command({"SET", counter, std::to_string(value + 1)});
     data.command({"DEL", marker});
+    if (depth > 1) m.unlock();
   }
   return overlaps == 0 ? 0 : 3;
 }
 
-static int hold(const char* port, const std::string& lock, long lease_ms) {
+// Acquires with acquire(lock) (which returns what to print), prints it and waits to be killed.
+template <class Lock, class Acquire>
+static int hold(const char* port, const std::string& lock, long lease_ms, Acquire acquire) {
   client c(options_for(port));
   lock_options o;
   o.lease = std::chrono::milliseconds(lease_ms);
-  mutex m(c, lock, o);
-  m.lock();
-  std::printf("acquired %llu\n", static_cast<unsigned long long>(m.fencing_token()));
+  Lock m(c, lock, o);
+  std::printf("acquired %s\n", acquire(m).c_str());
   std::fflush(stdout);
   for (;;) ::pause();
 }
@@ -78,8 +89,21 @@ static int renew(const char* port, const std::string& lock, long lease_ms) {
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "count" && argc == 6) return count(argv[2], argv[3], argv[4], std::atoi(argv[5]));
-    if (mode == "hold" && argc == 5) return hold(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "count" && argc == 6) return count<mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 1);
+    if (mode == "count-reentrant" && argc == 6)
+      return count<reentrant_mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 2);
+    if (mode == "count-shared" && argc == 6)
+      return count<shared_mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 1);
+    if (mode == "hold" && argc == 5)
+      return hold<mutex>(argv[2], argv[3], std::atol(argv[4]), [](mutex& m) {
+        m.lock();
+        return std::to_string(m.fencing_token());
+      });
+    if (mode == "hold-shared" && argc == 5)
+      return hold<shared_mutex>(argv[2], argv[3], std::atol(argv[4]), [](shared_mutex& m) {
+        m.lock_shared();
+        return m.owner_id();
+      });
     if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;

@@ -14,6 +14,7 @@
 /// storage reject a holder that lost its lease without noticing (examples/fencing.cpp).
 
 #include <redislock/client.hpp>
+#include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
@@ -32,7 +33,7 @@
 namespace redislock {
 
 template <class Client>
-class basic_mutex {
+class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
  public:
   using client_type = Client;
 
@@ -55,35 +56,7 @@ class basic_mutex {
 
   /// Releases the lock if this object still holds it (never throws).
   ~basic_mutex() {
-    if (held_.load(std::memory_order_acquire)) unlock();
-  }
-
-  /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
-  /// reached (the call does not hang beyond the client's timeouts per attempt).
-  void lock() { acquire(std::nullopt); }
-
-  /// One attempt, no waiting: true when acquired.
-  bool try_lock() { return acquire(detail::steady::now()); }
-
-  template <class Rep, class Period>
-  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return acquire(detail::steady::now() + std::chrono::ceil<detail::steady::duration>(timeout));
-  }
-
-  template <class Clock, class Duration>
-  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return acquire(detail::to_steady(deadline));
-  }
-
-  /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
-  /// in last_release(): released, lease_expired (the critical section outlived its lease),
-  /// not_held, or failed (Redis unreachable: the lease runs out on its own).
-  void unlock() noexcept {
-    try {
-      release();
-    } catch (...) {
-      // release() has recorded release_status::failed and dropped the local hold.
-    }
+    if (held_.load(std::memory_order_acquire)) this->unlock();
   }
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked
@@ -160,6 +133,8 @@ class basic_mutex {
   Client& client() const noexcept { return client_; }
 
  private:
+  friend class detail::timed_lockable<basic_mutex>;
+
   bool acquire(const detail::deadline& d) {
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
@@ -177,7 +152,7 @@ class basic_mutex {
       try {
         start_renewal();
       } catch (...) {
-        unlock();  // do not keep a lock we promised to renew
+        this->unlock();  // do not keep a lock we promised to renew
         throw;
       }
     }

@@ -11,3 +11,5 @@
 #include <redislock/client.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/mutex.hpp>
+#include <redislock/reentrant_mutex.hpp>
+#include <redislock/shared_mutex.hpp>

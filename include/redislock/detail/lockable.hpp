@@ -1,0 +1,80 @@
+#pragma once
+/// @file detail/lockable.hpp
+/// @brief The standard Lockable / TimedLockable (and shared) member functions, written once.
+///
+/// A lock class derives from timed_lockable<Self> (and shared_timed_lockable<Self>) and
+/// provides acquire(deadline) / release() (and acquire_shared / release_shared): acquire
+/// returns true when it got the lock before the deadline (none: wait forever), release
+/// returns a release_status and may throw. Both may be private if the mixin is a friend.
+
+#include <redislock/detail/wait.hpp>
+
+#include <chrono>
+#include <optional>
+
+namespace redislock::detail {
+
+template <class Self>
+class timed_lockable {
+ public:
+  /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
+  /// reached (an attempt never hangs beyond the client's timeouts).
+  void lock() { self().acquire(std::nullopt); }
+
+  /// One attempt, no waiting: true when acquired.
+  bool try_lock() { return self().acquire(steady::now()); }
+
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return self().acquire(steady::now() + std::chrono::ceil<steady::duration>(timeout));
+  }
+
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return self().acquire(to_steady(deadline));
+  }
+
+  /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
+  /// in last_release(): released, lease_expired (the critical section outlived its lease),
+  /// not_held, or failed (Redis unreachable: the lease runs out on its own).
+  void unlock() noexcept {
+    try {
+      self().release();
+    } catch (...) {
+      // release() has recorded release_status::failed and dropped the local hold.
+    }
+  }
+
+ private:
+  Self& self() { return static_cast<Self&>(*this); }
+};
+
+template <class Self>
+class shared_timed_lockable {
+ public:
+  void lock_shared() { self().acquire_shared(std::nullopt); }
+  bool try_lock_shared() { return self().acquire_shared(steady::now()); }
+
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return self().acquire_shared(steady::now() + std::chrono::ceil<steady::duration>(timeout));
+  }
+
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return self().acquire_shared(to_steady(deadline));
+  }
+
+  /// Drops one shared hold. Never throws; the outcome is kept in last_release().
+  void unlock_shared() noexcept {
+    try {
+      self().release_shared();
+    } catch (...) {
+    }
+  }
+
+ private:
+  Self& self() { return static_cast<Self&>(*this); }
+};
+
+}  // namespace redislock::detail

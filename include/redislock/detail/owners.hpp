@@ -1,0 +1,131 @@
+#pragma once
+/// @file detail/owners.hpp
+/// @brief Per-thread owners of one lock object (reentrant and shared locks).
+///
+/// A reentrant or shared lock object may be used by several threads at once; each thread is
+/// a distinct owner on the server, named "<instance>:<thread serial>": 128 random bits drawn
+/// when the object is made, and a serial number that no other thread of this process ever
+/// gets (thread ids are reused after a thread exits; serials are not).
+
+#include <redislock/connection.hpp>
+#include <redislock/detail/random.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/reply.hpp>
+#include <redislock/script.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+namespace redislock::detail {
+
+/// The calling thread's serial number: unique for the life of the process.
+inline std::uint64_t thread_serial() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t serial = next.fetch_add(1, std::memory_order_relaxed);
+  return serial;
+}
+
+/// The keys of one lock (layout in detail/*_scripts.hpp). Validates name and options.
+struct lock_keys {
+  lock_keys(std::string_view name, const lock_options& o)
+      : lock((validate(name, o), base_key(name, o))),
+        fence(lock + ":fence"),
+        channel(lock + ":released"),
+        lease_ms(std::to_string(o.lease.count())) {}
+  std::string lock, fence, channel, lease_ms;
+};
+
+/// Checks an explicit lease (extend) and returns it as a script argument.
+inline std::string lease_arg(std::chrono::milliseconds lease, const char* what) {
+  if (lease.count() <= 0 || lease > max_lease)
+    throw invalid_argument(std::string(what) + ": lease must be in (0, max_lease]");
+  return std::to_string(lease.count());
+}
+
+/// A remaining-lease script reply (ms; -1 no expiry; -2 not ours) as a duration.
+inline std::chrono::milliseconds to_remaining(std::int64_t ms) noexcept {
+  if (ms == -1) return max_lease;
+  return std::chrono::milliseconds(ms > 0 ? ms : 0);
+}
+
+/// Each thread's local view of its holds on one lock object, keyed by thread serial.
+/// Entries stay after release (they keep the last fencing token); one per thread that used
+/// the object.
+template <class State>
+class owner_table {
+ public:
+  owner_table() : instance_(random_token()) {}
+
+  std::string owner_id() const { return owner_id(thread_serial()); }
+  std::string owner_id(std::uint64_t serial) const { return instance_ + ":" + std::to_string(serial); }
+
+  /// A copy of the calling thread's state (default-constructed when it never used the object).
+  State mine() const {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = states_.find(thread_serial());
+    return it == states_.end() ? State{} : it->second;
+  }
+  void set_mine(const State& s) {
+    std::lock_guard<std::mutex> g(m_);
+    states_[thread_serial()] = s;
+  }
+  /// f(serial, state&) for every thread's state (under the table's lock).
+  template <class F>
+  void for_each(F&& f) {
+    std::lock_guard<std::mutex> g(m_);
+    for (auto& [serial, state] : states_) f(serial, state);
+  }
+
+ private:
+  std::string instance_;
+  mutable std::mutex m_;
+  std::unordered_map<std::uint64_t, State> states_;
+};
+
+/// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
+template <class Client>
+std::int64_t run_integer(Client& client, const lock_keys& k, const script& s,
+                         std::initializer_list<std::string_view> args) {
+  return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
+}
+
+/// Runs a lock script with KEYS = {lock, fence}; the reply is a pair of integers.
+template <class Client>
+std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& k, const script& s,
+                                               std::initializer_list<std::string_view> args) {
+  return client.run(k.lock, [&](connection& c) {
+    reply_ptr r = s.run(c, {k.lock, k.fence}, args);
+    return std::pair{as_integer(element(*r, 0)), as_integer(element(*r, 1))};
+  });
+}
+
+/// Records a release outcome in an atomic and returns it.
+inline release_status record(std::atomic<release_status>& last, release_status s) noexcept {
+  last.store(s, std::memory_order_release);
+  return s;
+}
+
+/// Drops one local hold of the calling thread and asks the server to drop it too; the outcome
+/// is recorded in `last`. drop(state&) returns false when there was no hold (nothing is sent);
+/// send(owner, state) runs the release script (1: ours, 0: our lease had run out). Throws what
+/// send throws (after recording release_status::failed); the local hold is gone either way.
+template <class State, class Drop, class Send>
+release_status release_one(owner_table<State>& owners, std::atomic<release_status>& last, Drop&& drop, Send&& send) {
+  State s = owners.mine();
+  if (!drop(s)) return record(last, release_status::not_held);
+  owners.set_mine(s);
+  try {
+    const bool ours = send(owners.owner_id(), s) == 1;
+    return record(last, ours ? release_status::released : release_status::lease_expired);
+  } catch (...) {
+    record(last, release_status::failed);
+    throw;
+  }
+}
+
+}  // namespace redislock::detail
