@@ -12,8 +12,16 @@
 /// hash tag, so one key routes the whole call) and returns f's result. A Redis Cluster client
 /// routes by the key's hash slot and follows MOVED/ASK; a Sentinel client asks Sentinel for the
 /// current master. Both fit without changing the lock classes.
+///
+/// Optionally, for waiting without polling, a Client also offers
+///
+///     detail::subscriber& subscriber();
+///
+/// a pub/sub connection shared by all waiters of the client (see detail/subscriber.hpp).
+/// Lock classes detect it at compile time; without it they wait with jittered backoff.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 
@@ -55,6 +63,23 @@ class client {
   /// Convenience: one command on the pool (e.g. PING, INFO).
   reply_ptr command(std::initializer_list<std::string_view> argv) {
     return run({}, [&](connection& c) { return c.command(argv); });
+  }
+
+  /// The pub/sub connection that wakes this client's waiting locks: created on first use
+  /// (its reader thread too), stopped and joined by ~client().
+  detail::subscriber& subscriber() {
+    std::call_once(subscriber_once_, [&] {
+      auto s = std::make_unique<detail::subscriber>(options_.connection);
+      std::lock_guard<std::mutex> g(mutex_);  // wait_stats() reads it under the pool's lock
+      subscriber_ = std::move(s);
+    });
+    return *subscriber_;
+  }
+
+  /// How waiting locks of this client were woken (all zero before the first contended wait).
+  redislock::wait_stats wait_stats() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return subscriber_ ? subscriber_->stats() : redislock::wait_stats{};
   }
 
   /// Connections currently open (idle or lent out).
@@ -119,6 +144,8 @@ class client {
   std::condition_variable available_;
   std::vector<connection_ptr> idle_;
   std::size_t open_ = 0;
+  std::once_flag subscriber_once_;
+  std::unique_ptr<detail::subscriber> subscriber_;  // last: stopped before the pool goes
 };
 
 }  // namespace redislock

@@ -8,11 +8,19 @@
 /// One object is one would-be holder. Threads that share an object queue locally first (it
 /// behaves like a std::timed_mutex across them); separate objects, in this process or others,
 /// compete through Redis.
+///
+/// Waiting does not poll: a waiter subscribes (through its client's shared pub/sub
+/// connection) to the channel a release publishes on and sleeps until notified, or until the
+/// holder's lease runs out (see detail/wake_wait.hpp). With lock_options::fair, waiters queue
+/// on the server and a release hands the lock to the longest waiting one
+/// (detail/fair_scripts.hpp).
 
 #include <redislock/client.hpp>
+#include <redislock/detail/fair_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/detail/wake_wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
@@ -22,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace redislock {
@@ -38,7 +47,11 @@ class basic_mutex {
     key_ = detail::base_key(name_, options_);
     fence_key_ = key_ + ":fence";
     channel_ = key_ + ":released";
+    queue_key_ = key_ + ":queue";
+    waiters_key_ = key_ + ":waiters";
+    waiter_prefix_ = key_ + ":w:";
     lease_ms_ = std::to_string(options_.lease.count());
+    wait_lease_ms_ = std::to_string(options_.wait_lease.count());
     token_ = detail::random_token();
   }
 
@@ -85,6 +98,9 @@ class basic_mutex {
     release_status status = release_status::failed;
     try {
       const std::int64_t deleted = client_.run(key_, [&](connection& c) {
+        if (options_.fair)
+          return detail::as_integer(*detail::fair_scripts::release().run(
+              c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, channel_, waiter_prefix_}));
         return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
       });
       status = deleted == 1 ? release_status::released : release_status::lease_expired;
@@ -146,7 +162,7 @@ class basic_mutex {
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
     try {
-      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max, [&] { return attempt(); });
+      acquired = options_.fair ? acquire_fair(d) : wait(channel_, d, max_lease, [&] { return attempt(); });
     } catch (...) {
       gate_.unlock();
       throw;
@@ -155,14 +171,53 @@ class basic_mutex {
     return acquired;
   }
 
+  template <class Attempt>
+  bool wait(const std::string& channel, const detail::deadline& d, std::chrono::milliseconds max_sleep,
+            Attempt&& attempt) {
+    return detail::wait_for_release(client_, channel, d, {options_.retry_min, options_.retry_max, max_sleep},
+                                    std::forward<Attempt>(attempt));
+  }
+
+  // Queue on the server, wait for the hand-off on our own channel, leave the queue when the
+  // deadline passes (or the wait throws) so nobody hands us the lock after we gave up.
+  bool acquire_fair(const detail::deadline& d) {
+    if (d && detail::steady::now() >= *d) return !attempt_fair("try");  // try_lock never queues
+    bool acquired = false;
+    try {
+      acquired = wait(waiter_prefix_ + token_, d, options_.wait_lease / 3, [&] { return attempt_fair("wait"); });
+    } catch (...) {
+      try {
+        attempt_fair("leave");
+      } catch (...) {
+        // Our place expires with the wait lease.
+      }
+      throw;
+    }
+    return acquired || !attempt_fair("leave");  // a hand-off that just reached us is claimed
+  }
+
   // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
   std::optional<std::chrono::milliseconds> attempt() {
     // The token is only replaced after a release, so an attempt whose reply was lost (and
     // that may have set the key) is recognised as ours by the next attempt.
-    auto [acquired, value] = client_.run(key_, [&](connection& c) {
-      reply_ptr r = detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_});
-      return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
-    });
+    return finish_attempt(client_.run(key_, [&](connection& c) {
+      return pair_of(*detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_}));
+    }));
+  }
+
+  std::optional<std::chrono::milliseconds> attempt_fair(std::string_view mode) {
+    return finish_attempt(client_.run(key_, [&](connection& c) {
+      return pair_of(*detail::fair_scripts::acquire().run(c, {key_, fence_key_, queue_key_, waiters_key_},
+                                                          {token_, lease_ms_, wait_lease_ms_, mode, waiter_prefix_}));
+    }));
+  }
+
+  static std::pair<std::int64_t, std::int64_t> pair_of(const redisReply& r) {
+    return {detail::as_integer(detail::element(r, 0)), detail::as_integer(detail::element(r, 1))};
+  }
+
+  std::optional<std::chrono::milliseconds> finish_attempt(std::pair<std::int64_t, std::int64_t> reply) {
+    auto [acquired, value] = reply;
     if (acquired == 1) {
       fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
       held_.store(true, std::memory_order_release);
@@ -195,6 +250,7 @@ class basic_mutex {
   std::string name_;
   lock_options options_;
   std::string key_, fence_key_, channel_, lease_ms_;
+  std::string queue_key_, waiters_key_, waiter_prefix_, wait_lease_ms_;  // fair mode
   std::string token_;  // touched only by the thread that holds gate_
   detail::local_gate gate_;
   std::atomic<bool> held_{false};
