@@ -5,6 +5,8 @@
 //       (SET NX on entry, DEL on exit). Exit 0 when no overlap was seen, 3 otherwise.
 //   redislock_test_worker hold <port> <lock> <lease-ms>
 //       acquires the lock, prints "acquired <fencing token>" and waits to be signalled.
+//   redislock_test_worker fair-wait <port> <lock> <wait-lease-ms>
+//       queues for the lock in fair mode (blocks there until killed, or exits 0 once acquired).
 #include <redislock/redislock.hpp>
 
 #include <unistd.h>
@@ -51,11 +53,22 @@ static int hold(const char* port, const std::string& lock, long lease_ms) {
   for (;;) ::pause();
 }
 
+static int fair_wait(const char* port, const std::string& lock, long wait_lease_ms) {
+  client c(options_for(port));
+  lock_options o;
+  o.fair = true;
+  o.wait_lease = std::chrono::milliseconds(wait_lease_ms);
+  mutex m(c, lock, o);
+  m.lock();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "count" && argc == 6) return count(argv[2], argv[3], argv[4], std::atoi(argv[5]));
     if (mode == "hold" && argc == 5) return hold(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "fair-wait" && argc == 5) return fair_wait(argv[2], argv[3], std::atol(argv[4]));
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;
   } catch (const std::exception& e) {

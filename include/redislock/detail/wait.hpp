@@ -65,6 +65,11 @@ class local_gate {
     next->granted = true;
     next->cv.notify_one();  // under the lock: `next` lives on its thread's stack
   }
+  /// Threads queued behind the current owner (for tests and diagnostics).
+  std::size_t waiting() {
+    std::lock_guard<std::mutex> g(m_);
+    return queue_.size();
+  }
 
  private:
   struct waiter {
