@@ -82,8 +82,8 @@ TEST_F(FairTest, WaitersAcquireInArrivalOrder) {
   for (int i = 0; i < n; ++i) {
     clients.push_back(std::make_unique<client>(options()));
     waiters.push_back(std::make_unique<mutex>(*clients.back(), "fifo", fair()));
-    done.push_back(std::async(std::launch::async, [&, i] {
-      std::lock_guard<mutex> g(*waiters[i]);
+    done.push_back(std::async(std::launch::async, [&, i, w = waiters.back().get()] {
+      std::lock_guard<mutex> g(*w);
       std::lock_guard<std::mutex> o(order_mutex);
       order.push_back(i);
     }));

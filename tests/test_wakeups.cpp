@@ -144,9 +144,7 @@ TEST_F(WakeupTest, WaitersOfOneClientShareOneSubscriberConnection) {
   std::vector<std::future<void>> done;
   for (int i = 0; i < n; ++i) {
     waiters.push_back(std::make_unique<mutex>(waiters_client, i % 2 ? "shared-a" : "shared-b"));
-    done.push_back(std::async(std::launch::async, [&, i] {
-      std::lock_guard<mutex> g(*waiters[i]);
-    }));
+    done.push_back(std::async(std::launch::async, [w = waiters.back().get()] { std::lock_guard<mutex> g(*w); }));
   }
   ASSERT_TRUE(eventually([&] {
     return subscribers(holder.key() + ":released") == 1 && subscribers(other_holder.key() + ":released") == 1;
