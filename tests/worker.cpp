@@ -16,6 +16,8 @@
 //   redislock_test_worker hold-shared <port> <lock> <lease-ms>
 //       takes a read hold of a shared_mutex, prints "acquired <owner id>" and waits to be
 //       signalled (never renewing its lease).
+//   redislock_test_worker fair-wait <port> <lock> <wait-lease-ms>
+//       queues for the lock in fair mode (blocks there until killed, or exits 0 once acquired).
 #include <redislock/redislock.hpp>
 
 #include <unistd.h>
@@ -86,6 +88,16 @@ static int renew(const char* port, const std::string& lock, long lease_ms) {
   return 0;
 }
 
+static int fair_wait(const char* port, const std::string& lock, long wait_lease_ms) {
+  client c(options_for(port));
+  lock_options o;
+  o.fair = true;
+  o.wait_lease = std::chrono::milliseconds(wait_lease_ms);
+  mutex m(c, lock, o);
+  m.lock();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
@@ -105,6 +117,7 @@ int main(int argc, char** argv) {
         return m.owner_id();
       });
     if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "fair-wait" && argc == 5) return fair_wait(argv[2], argv[3], std::atol(argv[4]));
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;
   } catch (const std::exception& e) {

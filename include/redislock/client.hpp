@@ -21,8 +21,15 @@
 /// by the client's destructor). A Client without it still works; its locks reject auto_renew.
 /// A multi-server Client passes a locator to the watchdog so that renewals are pipelined per
 /// server.
+/// Optionally, for waiting without polling, a Client also offers
+///
+///     detail::subscriber& subscriber();
+///
+/// a pub/sub connection shared by all waiters of the client (see detail/subscriber.hpp).
+/// Lock classes detect it at compile time; without it they wait with jittered backoff.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 #include <redislock/watchdog.hpp>
@@ -79,6 +86,23 @@ class client {
           [this](std::string_view key, const std::function<void(connection&)>& f) { run(key, f); });
     });
     return *watchdog_;
+  }
+
+  /// The pub/sub connection that wakes this client's waiting locks: created on first use
+  /// (its reader thread too), stopped and joined by ~client().
+  detail::subscriber& subscriber() {
+    std::call_once(subscriber_once_, [&] {
+      auto s = std::make_unique<detail::subscriber>(options_.connection);
+      std::lock_guard<std::mutex> g(mutex_);  // wait_stats() reads it under the pool's lock
+      subscriber_ = std::move(s);
+    });
+    return *subscriber_;
+  }
+
+  /// How waiting locks of this client were woken (all zero before the first contended wait).
+  redislock::wait_stats wait_stats() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return subscriber_ ? subscriber_->stats() : redislock::wait_stats{};
   }
 
   /// Connections currently open (idle or lent out).
@@ -143,6 +167,8 @@ class client {
   std::condition_variable available_;
   std::vector<connection_ptr> idle_;
   std::size_t open_ = 0;
+  std::once_flag subscriber_once_;
+  std::unique_ptr<detail::subscriber> subscriber_;  // after the pool: stopped before it goes
   std::once_flag watchdog_once_;
   std::unique_ptr<redislock::watchdog> watchdog_;  // last member: destroyed first
 };

@@ -29,6 +29,12 @@ struct lock_options {
   /// not block and must not call into the lock it reports (release waits for it); signal your
   /// worker instead. The lock's lost() is already true when it runs.
   std::function<void(const std::string& name)> on_lost;
+  /// FIFO mode: waiters acquire in arrival order, and a release hands the lock straight to the
+  /// next waiter (see detail/fair_scripts.hpp). All objects of one lock name must agree on it.
+  bool fair = false;
+  /// Fair mode: how long a waiter keeps its place in the queue without refreshing it (waiters
+  /// refresh every wait_lease / 3). Bounds how long a crashed waiter can block the queue.
+  std::chrono::milliseconds wait_lease{2000};
 };
 
 /// Leases longer than this are rejected as a likely unit mistake (30 days).
@@ -60,6 +66,8 @@ inline void validate(std::string_view name, const lock_options& o) {
   if (o.lease > max_lease) throw invalid_argument("lock lease exceeds 30 days (max_lease)");
   if (o.retry_min.count() <= 0 || o.retry_max < o.retry_min)
     throw invalid_argument("lock retry bounds must satisfy 0 < retry_min <= retry_max");
+  if (o.wait_lease.count() < 3 || o.wait_lease > max_lease)
+    throw invalid_argument("lock wait_lease must be in [3 ms, max_lease]");
 }
 
 /// "<prefix>{<name>}": every key of one lock starts with it, so they share one hash slot.

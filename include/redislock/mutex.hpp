@@ -12,12 +12,20 @@
 /// With lock_options::auto_renew the client's watchdog (watchdog.hpp) renews the lease while
 /// the lock is held; lost() tells when the lease was found lost, and fencing_token() lets the
 /// storage reject a holder that lost its lease without noticing (examples/fencing.cpp).
+///
+/// Waiting does not poll: a waiter subscribes (through its client's shared pub/sub
+/// connection) to the channel a release publishes on and sleeps until notified, or until the
+/// holder's lease runs out (see detail/wake_wait.hpp). With lock_options::fair, waiters queue
+/// on the server and a release hands the lock to the longest waiting one
+/// (detail/fair_scripts.hpp).
 
 #include <redislock/client.hpp>
+#include <redislock/detail/fair_scripts.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/detail/wake_wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
@@ -28,6 +36,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace redislock {
@@ -47,7 +56,11 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     key_ = detail::base_key(name_, options_);
     fence_key_ = key_ + ":fence";
     channel_ = key_ + ":released";
+    queue_key_ = key_ + ":queue";
+    waiters_key_ = key_ + ":waiters";
+    waiter_prefix_ = key_ + ":w:";
     lease_ms_ = std::to_string(options_.lease.count());
+    wait_lease_ms_ = std::to_string(options_.wait_lease.count());
     token_ = detail::random_token();
   }
 
@@ -67,6 +80,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     release_status status = release_status::failed;
     try {
       const std::int64_t deleted = client_.run(key_, [&](connection& c) {
+        if (options_.fair)
+          return detail::as_integer(*detail::fair_scripts::release().run(
+              c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, channel_, waiter_prefix_}));
         return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
       });
       // Once found lost, never report a clean release: the lease may have lapsed meanwhile.
@@ -139,7 +155,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
     try {
-      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max, [&] { return attempt(); });
+      acquired = options_.fair ? acquire_fair(d) : wait(channel_, d, max_lease, [&] { return attempt(); });
     } catch (...) {
       gate_.unlock();
       throw;
@@ -159,15 +175,56 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     return true;
   }
 
+  template <class Attempt>
+  bool wait(const std::string& channel, const detail::deadline& d, std::chrono::milliseconds max_sleep,
+            Attempt&& attempt) {
+    return detail::wait_for_release(client_, channel, d, {options_.retry_min, options_.retry_max, max_sleep},
+                                    std::forward<Attempt>(attempt));
+  }
+
+  // Queue on the server, wait for the hand-off on our own channel, leave the queue when the
+  // deadline passes (or the wait throws) so nobody hands us the lock after we gave up.
+  bool acquire_fair(const detail::deadline& d) {
+    if (d && detail::steady::now() >= *d) return !attempt_fair("try");  // try_lock never queues
+    bool acquired = false;
+    try {
+      acquired = wait(waiter_prefix_ + token_, d, options_.wait_lease / 3, [&] { return attempt_fair("wait"); });
+    } catch (...) {
+      try {
+        attempt_fair("leave");
+      } catch (...) {
+        // Our place expires with the wait lease.
+      }
+      throw;
+    }
+    return acquired || !attempt_fair("leave");  // a hand-off that just reached us is claimed
+  }
+
   // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
   std::optional<std::chrono::milliseconds> attempt() {
     // The token is only replaced after a release, so an attempt whose reply was lost (and
     // that may have set the key) is recognised as ours by the next attempt.
     const detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
-    auto [acquired, value] = client_.run(key_, [&](connection& c) {
-      reply_ptr r = detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_});
-      return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
-    });
+    return finish_attempt(sent, client_.run(key_, [&](connection& c) {
+      return pair_of(*detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_}));
+    }));
+  }
+
+  std::optional<std::chrono::milliseconds> attempt_fair(std::string_view mode) {
+    const detail::steady::time_point sent = detail::steady::now();
+    return finish_attempt(sent, client_.run(key_, [&](connection& c) {
+      return pair_of(*detail::fair_scripts::acquire().run(c, {key_, fence_key_, queue_key_, waiters_key_},
+                                                          {token_, lease_ms_, wait_lease_ms_, mode, waiter_prefix_}));
+    }));
+  }
+
+  static std::pair<std::int64_t, std::int64_t> pair_of(const redisReply& r) {
+    return {detail::as_integer(detail::element(r, 0)), detail::as_integer(detail::element(r, 1))};
+  }
+
+  std::optional<std::chrono::milliseconds> finish_attempt(detail::steady::time_point sent,
+                                                          std::pair<std::int64_t, std::int64_t> reply) {
+    auto [acquired, value] = reply;
     if (acquired == 1) {
       fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
       acquired_at_ = sent;
@@ -219,6 +276,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   std::string name_;
   lock_options options_;
   std::string key_, fence_key_, channel_, lease_ms_;
+  std::string queue_key_, waiters_key_, waiter_prefix_, wait_lease_ms_;  // fair mode
   std::string token_;  // touched only by the thread that holds gate_
   detail::local_gate gate_;
   std::atomic<bool> held_{false};

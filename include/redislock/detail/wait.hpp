@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -27,15 +28,13 @@ steady::time_point to_steady(const std::chrono::time_point<Clock, Duration>& tp)
 }
 
 /// Threads of one process that share a lock object queue here first, so only one of them
-/// talks to Redis at a time. Unlike std::timed_mutex it may be released by another thread
-/// (a lock can be handed across threads, as a lease can).
+/// talks to Redis at a time. First come, first served: unlock() hands the gate straight to
+/// the longest waiting thread, so nobody starves (std::timed_mutex makes no such promise).
+/// Unlike std::timed_mutex it may be released by another thread (a lock can be handed
+/// across threads, as a lease can).
 class local_gate {
  public:
-  void lock() {
-    std::unique_lock<std::mutex> g(m_);
-    cv_.wait(g, [&] { return !busy_; });
-    busy_ = true;
-  }
+  void lock() { lock_until(std::nullopt); }
   bool try_lock() {
     std::lock_guard<std::mutex> g(m_);
     if (busy_) return false;
@@ -43,26 +42,42 @@ class local_gate {
     return true;
   }
   bool lock_until(const deadline& d) {
-    if (!d) {
-      lock();
+    std::unique_lock<std::mutex> g(m_);
+    if (!busy_) {
+      busy_ = true;
       return true;
     }
-    std::unique_lock<std::mutex> g(m_);
-    if (!cv_.wait_until(g, *d, [&] { return !busy_; })) return false;
-    busy_ = true;
-    return true;
+    waiter w;
+    queue_.push_back(&w);
+    if (d) w.cv.wait_until(g, *d, [&] { return w.granted; });
+    else w.cv.wait(g, [&] { return w.granted; });
+    if (!w.granted) queue_.erase(std::find(queue_.begin(), queue_.end(), &w));
+    return w.granted;
   }
   void unlock() noexcept {
-    {
-      std::lock_guard<std::mutex> g(m_);
+    std::lock_guard<std::mutex> g(m_);
+    if (queue_.empty()) {
       busy_ = false;
+      return;
     }
-    cv_.notify_one();
+    waiter* next = queue_.front();  // still busy: ownership passes directly
+    queue_.pop_front();
+    next->granted = true;
+    next->cv.notify_one();  // under the lock: `next` lives on its thread's stack
+  }
+  /// Threads queued behind the current owner (for tests and diagnostics).
+  std::size_t waiting() {
+    std::lock_guard<std::mutex> g(m_);
+    return queue_.size();
   }
 
  private:
+  struct waiter {
+    std::condition_variable cv;
+    bool granted = false;
+  };
   std::mutex m_;
-  std::condition_variable cv_;
+  std::deque<waiter*> queue_;
   bool busy_ = false;
 };
 

@@ -1,0 +1,391 @@
+// Benchmarks of redislock::mutex against a raw-hiredis baseline doing the same round trips
+// (SET NX PX to acquire, EVALSHA compare-and-delete to release), measured in the same process
+// and run. Starts its own redis-server (tests/support/redis_server.hpp).
+//
+//   bench_mutex [google-benchmark flags]     REDISLOCK_BENCH_SECONDS=2 sets the length of
+//                                             each contended run (default 2 s)
+//   bench_mutex --contender ...              internal: one contending process (see below)
+//
+// Counters (all in the JSON output):
+//   *_us               medians in microseconds; speed_vs_raw = raw time / redislock time
+//   gap_*_us           hand-off gap: from the holder calling unlock() to the next holder's
+//                      lock() returning (includes the release's own round trip);
+//                      gap_vs_rtt = gap p50 / PING round trip p50
+//   overlaps           acquisitions that began before the previous holder called unlock()
+//                      (must be 0: mutual exclusion)
+//   acq_per_s, tput_vs_hold = acquisitions/s x hold (1.0 = the lock never idles)
+//   share_min/max      each contender's acquisitions / the fair share (1.0 = perfectly fair)
+//   wait_p99_vs_hold   p99 of the time a lock() call waited, in units of the hold time
+//   cmds_per_acq       all server commands (INFO commandstats) / acquisitions
+#include "process.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::child_process;
+using redislock_test::redis_server;
+using clk = std::chrono::steady_clock;
+using std::chrono::microseconds;
+using std::chrono::nanoseconds;
+
+namespace {
+
+redis_server* g_server = nullptr;
+std::string g_self;  // this program's path, for --contender children
+
+client_options options_for(int port) {
+  client_options o;
+  o.connection.port = port;
+  o.connection.command_timeout = std::chrono::seconds(10);
+  o.pool_size = 2;
+  return o;
+}
+client_options options() { return options_for(g_server->port()); }
+
+double seconds_per_run() {
+  const char* s = std::getenv("REDISLOCK_BENCH_SECONDS");
+  return s && *s ? std::atof(s) : 2.0;
+}
+
+std::int64_t now_ns() { return std::chrono::duration_cast<nanoseconds>(clk::now().time_since_epoch()).count(); }
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+/// The baseline: what a hand-written lock on raw hiredis sends.
+class raw_lock {
+ public:
+  explicit raw_lock(int port) : c_(options_for(port).connection) {
+    reply_ptr r = c_.command({"SCRIPT", "LOAD", kDelete});
+    sha_ = std::string(r->str, r->len);
+  }
+  bool lock(std::string_view key, std::string_view token) {
+    return c_.command({"SET", key, token, "NX", "PX", "30000"})->type == REDIS_REPLY_STATUS;
+  }
+  void unlock(std::string_view key, std::string_view token) { c_.command({"EVALSHA", sha_, "1", key, token}); }
+  void ping() { c_.command({"PING"}); }
+
+ private:
+  static constexpr const char* kDelete =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+  connection c_;
+  std::string sha_;
+};
+
+double rtt_p50_us(raw_lock& raw, int n = 2000) {
+  std::vector<double> s;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = clk::now();
+    raw.ping();
+    s.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
+  }
+  return percentile(s, 0.5);
+}
+
+/// Commands the lock clients sent (INFO commandstats also counts the calls made inside
+/// scripts — GET, SET, PUBLISH... — which are not round trips, so only these are summed).
+long long commands_executed(connection& admin) {
+  long long total = 0;
+  for (const char* name : {"evalsha", "eval", "script|load", "subscribe", "unsubscribe"})
+    total += redislock_test::command_calls(admin, name);
+  return total;
+}
+
+void spin_for(nanoseconds d) {
+  const auto end = clk::now() + d;
+  while (clk::now() < end) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Uncontended and failing attempts, interleaved with the baseline in every iteration.
+
+void BM_uncontended_cycle(benchmark::State& state) {
+  client c(options());
+  mutex m(c, "uncontended");
+  raw_lock raw(g_server->port());
+  const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
+  m.lock(), m.unlock(), raw.lock(raw_key, token), raw.unlock(raw_key, token);  // warm up
+  std::vector<double> lib, base;
+  for (auto _ : state) {
+    auto t0 = clk::now();
+    m.lock();
+    m.unlock();
+    auto t1 = clk::now();
+    raw.lock(raw_key, token);
+    raw.unlock(raw_key, token);
+    auto t2 = clk::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+  }
+  state.counters["lib_us"] = percentile(lib, 0.5);
+  state.counters["raw_us"] = percentile(base, 0.5);
+  state.counters["speed_vs_raw"] = percentile(base, 0.5) / percentile(lib, 0.5);
+}
+BENCHMARK(BM_uncontended_cycle)->UseManualTime();
+
+void BM_failed_try_lock(benchmark::State& state) {
+  client c(options());
+  mutex holder(c, "failing"), m(c, "failing");
+  raw_lock raw(g_server->port());
+  holder.lock();
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  m.try_lock();
+  std::vector<double> lib, base;
+  for (auto _ : state) {
+    auto t0 = clk::now();
+    if (m.try_lock()) state.SkipWithError("try_lock succeeded");
+    auto t1 = clk::now();
+    if (raw.lock(holder.key(), token)) state.SkipWithError("raw SET NX succeeded");
+    auto t2 = clk::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+  }
+  holder.unlock();
+  state.counters["lib_us"] = percentile(lib, 0.5);
+  state.counters["raw_us"] = percentile(base, 0.5);
+  state.counters["speed_vs_raw"] = percentile(base, 0.5) / percentile(lib, 0.5);
+}
+BENCHMARK(BM_failed_try_lock)->UseManualTime();
+
+// ---------------------------------------------------------------------------------------
+// Contention on one key: N contenders, each with its own client and lock object.
+
+struct event {
+  int who;
+  std::int64_t called, acquired, releasing;  // ns, steady clock (CLOCK_MONOTONIC: all processes)
+};
+
+// One contender's loop: lock, hold (spinning, so the hold is exact), unlock, again at once.
+std::vector<event> contend(int port, const std::string& name, int who, nanoseconds hold, bool fair,
+                           std::int64_t start_ns, std::int64_t end_ns) {
+  client c(options_for(port));
+  lock_options o;
+  o.fair = fair;
+  mutex m(c, name, o);
+  std::vector<event> out;
+  out.reserve(4096);
+  while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+  while (now_ns() < end_ns) {
+    event e{who, now_ns(), 0, 0};
+    m.lock();
+    e.acquired = now_ns();
+    spin_for(hold);
+    e.releasing = now_ns();
+    m.unlock();
+    out.push_back(e);
+  }
+  return out;
+}
+
+void report_contention(benchmark::State& state, std::vector<event> events, int contenders, nanoseconds hold,
+                       double seconds, long long commands, double rtt_us) {
+  std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
+  std::vector<double> gaps, waits;
+  double overlaps = 0;
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    gaps.push_back(static_cast<double>(events[i].acquired - events[i - 1].releasing) / 1e3);
+    if (events[i].acquired < events[i - 1].releasing) ++overlaps;
+  }
+  state.counters["overlaps"] = overlaps;
+  for (const auto& e : events) waits.push_back(static_cast<double>(e.acquired - e.called));
+  std::vector<double> per(contenders, 0);
+  for (const auto& e : events) per[e.who] += 1;
+  const double fair_share = static_cast<double>(events.size()) / contenders;
+  const double n = static_cast<double>(events.size());
+  state.counters["acquisitions"] = n;
+  state.counters["acq_per_s"] = n / seconds;
+  state.counters["tput_vs_hold"] = n / seconds * std::chrono::duration<double>(hold).count();
+  state.counters["gap_p50_us"] = percentile(gaps, 0.5);
+  state.counters["gap_p99_us"] = percentile(gaps, 0.99);
+  state.counters["rtt_us"] = rtt_us;
+  state.counters["gap_vs_rtt"] = percentile(gaps, 0.5) / rtt_us;
+  state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / fair_share;
+  state.counters["share_max"] = *std::max_element(per.begin(), per.end()) / fair_share;
+  if (hold.count() > 0) state.counters["wait_p99_vs_hold"] = percentile(waits, 0.99) / static_cast<double>(hold.count());
+  state.counters["wait_p99_us"] = percentile(waits, 0.99) / 1e3;
+  state.counters["cmds_per_acq"] = static_cast<double>(commands) / n;
+}
+
+// Args: contenders, hold in microseconds, fair (0/1).
+void BM_contended_threads(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const nanoseconds hold = microseconds(state.range(1));
+  const bool fair = state.range(2) != 0;
+  const double seconds = seconds_per_run();
+  raw_lock raw(g_server->port());
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    const double rtt = rtt_p50_us(raw);
+    admin.command({"CONFIG", "RESETSTAT"});
+    const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+    std::vector<std::vector<event>> results(n);
+    std::vector<std::thread> threads;
+    const std::string name = "threads-" + std::to_string(n) + (fair ? "-fair" : "");
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { results[i] = contend(g_server->port(), name, i, hold, fair, start, end); });
+    for (auto& t : threads) t.join();
+    const long long commands = commands_executed(admin);
+    std::vector<event> all;
+    for (auto& r : results) all.insert(all.end(), r.begin(), r.end());
+    state.SetIterationTime(seconds);
+    report_contention(state, std::move(all), n, hold, seconds, commands, rtt);
+  }
+}
+BENCHMARK(BM_contended_threads)
+    ->ArgNames({"n", "hold_us", "fair"})
+    ->Args({2, 0, 0})
+    ->Args({8, 2000, 0})
+    ->Args({8, 2000, 1})
+    ->Args({2, 20000, 0})
+    ->Args({2, 20000, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The same with N processes: each contender is this program run with --contender.
+void BM_contended_processes(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const long hold_us = static_cast<long>(state.range(1));
+  const bool fair = state.range(2) != 0;
+  const double seconds = seconds_per_run();
+  raw_lock raw(g_server->port());
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    const double rtt = rtt_p50_us(raw);
+    admin.command({"CONFIG", "RESETSTAT"});
+    const std::int64_t start = now_ns() + 500'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+    std::vector<child_process> children;
+    std::vector<int> pipes;
+    for (int i = 0; i < n; ++i) {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) state.SkipWithError("pipe failed");
+      children.emplace_back(std::vector<std::string>{g_self, "--contender", std::to_string(g_server->port()),
+                                                     "procs-" + std::to_string(n) + (fair ? "-fair" : ""),
+                                                     std::to_string(i), std::to_string(hold_us), fair ? "1" : "0",
+                                                     std::to_string(start), std::to_string(end)},
+                            fds[1]);
+      ::close(fds[1]);
+      pipes.push_back(fds[0]);
+    }
+    std::vector<event> all;
+    for (int i = 0; i < n; ++i) {
+      std::string text;
+      char buf[65536];
+      for (ssize_t got; (got = ::read(pipes[i], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(got));
+      ::close(pipes[i]);
+      if (children[i].wait_for(std::chrono::seconds(60)) != 0) state.SkipWithError("a contender failed");
+      std::istringstream in(text);
+      event e{};
+      while (in >> e.who >> e.called >> e.acquired >> e.releasing) all.push_back(e);
+    }
+    const long long commands = commands_executed(admin);
+    state.SetIterationTime(seconds);
+    report_contention(state, std::move(all), n, microseconds(hold_us), seconds, commands, rtt);
+  }
+}
+BENCHMARK(BM_contended_processes)
+    ->ArgNames({"n", "hold_us", "fair"})
+    ->Args({4, 2000, 0})
+    ->Args({4, 2000, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// N threads on N keys (no contention): aggregate cycles/s (sum of two runs each), against
+// raw threads on raw keys.
+
+void BM_threads_own_keys(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const double seconds = seconds_per_run() / 4;
+  for (auto _ : state) {
+    auto run = [&](bool lib) {
+      std::atomic<long long> cycles{0};
+      std::vector<std::thread> threads;
+      const auto end = clk::now() + std::chrono::duration<double>(seconds);
+      for (int i = 0; i < n; ++i)
+        threads.emplace_back([&, i] {
+          long long local = 0;
+          const std::string name = "own-" + std::to_string(i);
+          if (lib) {
+            client c(options());
+            mutex m(c, name);
+            while (clk::now() < end) m.lock(), m.unlock(), ++local;
+          } else {
+            raw_lock raw(g_server->port());
+            const std::string key = "raw:" + name, token = "0123456789abcdef0123456789abcdef";
+            while (clk::now() < end) raw.lock(key, token), raw.unlock(key, token), ++local;
+          }
+          cycles += local;
+        });
+      for (auto& t : threads) t.join();
+      return static_cast<double>(cycles.load()) / seconds;
+    };
+    // raw, lib, lib, raw: a load change on the machine hits both sides alike.
+    double base = run(false), lib = run(true);
+    lib += run(true);
+    base += run(false);
+    state.SetIterationTime(4 * seconds);
+    state.counters["lib_cycles_per_s"] = lib;
+    state.counters["raw_cycles_per_s"] = base;
+    state.counters["speed_vs_raw"] = lib / base;
+  }
+}
+BENCHMARK(BM_threads_own_keys)->ArgName("n")->Arg(1)->Arg(4)->Arg(16)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// argv: --contender port name who hold_us fair start_ns end_ns
+int contender_main(char** argv) {
+  const int port = std::atoi(argv[2]);
+  auto events = contend(port, argv[3], std::atoi(argv[4]), microseconds(std::atol(argv[5])), std::atoi(argv[6]) != 0,
+                        std::atoll(argv[7]), std::atoll(argv[8]));
+  std::string out;
+  for (const auto& e : events)
+    out += std::to_string(e.who) + ' ' + std::to_string(e.called) + ' ' + std::to_string(e.acquired) + ' ' +
+           std::to_string(e.releasing) + '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 9 && std::strcmp(argv[1], "--contender") == 0) {
+    try {
+      return contender_main(argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "contender: %s\n", e.what());
+      return 1;
+    }
+  }
+  g_self = "/proc/self/exe";
+  char path[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (len > 0) g_self.assign(path, static_cast<std::size_t>(len));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  redis_server server;
+  g_server = &server;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_server = nullptr;
+  return 0;
+}

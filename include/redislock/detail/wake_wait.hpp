@@ -1,0 +1,78 @@
+#pragma once
+/// @file detail/wake_wait.hpp
+/// @brief Waiting for a lock by pub/sub notification, falling back to backoff.
+///
+/// The loop: attempt; if it failed, subscribe to the channel the release publishes on (and
+/// wait for the server's confirmation), attempt again, then sleep until a notification, the
+/// holder's remaining lease (an expiring lease publishes nothing), or the deadline; repeat.
+/// So a waiter sends a handful of commands however long the lock is held.
+
+#include <redislock/detail/subscriber.hpp>
+#include <redislock/detail/wait.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace redislock::detail {
+
+/// True when Client offers `detail::subscriber& subscriber()` (see client.hpp).
+template <class Client, class = void>
+struct has_subscriber : std::false_type {};
+template <class Client>
+struct has_subscriber<Client, std::void_t<decltype(std::declval<Client&>().subscriber())>> : std::true_type {};
+
+struct wait_plan {
+  std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
+  std::chrono::milliseconds max_sleep;              // attempt at least this often (fair: refresh)
+};
+
+inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
+
+/// How long to sleep on a subscription after a failed attempt.
+inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, const deadline& d,
+                                     std::chrono::milliseconds max_sleep) {
+  // +1 ms: the key is gone when its PTTL has run out on the server, not a moment before.
+  // A holder without expiry (someone PERSISTed the key) is re-checked every second.
+  std::chrono::milliseconds sleep = std::min(max_sleep, holder_pttl.count() >= 0 ? holder_pttl + std::chrono::milliseconds(1)
+                                                                                 : std::chrono::milliseconds(1000));
+  steady::time_point t = steady::now() + sleep;
+  return d ? std::min(t, *d) : t;
+}
+
+/// Calls attempt() until it acquires (true) or the deadline passes (false). attempt()
+/// returns nullopt when it acquired, otherwise the holder's remaining lease (< 0: unknown).
+/// The first attempt is made before subscribing, so an uncontended lock costs one round trip
+/// and try_lock() (a deadline of now) never subscribes.
+template <class Client, class Attempt>
+bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const wait_plan& plan,
+                      Attempt&& attempt) {
+  if constexpr (has_subscriber<Client>::value) {
+    subscriber& hub = client.subscriber();
+    // Already subscribed by a neighbour: join before the first attempt, free of charge.
+    subscriber::subscription sub = hub.join_if_subscribed(channel);
+    bool joined = false;
+    for (;;) {
+      std::optional<std::chrono::milliseconds> pttl = attempt();
+      if (!pttl) return true;
+      if (passed(d)) return false;
+      if (!sub.active()) {
+        if (joined) break;  // the subscription failed while we waited: back off from here
+        sub = hub.join(channel, d);
+        joined = true;
+        if (!sub.active()) {
+          if (passed(d)) return false;
+          break;
+        }
+        continue;  // subscribed: attempt again before sleeping, so no release goes unnoticed
+      }
+      sub.wait_until(wake_limit(*pttl, d, plan.max_sleep));
+    }
+    hub.count_fallback();
+  }
+  return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
+}
+
+}  // namespace redislock::detail

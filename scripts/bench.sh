@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Benchmarks: installs missing packages, builds bench_mutex (Release), runs it with JSON
+# output and draws an SVG of the results for the README.
+# Each benchmark starts its own throwaway redis-server on a free loopback port.
+# Usage: scripts/bench.sh [build-dir] [seconds-per-contended-run]   (default: build/bench 2)
+# Output: <build-dir>/bench.json and <build-dir>/bench.svg
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh  # includes libbenchmark-dev and python3 is part of the base system
+
+build=${1:-build/bench}
+export REDISLOCK_BENCH_SECONDS=${2:-2}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DREDISLOCK_BUILD_BENCH=ON -DREDISLOCK_BUILD_TESTS=OFF \
+  -DREDISLOCK_BUILD_EXAMPLES=OFF
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target bench_mutex
+"$build/bench/bench_mutex" --benchmark_min_time=0.5 --benchmark_out="$build/bench.json" \
+  --benchmark_out_format=json --benchmark_counters_tabular=true
+python3 scripts/bench_plot.py "$build/bench.json" "$build/bench.svg"
+echo "results: $build/bench.json, plot: $build/bench.svg"

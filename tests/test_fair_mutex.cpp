@@ -1,0 +1,193 @@
+// Fair (FIFO) mode: waiters acquire in arrival order, a release hands the lock straight to the
+// head of the queue, try_lock never jumps the queue, a waiter that gives up leaves it, and a
+// crashed (SIGKILLed) waiter blocks it for at most its wait lease.
+#include "process.hpp"
+#include "eventually.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::child_process;
+using redislock_test::command_calls;
+using redislock_test::eventually;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+lock_options fair(milliseconds wait_lease = seconds(2)) {
+  lock_options o;
+  o.fair = true;
+  o.lease = seconds(20);
+  o.wait_lease = wait_lease;
+  return o;
+}
+
+struct FairTest : ::testing::Test {
+  static void SetUpTestSuite() { server = new redis_server(); }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  void SetUp() override {
+    admin = std::make_unique<connection>(server->options());
+    admin->command({"FLUSHALL"});
+  }
+  static client_options options() { return client_options{server->options()}; }
+  long long queued(const mutex& m) { return admin->command({"ZCARD", m.key() + ":queue"})->integer; }
+  std::string holder_of(const mutex& m) {
+    reply_ptr r = admin->command({"GET", m.key()});
+    return r->type == REDIS_REPLY_NIL ? "(nil)" : std::string(r->str, r->len);
+  }
+
+  static redis_server* server;
+  std::unique_ptr<connection> admin;
+};
+redis_server* FairTest::server = nullptr;
+
+}  // namespace
+
+TEST_F(FairTest, UncontendedLockAndUnlockLeaveNoQueueBehind) {
+  client c(options());
+  mutex m(c, "plain", fair());
+  m.lock();
+  EXPECT_EQ(m.fencing_token(), 1u);
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+  reply_ptr keys = admin->command({"KEYS", "*"});
+  ASSERT_EQ(keys->elements, 1u);  // only the fencing counter
+  EXPECT_EQ(std::string(keys->element[0]->str), m.key() + ":fence");
+}
+
+TEST_F(FairTest, WaitersAcquireInArrivalOrder) {
+  client c(options());
+  mutex holder(c, "fifo", fair());
+  holder.lock();
+  constexpr int n = 5;
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::unique_ptr<mutex>> waiters;
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < n; ++i) {
+    clients.push_back(std::make_unique<client>(options()));
+    waiters.push_back(std::make_unique<mutex>(*clients.back(), "fifo", fair()));
+    done.push_back(std::async(std::launch::async, [&, i, w = waiters.back().get()] {
+      std::lock_guard<mutex> g(*w);
+      std::lock_guard<std::mutex> o(order_mutex);
+      order.push_back(i);
+    }));
+    // The next waiter starts only once this one is queued on the server.
+    ASSERT_TRUE(eventually([&] { return queued(holder) == i + 1; }));
+  }
+  holder.unlock();
+  for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (int i = 1; i < n; ++i) EXPECT_GT(waiters[i]->fencing_token(), waiters[i - 1]->fencing_token());
+  EXPECT_EQ(queued(holder), 0);
+}
+
+TEST_F(FairTest, ReleaseHandsTheLockToTheHeadSoTryLockCannotJumpTheQueue) {
+  client holder_client(options()), waiter_client(options()), intruder_client(options());
+  mutex holder(holder_client, "handoff", fair());
+  mutex waiter(waiter_client, "handoff", fair());
+  mutex intruder(intruder_client, "handoff", fair());
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(5)); });
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }));
+  holder.unlock();
+  // The release script itself gave the key to the waiter: nobody can take it in between.
+  EXPECT_FALSE(intruder.try_lock());
+  ASSERT_TRUE(waited.get());
+  EXPECT_EQ(holder_of(waiter).size(), 32u);
+  EXPECT_FALSE(intruder.try_lock());
+  waiter.unlock();
+  EXPECT_TRUE(intruder.try_lock());
+  intruder.unlock();
+}
+
+TEST_F(FairTest, AHandOffCostsTheWaiterOneAttemptHoweverLongTheHold) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "cheap", fair());
+  mutex waiter(waiter_client, "cheap", fair());
+  holder.lock();  // a first cycle loads the scripts
+  holder.unlock();
+  holder.lock();
+  admin->command({"CONFIG", "RESETSTAT"});
+  auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().subscriptions == 1; }));
+  std::this_thread::sleep_for(milliseconds(500));  // the hold (< wait_lease / 3: no refresh)
+  const long long before = command_calls(*admin, "evalsha");
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_LE(before, 2);                                      // queue + attempt after SUBSCRIBE
+  EXPECT_EQ(command_calls(*admin, "evalsha") - before, 2);  // hand-off release + claim
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
+  waiter.unlock();
+}
+
+TEST_F(FairTest, AWaiterThatGivesUpLeavesTheQueue) {
+  client c(options()), w(options());
+  mutex holder(c, "giveup", fair());
+  mutex waiter(w, "giveup", fair());
+  holder.lock();
+  const auto start = steady::now();
+  EXPECT_FALSE(waiter.try_lock_for(milliseconds(200)));
+  const auto took = steady::now() - start;
+  EXPECT_GE(took, milliseconds(200));
+  EXPECT_LT(took, milliseconds(200 + 250));
+  EXPECT_EQ(queued(holder), 0);
+  holder.unlock();
+  EXPECT_EQ(holder_of(holder), "(nil)");  // nobody to hand it to
+}
+
+TEST_F(FairTest, ACrashedWaiterBlocksTheQueueForAtMostItsWaitLease) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "crashed", fair());
+  mutex waiter(waiter_client, "crashed", fair());
+  holder.lock();
+  constexpr long wait_lease_ms = 600;
+  child_process crashed({REDISLOCK_TEST_WORKER, "fair-wait", std::to_string(server->port()), "crashed",
+                         std::to_string(wait_lease_ms)});
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }));
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(8)); });
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 2; }));
+  crashed.signal(SIGKILL);
+  ASSERT_EQ(crashed.wait_for(seconds(5)), 128 + SIGKILL);
+  const auto released = steady::now();
+  holder.unlock();  // handed to the dead head, which never claims it
+  EXPECT_NE(holder_of(holder), "(nil)");
+  ASSERT_TRUE(waited.get());
+  const auto blocked = steady::now() - released;
+  EXPECT_LT(blocked, milliseconds(wait_lease_ms + 1500)) << "bounded by the dead waiter's wait lease";
+  waiter.unlock();
+  EXPECT_EQ(queued(holder), 0);
+}
+
+TEST_F(FairTest, ANonQueuedTryLockTakesAFreeLock) {
+  client c(options());
+  mutex m(c, "try", fair());
+  EXPECT_TRUE(m.try_lock());
+  mutex other(c, "try", fair());
+  EXPECT_FALSE(other.try_lock());
+  EXPECT_EQ(queued(m), 0);  // try_lock never queues
+  m.unlock();
+}
+
+TEST_F(FairTest, BadWaitLeaseIsRejected) {
+  client c(options());
+  lock_options o = fair();
+  o.wait_lease = milliseconds(0);
+  EXPECT_THROW(mutex(c, "bad", o), invalid_argument);
+}

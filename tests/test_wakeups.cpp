@@ -1,0 +1,291 @@
+// Waiting without polling: waiters are woken by the release's PUBLISH through the client's
+// shared subscriber connection, honour their deadlines, fall back to backoff (counted) when
+// they cannot subscribe, and the subscriber never hangs shutdown.
+#include "eventually.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::command_calls;
+using redislock_test::eventually;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct WakeupTest : ::testing::Test {
+  static void SetUpTestSuite() { server = new redis_server(); }
+  static void TearDownTestSuite() {
+    delete server;
+    server = nullptr;
+  }
+  void SetUp() override {
+    admin = std::make_unique<connection>(server->options());
+    admin->command({"FLUSHALL"});
+  }
+  static client_options options() { return client_options{server->options()}; }
+  static lock_options lease(milliseconds ms) {
+    lock_options o;
+    o.lease = ms;
+    return o;
+  }
+  long long subscribers(const std::string& channel) {
+    reply_ptr r = admin->command({"PUBSUB", "NUMSUB", channel});
+    return r->element[1]->integer;
+  }
+  long long evalsha() { return command_calls(*admin, "evalsha"); }
+  void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
+
+  static redis_server* server;
+  std::unique_ptr<connection> admin;
+};
+redis_server* WakeupTest::server = nullptr;
+
+}  // namespace
+
+TEST_F(WakeupTest, AWaiterIsWokenByTheReleaseNotByPollingHoweverLongTheHold) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "hold", lease(seconds(20)));
+  mutex waiter(waiter_client, "hold", lease(seconds(20)));
+  holder.lock();  // a first cycle loads the scripts: the counts below are EVALSHA only
+  holder.unlock();
+  holder.lock();
+  reset_stats();
+
+  auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
+  ASSERT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 1; }));
+  // Held for 1.5 s after the waiter subscribed: backoff (retry_max 100 ms) would send well
+  // over a dozen attempts; a notified waiter sends two before and one after the release.
+  std::this_thread::sleep_for(milliseconds(1500));
+  const long long before_release = evalsha();
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_TRUE(waiter.owns_lock());
+  EXPECT_LE(before_release, 2) << "the waiter polled while the lock was held";
+  EXPECT_LE(evalsha() - before_release, 2) << "release + one woken attempt";
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
+  EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
+  waiter.unlock();
+  // The subscription ends with the wait.
+  EXPECT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 0; }));
+}
+
+TEST_F(WakeupTest, AnExpiredLeaseWakesTheWaiterThoughNothingIsPublished) {
+  client c(options());
+  mutex waiter(c, "abandoned");
+  admin->command({"SET", waiter.key(), "someone-who-crashed", "PX", "400"});
+  reset_stats();
+  const auto start = steady::now();
+  ASSERT_TRUE(waiter.try_lock_for(seconds(5)));
+  EXPECT_GE(steady::now() - start, milliseconds(350));
+  EXPECT_LE(evalsha(), 6) << "slept until the holder's PTTL ran out, not polled";
+  EXPECT_EQ(c.wait_stats().wakeups, 0u);
+  waiter.unlock();
+}
+
+TEST_F(WakeupTest, DeadlinesAreHonouredWhileWaitingForANotification) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "deadline", lease(seconds(20)));
+  mutex waiter(waiter_client, "deadline");
+  holder.lock();
+  EXPECT_FALSE(waiter.try_lock());  // loads the acquire script
+  reset_stats();
+
+  auto start = steady::now();
+  EXPECT_FALSE(waiter.try_lock_for(milliseconds(300)));
+  auto took = steady::now() - start;
+  EXPECT_GE(took, milliseconds(300));
+  EXPECT_LT(took, milliseconds(300 + 250));  // generous: a loaded machine
+
+  start = steady::now();
+  EXPECT_FALSE(waiter.try_lock_until(std::chrono::system_clock::now() + milliseconds(200)));
+  took = steady::now() - start;
+  EXPECT_GE(took, milliseconds(190));
+  EXPECT_LT(took, milliseconds(200 + 250));
+
+  EXPECT_LE(evalsha(), 6) << "two timed waits, at most three attempts each";
+  EXPECT_GE(waiter_client.wait_stats().subscriptions, 1u);
+  EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
+  EXPECT_FALSE(waiter.owns_lock());
+  holder.unlock();
+}
+
+TEST_F(WakeupTest, TryLockNeverSubscribes) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "try");
+  mutex waiter(waiter_client, "try");
+  holder.lock();
+  EXPECT_FALSE(waiter.try_lock());
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, 0u);
+  EXPECT_EQ(waiter_client.wait_stats().subscribe_failures, 0u);
+  holder.unlock();
+}
+
+TEST_F(WakeupTest, WaitersOfOneClientShareOneSubscriberConnection) {
+  client holder_client(options()), waiters_client(options());
+  mutex holder(holder_client, "shared-a");
+  holder.lock();
+  mutex other_holder(holder_client, "shared-b");
+  other_holder.lock();
+  constexpr int n = 4;
+  std::vector<std::unique_ptr<mutex>> waiters;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < n; ++i) {
+    waiters.push_back(std::make_unique<mutex>(waiters_client, i % 2 ? "shared-a" : "shared-b"));
+    done.push_back(std::async(std::launch::async, [w = waiters.back().get()] { std::lock_guard<mutex> g(*w); }));
+  }
+  ASSERT_TRUE(eventually([&] {
+    return subscribers(holder.key() + ":released") == 1 && subscribers(other_holder.key() + ":released") == 1;
+  }));
+  reply_ptr clients = admin->command({"CLIENT", "LIST", "TYPE", "pubsub"});
+  const std::string list(clients->str, clients->len);
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 1) << list;  // one connection, two channels
+  holder.unlock();
+  other_holder.unlock();
+  for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_GE(waiters_client.wait_stats().wakeups, 2u);
+}
+
+TEST_F(WakeupTest, WithoutSubscribePermissionWaitersBackOffAndItIsCounted) {
+  admin->command({"ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe"});
+  client_options o = options();
+  o.connection.user = "nosub";
+  o.connection.password = "pw";
+  client holder_client(options()), waiter_client(o);
+  mutex holder(holder_client, "acl", lease(seconds(20)));
+  mutex waiter(waiter_client, "acl");
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().fallback_waits == 1; }));
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_TRUE(waiter.owns_lock());
+  const wait_stats s = waiter_client.wait_stats();
+  EXPECT_GE(s.subscribe_failures, 1u);
+  EXPECT_EQ(s.wakeups, 0u);
+  EXPECT_EQ(s.subscriptions, 0u);
+  waiter.unlock();
+  admin->command({"ACL", "DELUSER", "nosub"});
+}
+
+TEST_F(WakeupTest, ALostSubscriberConnectionFallsBackToBackoff) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "killed", lease(seconds(20)));
+  mutex waiter(waiter_client, "killed");
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
+  ASSERT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().fallback_waits == 1; }));
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_TRUE(waiter.owns_lock());
+  EXPECT_GE(waiter_client.wait_stats().subscribe_failures, 1u);
+  waiter.unlock();
+}
+
+TEST_F(WakeupTest, DestroyingTheClientDoesNotHangOnAStalledServer) {
+  redis_server own;
+  auto c = std::make_unique<client>(client_options{own.options()});
+  client holder_client(client_options{own.options()});
+  mutex holder(holder_client, "stall");
+  holder.lock();
+  {
+    mutex waiter(*c, "stall");
+    EXPECT_FALSE(waiter.try_lock_for(milliseconds(50)));  // subscribes, times out
+  }
+  ASSERT_GE(c->wait_stats().subscriptions, 1u);
+  own.pause();  // the subscriber connection stays open to a server that answers nothing
+  const auto start = steady::now();
+  c.reset();
+  EXPECT_LT(steady::now() - start, seconds(2));
+  own.resume();
+}
+
+TEST(LocalGate, HandsOverInArrivalOrder) {
+  redislock::detail::local_gate gate;
+  gate.lock();
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  std::atomic<int> started{0};
+  for (int i = 0; i < 5; ++i) {
+    threads.emplace_back([&, i] {
+      ++started;
+      gate.lock();
+      {
+        std::lock_guard<std::mutex> g(order_mutex);
+        order.push_back(i);
+      }
+      gate.unlock();
+    });
+    // Next thread only once this one is queued.
+    ASSERT_TRUE(eventually([&] { return gate.waiting() == static_cast<std::size_t>(i + 1); }));
+  }
+  gate.unlock();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(LocalGate, ATimedOutWaiterLeavesTheQueue) {
+  redislock::detail::local_gate gate;
+  gate.lock();
+  const auto start = steady::now();
+  EXPECT_FALSE(gate.lock_until(steady::now() + milliseconds(50)));
+  EXPECT_GE(steady::now() - start, milliseconds(50));
+  EXPECT_EQ(gate.waiting(), 0u);
+  gate.unlock();
+  EXPECT_TRUE(gate.try_lock());
+  gate.unlock();
+}
+
+TEST_F(WakeupTest, AnObjectSharedByThreadsBehavesLikeATimedMutex) {
+  client c(options());
+  mutex shared(c, "shared-object");
+  constexpr int threads = 4, rounds = 25;
+  int counter = 0;  // protected by `shared` alone
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<mutex> g(shared);
+        ++counter;
+      }
+    });
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(counter, threads * rounds);
+
+  // try_lock_for from another thread while one holds it: the deadline is honoured locally.
+  shared.lock();
+  auto timed = std::async(std::launch::async, [&] {
+    const auto start = steady::now();
+    const bool got = shared.try_lock_for(milliseconds(200));
+    return std::pair{got, steady::now() - start};
+  });
+  auto [got, took] = timed.get();
+  EXPECT_FALSE(got);
+  EXPECT_GE(took, milliseconds(200));
+  EXPECT_LT(took, milliseconds(200 + 250));
+  // A thread waiting on the object gets it when the holder unlocks.
+  auto waiting = std::async(std::launch::async, [&] {
+    const bool ok = shared.try_lock_for(seconds(5));
+    if (ok) shared.unlock();
+    return ok;
+  });
+  shared.unlock();
+  EXPECT_TRUE(waiting.get());
+}
