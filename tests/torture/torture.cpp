@@ -404,12 +404,15 @@ class coordinator {
     }
   }
 
-  // The pid named by the overlap marker (the current holder, most likely), if it is ours.
+  // The worker named by the overlap marker, i.e. one inside its critical section right now.
+  // The section is short, so look a bounded number of times (no sleeping: the marker is hot).
   worker* current_holder() {
     try {
-      connection admin(admin_options_);
-      reply_ptr r = admin.command({"GET", keys(cfg_.run_id).marker});
-      if (r->type == REDIS_REPLY_STRING) {
+      if (!admin_) admin_ = std::make_unique<connection>(admin_options_);
+      const std::string marker = keys(cfg_.run_id).marker;
+      for (int i = 0; i < 2000; ++i) {
+        reply_ptr r = admin_->command({"GET", marker});
+        if (r->type != REDIS_REPLY_STRING) continue;
         const long pid = marker_pid(text(*r));
         for (auto& w : workers_)
           if (w.alive && w.process.pid() == pid) return &w;
@@ -532,6 +535,7 @@ class coordinator {
   std::unique_ptr<redislock_test::redis_server> server_;
   std::unique_ptr<redislock_test::tcp_proxy> proxy_;
   connection_options admin_options_;
+  std::unique_ptr<connection> admin_;
   std::vector<worker> workers_;
   int next_slot_ = 0;
   std::map<std::string, std::uint64_t> counts_;
