@@ -197,13 +197,14 @@ class holder_thread {
     const std::string me = std::to_string(::getpid()) + "." + std::to_string(index_) + "." +
                            std::to_string(++seq_) + "|" + std::to_string(valid_until);
     const std::uint64_t fence = lock_->fencing_token();
-    bool inside = false;
+    // True from before the enter call: if its reply is lost, the marker may be set all the same.
+    bool inside = true;
     try {
       reply_ptr r = enter_script().run(*data_, {keys_.epoch, keys_.marker}, {epoch, me});
       if (r->type == REDIS_REPLY_INTEGER) {
         stats_.epoch_skips.fetch_add(1);
+        inside = false;
       } else {
-        inside = true;
         if (r->len != 0) compare(text(*r), valid_until, "enter");
         reply_ptr v = data_->command({"GET", keys_.counter});
         const long long value = v->type == REDIS_REPLY_NIL ? 0 : std::stoll(text(*v));
