@@ -96,6 +96,7 @@ TEST(Errors, ReplyErrorsAreTyped) {
   EXPECT_EQ(kind("NOAUTH Authentication required."), "auth");
   EXPECT_EQ(kind("WRONGPASS invalid username-password pair or user is disabled."), "auth");
   EXPECT_EQ(kind("NOPERM this user has no permissions to run the 'eval' command"), "auth");
+  EXPECT_EQ(kind("ERR The user executing the script can't run this command or subcommand script: 0a9a, on @user_script:2."), "auth");
   EXPECT_EQ(kind("MOVED 3999 127.0.0.1:6381"), "moved 3999 127.0.0.1:6381");
   EXPECT_EQ(kind("ASK 12 10.1.1.1:7000"), "ask 12 10.1.1.1:7000");
   EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");

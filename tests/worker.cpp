@@ -18,7 +18,16 @@
 //       signalled (never renewing its lease).
 //   redislock_test_worker fair-wait <port> <lock> <wait-lease-ms>
 //       queues for the lock in fair mode (blocks there until killed, or exits 0 once acquired).
+//   redislock_test_worker stale-write <port> <lock> <lease-ms> <data-prefix>
+//       acquires the lock, prints "acquired <fencing token>", stops itself (SIGSTOP: a pause
+//       past its lease, like a GC pause), and once continued writes <data-prefix>:counter with
+//       the storage-side fencing check of tests/torture/checker.hpp, then prints
+//       "write <1 applied | 0 rejected> held <still_held()> release <status>".
+#include "torture/checker.hpp"
+
 #include <redislock/redislock.hpp>
+
+#include <signal.h>
 
 #include <unistd.h>
 
@@ -98,6 +107,31 @@ static int fair_wait(const char* port, const std::string& lock, long wait_lease_
   return 0;
 }
 
+static int stale_write(const char* port, const std::string& lock, long lease_ms, const std::string& prefix) {
+  client c(options_for(port));
+  lock_options o;
+  o.lease = std::chrono::milliseconds(lease_ms);
+  mutex m(c, lock, o);
+  connection data(options_for(port).connection);
+  const std::string epoch_key = prefix + ":epoch";
+  const std::string epoch(detail::as_string(*redislock_torture::epoch_script().run(data, {epoch_key}, {"e"})));
+  m.lock();
+  std::printf("acquired %llu\n", static_cast<unsigned long long>(m.fencing_token()));
+  std::fflush(stdout);
+  ::raise(SIGSTOP);
+  reply_ptr v = data.command({"GET", prefix + ":counter"});
+  const long value = v->type == REDIS_REPLY_NIL ? 0 : std::stol(std::string(v->str, v->len));
+  const std::int64_t written = detail::as_integer(*redislock_torture::fenced_write_script().run(
+      data, {epoch_key, prefix + ":counter", prefix + ":fence", prefix + ":applied"},
+      {epoch, std::to_string(value + 1), std::to_string(m.fencing_token())}));
+  const bool held = m.still_held();
+  m.unlock();
+  std::printf("write %lld held %d release %s\n", static_cast<long long>(written), held ? 1 : 0,
+              to_string(m.last_release()));
+  std::fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
@@ -118,6 +152,7 @@ int main(int argc, char** argv) {
       });
     if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
     if (mode == "fair-wait" && argc == 5) return fair_wait(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "stale-write" && argc == 6) return stale_write(argv[2], argv[3], std::atol(argv[4]), argv[5]);
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;
   } catch (const std::exception& e) {

@@ -20,7 +20,8 @@ namespace redislock::detail::mutex_scripts {
 
 /// KEYS: lock, fence. ARGV: token, lease_ms.
 /// Reply: {1, fence} acquired (also when the lock already holds this very token: a retry of an
-///        attempt whose reply was lost is idempotent);
+///        attempt whose reply was lost is idempotent, and restarts the lease from now, so the
+///        caller's lease always runs from an attempt it sent after it started waiting);
 ///        {0, pttl} held by someone else; pttl is the holder's remaining lease in ms
 ///        (-1: the key has no expiry).
 inline const script& acquire() {
@@ -32,6 +33,7 @@ if holder == false then
   return {1, fence}
 end
 if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 return {0, redis.call('PTTL', KEYS[1])}

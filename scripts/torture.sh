@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The long safety run: >= 10^6 lock acquisitions by 8 processes x 4 threads, with every fault
+# in turn (kill -9 of holders, redis-server restarts, CLIENT KILL, SIGSTOP past the lease,
+# latency / cuts / refusals through a loopback proxy). Prints one summary line; exit 0 = PASS.
+# Usage: scripts/torture.sh [acquisitions] [extra redislock_torture options...]
+#   e.g. scripts/torture.sh 1000000 --kind mutex
+# (ctest runs the short scenarios: ctest --test-dir build/test -L torture)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+acquisitions=${1:-1000000}
+shift || true
+cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/test -j "$(nproc 2>/dev/null || echo 2)" --target redislock_torture
+exec build/test/tests/torture/redislock_torture --processes 8 --threads 4 --acquisitions "$acquisitions" \
+  --seconds 7200 --faults kill9,restart,client-kill,sigstop,proxy --fault-every-ms 2000 "$@"

@@ -1,0 +1,175 @@
+// Security: only the owner releases or extends, a minimal ACL user suffices (and each of its
+// permissions is needed), and passwords never appear in error messages.
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
+
+/// The permissions basic_mutex needs, as documented in the README ("Redis ACL"). Scripts run
+/// with their caller's permissions, so the commands they call are listed too. SUBSCRIBE and
+/// UNSUBSCRIBE are for waiters that listen on the release channel.
+const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",   "+set",    "+incr",
+                                                 "+del",     "+pexpire",     "+pttl",  "+publish"};
+const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
+
+void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
+  std::vector<std::string> args = {"ACL", "SETUSER", name, "reset", "on", ">" + name + "-pw", "resetkeys",
+                                   "~redislock:*", "resetchannels", "&redislock:*", "-@all"};
+  args.insert(args.end(), commands.begin(), commands.end());
+  std::vector<std::string_view> argv(args.begin(), args.end());
+  admin.command(argv);
+}
+
+client_options as_user(const redis_server& server, const std::string& name) {
+  client_options o;
+  o.connection = server.options();
+  o.connection.user = name;
+  o.connection.password = name + "-pw";
+  return o;
+}
+
+/// What an application does with a mutex, starting from an empty script cache.
+void mutex_cycle(client& c, connection& admin) {
+  admin.command({"SCRIPT", "FLUSH"});
+  mutex m(c, "acl");
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_GT(m.remaining_lease().count(), 0);
+  EXPECT_TRUE(m.extend(seconds(10)));
+  EXPECT_EQ(m.release(), release_status::released);
+  m.lock();
+  mutex other(c, "acl");
+  EXPECT_FALSE(other.try_lock_for(milliseconds(20)));
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+}
+
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+TEST(Security, ASecondObjectCannotReleaseOrExtendTheLock) {
+  redis_server server;
+  client c(client_options{server.options()});
+  mutex owner(c, "owned"), intruder(c, "owned");
+  owner.lock();
+  EXPECT_EQ(intruder.release(), release_status::not_held);
+  EXPECT_THROW(intruder.extend(), lock_error);
+  EXPECT_TRUE(owner.still_held());
+  EXPECT_EQ(owner.release(), release_status::released);
+}
+
+TEST(Security, ARawScriptCallWithAGuessedTokenChangesNothing) {
+  redis_server server;
+  client c(client_options{server.options()});
+  lock_options o;
+  o.lease = seconds(5);
+  mutex owner(c, "guarded", o);
+  owner.lock();
+  connection attacker = server.admin();
+  const std::string key = owner.key();
+  const std::string token = text(attacker.command({"GET", key}));
+  // A guess that differs from the real token (tokens are 128 random bits: guessing is hopeless).
+  std::string guess = detail::random_token();
+  if (guess == token) guess[0] = guess[0] == '0' ? '1' : '0';
+  namespace s = detail::mutex_scripts;
+  EXPECT_EQ(s::release().run(attacker, {key}, {guess, key + ":released"})->integer, 0);
+  EXPECT_EQ(s::extend().run(attacker, {key}, {guess, "600000"})->integer, 0);
+  EXPECT_EQ(s::remaining().run(attacker, {key}, {guess})->integer, -2);
+  reply_ptr acquire = s::acquire().run(attacker, {key, key + ":fence"}, {guess, "600000"});
+  EXPECT_EQ(detail::element(*acquire, 0).integer, 0);
+  EXPECT_EQ(text(attacker.command({"GET", key})), token);
+  EXPECT_LE(attacker.command({"PTTL", key})->integer, 5000);  // not extended to 600 s
+  EXPECT_EQ(owner.release(), release_status::released);
+}
+
+TEST(Security, TheMinimalAclSufficesAndEachPermissionIsNeeded) {
+  redis_server server;
+  connection admin = server.admin();
+  std::vector<std::string> all = mutex_commands;
+  all.insert(all.end(), waiter_commands.begin(), waiter_commands.end());
+  set_user(admin, "redislock", all);
+  {
+    client c(as_user(server, "redislock"));
+    mutex_cycle(c, admin);
+    // Outside the grant: other commands, keys outside the prefix.
+    EXPECT_THROW(c.command({"KEYS", "*"}), auth_error);
+    EXPECT_THROW(c.command({"GET", "not-redislock"}), auth_error);
+    lock_options elsewhere;
+    elsewhere.key_prefix = "other:";
+    mutex outside(c, "x", elsewhere);
+    EXPECT_THROW(outside.try_lock(), auth_error);
+    EXPECT_NO_THROW(outside.unlock());
+    // Waiters may subscribe to a lock's release channel, and nothing else.
+    connection sub(as_user(server, "redislock").connection);
+    reply_ptr r = sub.command({"SUBSCRIBE", "redislock:{acl}:released"});
+    EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
+    connection sub2(as_user(server, "redislock").connection);
+    EXPECT_THROW(sub2.command({"SUBSCRIBE", "elsewhere"}), auth_error);
+  }
+  for (std::size_t drop = 0; drop < mutex_commands.size(); ++drop) {
+    std::vector<std::string> fewer = mutex_commands;
+    fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(drop));
+    set_user(admin, "lesser", fewer);
+    client c(as_user(server, "lesser"));
+    admin.command({"DEL", "redislock:{acl}", "redislock:{acl}:fence"});
+    bool denied = false;
+    try {
+      mutex_cycle(c, admin);
+    } catch (const auth_error&) {
+      denied = true;
+    }
+    EXPECT_TRUE(denied) << "not needed: " << mutex_commands[drop];
+  }
+}
+
+TEST(Security, PasswordsNeverAppearInErrors) {
+  const std::string pw = "Very-Secret-Pw-42";
+  redis_server server({"--requirepass", "the-right-one"});
+  const std::string port = std::to_string(server.port());
+  // Wrong password, through the client and a lock.
+  {
+    client c("redis://:" + pw + "@127.0.0.1:" + port);
+    mutex m(c, "pw");
+    const std::string msg = message_of([&] { m.lock(); });
+    EXPECT_NE(msg, "(no exception)");
+    EXPECT_EQ(msg.find(pw), std::string::npos) << msg;
+    EXPECT_EQ(message_of([&] { c.command({"PING"}); }).find(pw), std::string::npos);
+  }
+  // Wrong user and password (ACL form).
+  EXPECT_EQ(message_of([&] { connection(parse_uri("redis://someone:" + pw + "@127.0.0.1:" + port)); }).find(pw),
+            std::string::npos);
+  // Nobody listening, and malformed URIs carrying a password.
+  const std::string closed = std::to_string(redislock_test::free_port());
+  EXPECT_EQ(message_of([&] { connection(parse_uri("redis://u:" + pw + "@127.0.0.1:" + closed)); }).find(pw),
+            std::string::npos);
+  for (const std::string& uri : {"redis://u:" + pw + "@h:99999", "redis://u:" + pw + "@", "redis://:" + pw + "@h/x",
+                                 "redis://u:" + pw + "@[::1", "redis://u:" + pw + "%zz@h", "rediss://:" + pw + "@h:1"}) {
+    const std::string msg = message_of([&] {
+      client c(uri);
+      c.command({"PING"});
+    });
+    EXPECT_NE(msg, "(no exception)") << uri;
+    EXPECT_EQ(msg.find(pw), std::string::npos) << msg;
+  }
+}

@@ -1,0 +1,124 @@
+#pragma once
+// The safety checker's storage side: Lua scripts run on the same Redis, beside the lock.
+//
+// Every holder works in one *epoch*: a random id stored at E that a restart without
+// persistence erases (and the next worker replaces). Each script first checks that E still holds
+// the holder's epoch; if not, the server restarted under it, the lock it held is gone, and the
+// step is skipped (reply -1): holders of different epochs are never compared.
+//
+// Keys (prefix "torture:" + run id, one hash tag, outside the library's "redislock:" prefix):
+//   E  epoch id        M  overlap marker: "<holder>|<valid_until_ns>" of the holder inside
+//   C  shared counter (GET, then SET+1: a non-atomic read-modify-write)
+//   F  highest fencing token written to C       A  number of writes applied to C
+//
+// A holder's lease is *certainly valid* until valid_until = (steady time before the acquire
+// attempt was sent) + lease - margin: the server set PX lease after receiving the attempt, and
+// every process here reads the same CLOCK_MONOTONIC. Only overlaps where both holders were
+// certainly valid are violations; everything else (a killed or stopped holder whose lease ran
+// out) is expected and counted as "stale".
+
+#include <redislock/redislock.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace redislock_torture {
+
+/// KEYS: E. ARGV: fresh epoch id. Reply: the current epoch (ARGV[1] when E was missing).
+inline const redislock::script& epoch_script() {
+  static const redislock::script s(R"lua(
+local e = redis.call('GET', KEYS[1])
+if not e then redis.call('SET', KEYS[1], ARGV[1]); e = ARGV[1] end
+return e
+)lua");
+  return s;
+}
+
+/// KEYS: E, M. ARGV: epoch, my marker. Replaces M with my marker.
+/// Reply: -1 epoch changed; "" M was empty; otherwise the previous marker (someone inside?).
+inline const redislock::script& enter_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local old = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[2], ARGV[2])
+return old or ''
+)lua");
+  return s;
+}
+
+/// KEYS: E, C, F, A. ARGV: epoch, new value of C, fencing token.
+/// Reply: 1 written (F = token, A += 1); 0 rejected: a higher token already wrote; -1 epoch changed.
+inline const redislock::script& fenced_write_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[3]) then return 0 end
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('INCR', KEYS[4])
+return 1
+)lua");
+  return s;
+}
+
+/// KEYS: E, M. ARGV: epoch, my marker. Compare-and-delete of M.
+/// Reply: -1 epoch changed; "" cleared (M was mine); otherwise M is someone else's (an intruder).
+inline const redislock::script& leave_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local m = redis.call('GET', KEYS[2])
+if m == ARGV[2] then redis.call('DEL', KEYS[2]); return '' end
+return m or ''
+)lua");
+  return s;
+}
+
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// valid_until of a marker "<holder>|<valid_until_ns>" (0 when malformed).
+inline std::int64_t marker_valid_until(const std::string& marker) {
+  auto bar = marker.rfind('|');
+  if (bar == std::string::npos) return 0;
+  try {
+    return std::stoll(marker.substr(bar + 1));
+  } catch (...) {
+    return 0;
+  }
+}
+
+/// The pid a marker names ("<pid>.<thread>.<n>|..."), 0 when malformed.
+inline long marker_pid(const std::string& marker) {
+  try {
+    return std::stol(marker.substr(0, marker.find('.')));
+  } catch (...) {
+    return 0;
+  }
+}
+
+/// Per worker process counters, in a file mapped by the coordinator and every worker (so a
+/// worker killed by SIGKILL keeps what it counted). Lock-free atomics work across processes.
+struct worker_stats {
+  std::atomic<std::uint64_t> acquisitions{0};
+  std::atomic<std::uint64_t> writes{0};           ///< fenced writes the server confirmed
+  std::atomic<std::uint64_t> writes_unknown{0};   ///< fenced writes whose reply was lost
+  std::atomic<std::uint64_t> stale_rejected{0};   ///< late writes of an expired holder, rejected by F
+  std::atomic<std::uint64_t> stale_overlaps{0};   ///< markers of holders whose lease had run out
+  std::atomic<std::uint64_t> epoch_skips{0};      ///< steps skipped because the server restarted
+  std::atomic<std::uint64_t> lease_expired{0};    ///< releases that found the lease gone
+  std::atomic<std::uint64_t> errors{0};           ///< typed errors from the library or data path
+  std::atomic<std::uint64_t> violations{0};       ///< two certainly-valid holders at once
+  std::atomic<std::uint64_t> finished{0};         ///< 1 once the worker exited cleanly
+};
+
+struct shared_state {
+  static constexpr std::size_t max_workers = 4096;
+  std::atomic<std::uint64_t> stop{0};
+  worker_stats workers[max_workers];
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "cross-process counters need lock-free atomics");
+
+}  // namespace redislock_torture

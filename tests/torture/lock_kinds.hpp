@@ -1,0 +1,84 @@
+#pragma once
+// The lock kinds the torture checker can drive, chosen by `--kind NAME`. A kind is a factory
+// returning a torture_lock: one would-be holder (one object per thread). To add a kind (e.g. a
+// reentrant or shared mutex), wrap it in a torture_lock and add a line to make_lock().
+
+#include <redislock/redislock.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace redislock_torture {
+
+class torture_lock {
+ public:
+  virtual ~torture_lock() = default;
+  /// One acquire attempt (no waiting). Throws redislock::error when Redis cannot be asked.
+  virtual bool try_lock() = 0;
+  /// Releases; never throws (the outcome is the return value).
+  virtual redislock::release_status unlock() noexcept = 0;
+  /// The fencing token of the current hold.
+  virtual std::uint64_t fencing_token() const = 0;
+};
+
+template <class Lock>
+class exclusive_adapter final : public torture_lock {
+ public:
+  template <class... Args>
+  explicit exclusive_adapter(Args&&... args) : lock_(std::forward<Args>(args)...) {}
+  bool try_lock() override { return lock_.try_lock(); }
+  redislock::release_status unlock() noexcept override {
+    lock_.unlock();
+    return lock_.last_release();
+  }
+  std::uint64_t fencing_token() const override { return lock_.fencing_token(); }
+
+ private:
+  Lock lock_;
+};
+
+/// A deliberately broken lock for the checker's self-test: it takes the key even while someone
+/// else holds it (SET without NX), as an acquire script that ignored the holder would. The
+/// checker must report violations with it, or it could not catch that bug.
+class stealing_lock final : public torture_lock {
+ public:
+  stealing_lock(redislock::client& c, const std::string& name, const redislock::lock_options& o)
+      : client_(c), key_(redislock::detail::base_key(name, o)), lease_(std::to_string(o.lease.count())) {}
+  bool try_lock() override {
+    token_ = redislock::detail::random_token();
+    client_.run(key_, [&](redislock::connection& c) {
+      fence_ = static_cast<std::uint64_t>(redislock::detail::as_integer(*c.command({"INCR", key_ + ":fence"})));
+      c.command({"SET", key_, token_, "PX", lease_});
+    });
+    return true;
+  }
+  redislock::release_status unlock() noexcept override {
+    try {
+      client_.command({"DEL", key_});
+      return redislock::release_status::released;
+    } catch (...) {
+      return redislock::release_status::failed;
+    }
+  }
+  std::uint64_t fencing_token() const override { return fence_; }
+
+ private:
+  redislock::client& client_;
+  std::string key_, lease_, token_;
+  std::uint64_t fence_ = 0;
+};
+
+inline std::vector<std::string> lock_kinds() { return {"mutex", "broken-stealing"}; }
+
+inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, redislock::client& c, const std::string& name,
+                                               const redislock::lock_options& o) {
+  if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::mutex>>(c, name, o);
+  if (kind == "broken-stealing") return std::make_unique<stealing_lock>(c, name, o);
+  throw std::invalid_argument("unknown lock kind '" + kind + "'");
+}
+
+}  // namespace redislock_torture

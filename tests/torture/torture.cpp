@@ -1,0 +1,558 @@
+// redislock_torture — a safety checker for redislock's locks under faults.
+//
+//   redislock_torture [--kind mutex] [--processes 8] [--threads 4] [--seconds 20]
+//                     [--acquisitions N] [--lease-ms 1000] [--fault-every-ms 1500]
+//                     [--faults none|kill9,restart,client-kill,sigstop,proxy]
+//                     [--min-faults N]
+//
+// Starts its own redis-server (no persistence, free loopback port), then --processes worker
+// processes (this program with --worker) of --threads threads each; every thread owns one lock
+// object of kind --kind and loops: take the lock, enter (overlap marker), GET counter, fenced SET
+// counter+1, leave (compare-and-delete marker), unlock. See checker.hpp for what counts as a
+// violation. Meanwhile the coordinator injects the listed faults in turn, and checks after each
+// that the workers make progress again. It ends after --seconds or --acquisitions (whichever
+// first), stops the workers and prints one summary line:
+//
+//   torture: kind=mutex ... acquisitions=N writes=N faults=N (...) violations=0 lost_updates=0 PASS
+//
+// Exit status 0 only when there was no violation, no lost update, no stall, no unexpected
+// worker exit, at least one acquisition and at least --min-faults faults.
+#include "checker.hpp"
+#include "lock_kinds.hpp"
+#include "process.hpp"
+#include "redis_server.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using namespace redislock_torture;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct config {
+  std::string kind = "mutex";
+  int processes = 8, threads = 4;
+  double seconds = 20;
+  unsigned long long acquisitions = 0;
+  long lease_ms = 1000;
+  long fault_every_ms = 1500;
+  std::vector<std::string> faults;
+  unsigned long long min_faults = 0;
+  // worker mode
+  int slot = -1;
+  std::string shm, run_id;
+  int lock_port = 0, data_port = 0;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "redislock_torture: %s\nsee the comment at the top of tests/torture/torture.cpp\n", why.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    auto comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty() && item != "none") out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+config parse(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--kind") c.kind = value();
+    else if (a == "--processes") c.processes = std::stoi(value());
+    else if (a == "--threads") c.threads = std::stoi(value());
+    else if (a == "--seconds") c.seconds = std::stod(value());
+    else if (a == "--acquisitions") c.acquisitions = std::stoull(value());
+    else if (a == "--lease-ms") c.lease_ms = std::stol(value());
+    else if (a == "--fault-every-ms") c.fault_every_ms = std::stol(value());
+    else if (a == "--faults") c.faults = split(value());
+    else if (a == "--min-faults") c.min_faults = std::stoull(value());
+    else if (a == "--worker") c.slot = std::stoi(value());
+    else if (a == "--shm") c.shm = value();
+    else if (a == "--run-id") c.run_id = value();
+    else if (a == "--lock-port") c.lock_port = std::stoi(value());
+    else if (a == "--data-port") c.data_port = std::stoi(value());
+    else usage("unknown argument " + a);
+  }
+  static const std::set<std::string> known = {"kill9", "restart", "client-kill", "sigstop", "proxy"};
+  for (const auto& f : c.faults)
+    if (!known.count(f)) usage("unknown fault " + f);
+  if (c.processes < 1 || c.threads < 1 || c.lease_ms < 50) usage("bad --processes/--threads/--lease-ms");
+  return c;
+}
+
+shared_state* map_state(const std::string& path, bool create) {
+  int fd = ::open(path.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+  if (fd < 0 || (create && ::ftruncate(fd, sizeof(shared_state)) != 0)) throw std::runtime_error("cannot open " + path);
+  void* p = ::mmap(nullptr, sizeof(shared_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw std::runtime_error("cannot map " + path);
+  return create ? new (p) shared_state() : static_cast<shared_state*>(p);
+}
+
+std::string text(const redisReply& r) { return std::string(r.str, r.len); }
+
+// Details of the first few violations of a process go to stderr; the summary has the count.
+bool report_violation() {
+  static std::atomic<int> printed{0};
+  return printed.fetch_add(1) < 10;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker: one thread = one lock object = one would-be holder.
+
+struct keys {
+  std::string epoch, marker, counter, fence, applied;
+  explicit keys(const std::string& run) {
+    const std::string base = "torture:{" + run + "}:";
+    epoch = base + "epoch";
+    marker = base + "marker";
+    counter = base + "counter";
+    fence = base + "fence";
+    applied = base + "applied";
+  }
+};
+
+class holder_thread {
+ public:
+  holder_thread(const config& cfg, client& locks, worker_stats& stats, int index)
+      : cfg_(cfg), stats_(stats), keys_(cfg.run_id), index_(index),
+        lease_ns_(cfg.lease_ms * 1000000LL), margin_ns_(lease_ns_ / 20 + 2000000LL) {
+    lock_options o;
+    o.lease = milliseconds(cfg.lease_ms);
+    lock_ = make_lock(cfg.kind, locks, "torture-" + cfg.run_id, o);
+    data_options_.port = cfg.data_port;
+    data_options_.connect_timeout = milliseconds(1000);
+    data_options_.command_timeout = milliseconds(2000);
+  }
+
+  void run(const std::atomic<std::uint64_t>& stop) {
+    std::minstd_rand rng(static_cast<unsigned>(::getpid() * 131 + index_));
+    std::uniform_int_distribution<int> jitter_us(100, 2000);
+    while (stop.load() == 0) {
+      try {
+        if (!data_) data_ = std::make_unique<connection>(data_options_);
+        const std::string epoch(detail::as_string(*epoch_script().run(*data_, {keys_.epoch}, {detail::random_token()})));
+        const std::int64_t sent_at = now_ns();  // before the attempt is sent: the lease starts later
+        if (!lock_->try_lock()) {
+          std::this_thread::sleep_for(std::chrono::microseconds(jitter_us(rng)));
+          continue;
+        }
+        stats_.acquisitions.fetch_add(1);
+        critical_section(epoch, sent_at + lease_ns_ - margin_ns_);
+      } catch (const redislock::error&) {
+        stats_.errors.fetch_add(1);
+        std::this_thread::sleep_for(milliseconds(5));  // Redis is down or cut: do not spin
+      }
+    }
+  }
+
+ private:
+  // Both holders were certainly valid at `now` when now < both valid_until: a violation.
+  void compare(const std::string& other, std::int64_t my_valid_until, const char* where) {
+    const std::int64_t now = now_ns();
+    const std::int64_t other_valid_until = marker_valid_until(other);
+    if (now < my_valid_until && now < other_valid_until) {
+      stats_.violations.fetch_add(1);
+      if (report_violation())
+        std::fprintf(stderr, "torture: VIOLATION (%s) pid %d thread %d met %s, %lld ns before its lease end\n", where,
+                   ::getpid(), index_, other.c_str(), static_cast<long long>(other_valid_until - now));
+    } else {
+      stats_.stale_overlaps.fetch_add(1);
+    }
+  }
+
+  void critical_section(const std::string& epoch, std::int64_t valid_until) {
+    const std::string me = std::to_string(::getpid()) + "." + std::to_string(index_) + "." +
+                           std::to_string(++seq_) + "|" + std::to_string(valid_until);
+    const std::uint64_t fence = lock_->fencing_token();
+    // True from before the enter call: if its reply is lost, the marker may be set all the same.
+    bool inside = true;
+    try {
+      reply_ptr r = enter_script().run(*data_, {keys_.epoch, keys_.marker}, {epoch, me});
+      if (r->type == REDIS_REPLY_INTEGER) {
+        stats_.epoch_skips.fetch_add(1);
+        inside = false;
+      } else {
+        if (r->len != 0) compare(text(*r), valid_until, "enter");
+        reply_ptr v = data_->command({"GET", keys_.counter});
+        const long long value = v->type == REDIS_REPLY_NIL ? 0 : std::stoll(text(*v));
+        const std::string next = std::to_string(value + 1), token = std::to_string(fence);
+        std::int64_t written = 0;
+        try {
+          written = detail::as_integer(
+              *fenced_write_script().run(*data_, {keys_.epoch, keys_.counter, keys_.fence, keys_.applied}, {epoch, next, token}));
+        } catch (const connection_error&) {
+          stats_.writes_unknown.fetch_add(1);  // applied or not: the reply was lost
+          throw;
+        }
+        if (written == 1) stats_.writes.fetch_add(1);
+        if (written == -1) stats_.epoch_skips.fetch_add(1);
+        if (written == 0) {
+          if (now_ns() < valid_until) {
+            stats_.violations.fetch_add(1);
+            if (report_violation())
+              std::fprintf(stderr, "torture: VIOLATION (fence) token %llu rejected while its lease was valid\n",
+                         static_cast<unsigned long long>(fence));
+          } else {
+            stats_.stale_rejected.fetch_add(1);
+          }
+        }
+        leave(epoch, me, valid_until);
+        inside = false;
+      }
+    } catch (const redislock::error&) {
+      stats_.errors.fetch_add(1);
+    }
+    // Never unlock with our marker left behind while our lease is valid: the next holder would
+    // take it for an overlap. Retry the leave until it works or our lease is over anyway.
+    while (inside && now_ns() < valid_until) {
+      try {
+        leave(epoch, me, valid_until);
+        inside = false;
+      } catch (const redislock::error&) {
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+    }
+    release(epoch, valid_until);
+  }
+
+  // Afterwards the marker is not ours: cleared, taken over by an intruder, or gone with its epoch.
+  void leave(const std::string& epoch, const std::string& me, std::int64_t valid_until) {
+    reply_ptr r = leave_script().run(*data_, {keys_.epoch, keys_.marker}, {epoch, me});
+    if (r->type == REDIS_REPLY_INTEGER) stats_.epoch_skips.fetch_add(1);
+    else if (r->len != 0) compare(text(*r), valid_until, "leave");
+  }
+
+  void release(const std::string& epoch, std::int64_t valid_until) {
+    const release_status s = lock_->unlock();
+    if (s == release_status::failed) stats_.errors.fetch_add(1);
+    if (s != release_status::lease_expired) return;
+    stats_.lease_expired.fetch_add(1);
+    if (now_ns() >= valid_until) return;
+    // The server says our lease is gone although it cannot have run out: a violation, unless
+    // the server restarted (a new epoch) and forgot it.
+    try {
+      reply_ptr e = data_->command({"GET", keys_.epoch});
+      if (e->type == REDIS_REPLY_STRING && text(*e) == epoch) {
+        stats_.violations.fetch_add(1);
+        if (report_violation()) std::fprintf(stderr, "torture: VIOLATION (release) lease lost before it could run out\n");
+      }
+    } catch (const redislock::error&) {
+      stats_.errors.fetch_add(1);
+    }
+  }
+
+  const config& cfg_;
+  worker_stats& stats_;
+  keys keys_;
+  int index_;
+  std::int64_t lease_ns_, margin_ns_;
+  std::unique_ptr<torture_lock> lock_;
+  connection_options data_options_;
+  std::unique_ptr<connection> data_;
+  unsigned long seq_ = 0;
+};
+
+int run_worker(const config& cfg) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the coordinator
+  if (::getppid() == 1) return 1;
+  shared_state* state = map_state(cfg.shm, false);
+  worker_stats& stats = state->workers[cfg.slot];
+  client_options o;
+  o.connection.port = cfg.lock_port;
+  o.connection.connect_timeout = milliseconds(1000);
+  o.connection.command_timeout = milliseconds(1000);
+  o.pool_size = static_cast<std::size_t>(cfg.threads);
+  o.pool_wait_timeout = milliseconds(5000);
+  client locks(o);
+  std::vector<std::unique_ptr<holder_thread>> holders;
+  for (int i = 0; i < cfg.threads; ++i) holders.push_back(std::make_unique<holder_thread>(cfg, locks, stats, i));
+  std::vector<std::thread> threads;
+  for (auto& h : holders) threads.emplace_back([&, hp = h.get()] { hp->run(state->stop); });
+  for (auto& t : threads) t.join();
+  stats.finished.store(1);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator.
+
+class coordinator {
+ public:
+  explicit coordinator(config cfg) : cfg_(std::move(cfg)), rng_(std::random_device{}()) {
+    cfg_.run_id = detail::random_token().substr(0, 12);
+    char path[] = "/tmp/redislock-torture-XXXXXX";
+    int fd = ::mkstemp(path);
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    ::close(fd);
+    ::unlink(path);
+    cfg_.shm = path;
+    state_ = map_state(cfg_.shm, true);
+    server_ = std::make_unique<redislock_test::redis_server>();
+    if (has("proxy")) proxy_ = std::make_unique<redislock_test::tcp_proxy>(server_->port());
+    cfg_.data_port = server_->port();
+    cfg_.lock_port = proxy_ ? proxy_->port() : server_->port();
+    admin_options_ = server_->options();
+  }
+  ~coordinator() {
+    ::munmap(state_, sizeof(shared_state));
+    ::unlink(cfg_.shm.c_str());
+  }
+
+  int run() {
+    const auto start = steady::now();
+    const auto end = start + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(cfg_.seconds));
+    for (int i = 0; i < cfg_.processes; ++i) spawn();
+    std::size_t next_fault = 0;
+    auto next_fault_at = start + milliseconds(cfg_.fault_every_ms);
+    while (steady::now() < end && !target_reached()) {
+      reap_unexpected_exits();
+      if (!cfg_.faults.empty() && steady::now() >= next_fault_at) {
+        inject(cfg_.faults[next_fault++ % cfg_.faults.size()]);
+        await_progress();
+        next_fault_at = steady::now() + milliseconds(cfg_.fault_every_ms);
+      }
+      std::this_thread::sleep_for(milliseconds(20));  // pacing of the coordinator only
+    }
+    if (proxy_) proxy_->set_delay(milliseconds(0));
+    state_->stop.store(1);
+    for (auto& w : workers_) {
+      if (!w.alive) continue;
+      const int status = w.process.wait_for(std::chrono::seconds(60));
+      if (status != 0) {
+        ++unexpected_exits_;
+        std::fprintf(stderr, "torture: worker %d ended with status %d at shutdown\n", w.slot, status);
+      }
+      w.alive = false;
+    }
+    return report(std::chrono::duration<double>(steady::now() - start).count());
+  }
+
+ private:
+  struct worker {
+    int slot;
+    redislock_test::child_process process;
+    bool alive = true;
+  };
+
+  bool has(const std::string& f) const {
+    for (const auto& x : cfg_.faults)
+      if (x == f) return true;
+    return false;
+  }
+
+  std::uint64_t total(std::atomic<std::uint64_t> worker_stats::*field) const {
+    std::uint64_t sum = 0;
+    for (int i = 0; i < next_slot_; ++i) sum += (state_->workers[i].*field).load();
+    return sum;
+  }
+  bool target_reached() const { return cfg_.acquisitions != 0 && total(&worker_stats::acquisitions) >= cfg_.acquisitions; }
+
+  void spawn() {
+    if (next_slot_ >= static_cast<int>(shared_state::max_workers)) throw std::runtime_error("too many workers");
+    const int slot = next_slot_++;
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw std::runtime_error("readlink /proc/self/exe failed");
+    self[n] = 0;
+    std::vector<std::string> argv = {self, "--worker", std::to_string(slot), "--shm", cfg_.shm, "--run-id", cfg_.run_id,
+                                     "--lock-port", std::to_string(cfg_.lock_port), "--data-port",
+                                     std::to_string(cfg_.data_port), "--kind", cfg_.kind, "--threads",
+                                     std::to_string(cfg_.threads), "--lease-ms", std::to_string(cfg_.lease_ms)};
+    workers_.push_back(worker{slot, redislock_test::child_process(argv)});
+  }
+
+  void reap_unexpected_exits() {
+    for (auto& w : workers_) {
+      if (!w.alive) continue;
+      const int status = w.process.wait_for(milliseconds(0));
+      if (status < 0) continue;
+      w.alive = false;
+      ++unexpected_exits_;
+      std::fprintf(stderr, "torture: worker %d exited early with status %d\n", w.slot, status);
+    }
+  }
+
+  // The worker named by the overlap marker, i.e. one inside its critical section right now.
+  // The section is short, so look a bounded number of times (no sleeping: the marker is hot).
+  worker* current_holder() {
+    try {
+      if (!admin_) admin_ = std::make_unique<connection>(admin_options_);
+      const std::string marker = keys(cfg_.run_id).marker;
+      for (int i = 0; i < 2000; ++i) {
+        reply_ptr r = admin_->command({"GET", marker});
+        if (r->type != REDIS_REPLY_STRING) continue;
+        const long pid = marker_pid(text(*r));
+        for (auto& w : workers_)
+          if (w.alive && w.process.pid() == pid) return &w;
+      }
+    } catch (const redislock::error&) {
+    }
+    return nullptr;
+  }
+
+  worker& random_worker() {
+    std::vector<worker*> alive;
+    for (auto& w : workers_)
+      if (w.alive) alive.push_back(&w);
+    if (alive.empty()) throw std::runtime_error("no worker left");
+    return *alive[std::uniform_int_distribution<std::size_t>(0, alive.size() - 1)(rng_)];
+  }
+
+  void inject(const std::string& fault) {
+    const milliseconds lease(cfg_.lease_ms);
+    if (fault == "kill9") {
+      worker* w = current_holder();
+      if (!w) w = &random_worker();
+      w->process.signal(SIGKILL);
+      w->process.wait_for(std::chrono::seconds(10));
+      w->alive = false;
+      spawn();  // keep --processes workers running
+    } else if (fault == "restart") {
+      server_->restart();
+    } else if (fault == "client-kill") {
+      connection admin(admin_options_);
+      admin.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+    } else if (fault == "sigstop") {
+      worker* w = current_holder();
+      if (!w) w = &random_worker();
+      w->process.signal(SIGSTOP);
+      std::this_thread::sleep_for(lease + lease / 2);  // past its lease
+      w->process.signal(SIGCONT);
+    } else if (fault == "proxy") {
+      // In turn: latency for a while, all connections cut, new connections refused for a while.
+      const std::uint64_t step = counts_[fault] % 3;
+      if (step == 0) {
+        proxy_->set_delay(milliseconds(std::uniform_int_distribution<int>(2, 30)(rng_)));
+        std::this_thread::sleep_for(milliseconds(cfg_.fault_every_ms / 2));
+        proxy_->set_delay(milliseconds(0));
+      } else if (step == 1) {
+        proxy_->cut_all();
+      } else {
+        proxy_->set_refusing(true);
+        std::this_thread::sleep_for(milliseconds(200));
+        proxy_->set_refusing(false);
+      }
+    }
+    ++counts_[fault];
+    ++faults_;
+  }
+
+  // After a fault, the survivors must acquire again within a few leases.
+  void await_progress() {
+    const std::uint64_t before = total(&worker_stats::acquisitions);
+    const auto deadline = steady::now() + milliseconds(cfg_.lease_ms * 3) + std::chrono::seconds(20);
+    while (steady::now() < deadline) {
+      if (total(&worker_stats::acquisitions) > before) return;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    ++stalls_;
+    std::fprintf(stderr, "torture: no progress after a fault\n");
+  }
+
+  int report(double seconds) {
+    long long counter = 0, applied = 0;
+    bool read_ok = true;
+    try {
+      connection admin(admin_options_);
+      keys k(cfg_.run_id);
+      auto number = [&](const std::string& key) {
+        reply_ptr r = admin.command({"GET", key});
+        return r->type == REDIS_REPLY_NIL ? 0LL : std::stoll(text(*r));
+      };
+      counter = number(k.counter);
+      applied = number(k.applied);
+    } catch (const std::exception& e) {
+      read_ok = false;
+      std::fprintf(stderr, "torture: cannot read the final state: %s\n", e.what());
+    }
+    const std::uint64_t acquisitions = total(&worker_stats::acquisitions), writes = total(&worker_stats::writes),
+                        unknown = total(&worker_stats::writes_unknown), violations = total(&worker_stats::violations);
+    // Lost updates: the counter must equal the writes the server applied in the final epoch; and
+    // without a restart, every confirmed write is among them (killed workers may have had one
+    // write in flight per thread; a lost reply may or may not have applied).
+    long long lost = counter != applied ? std::llabs(applied - counter) : 0;
+    auto count = [&](const char* f) { return counts_.count(f) ? static_cast<long long>(counts_.at(f)) : 0LL; };
+    const bool restarted = count("restart") > 0;
+    const long long in_flight = count("kill9") * cfg_.threads + static_cast<long long>(unknown);
+    if (!restarted && read_ok) {
+      if (applied < static_cast<long long>(writes)) lost += static_cast<long long>(writes) - applied;
+      if (applied > static_cast<long long>(writes) + in_flight) lost += applied - static_cast<long long>(writes) - in_flight;
+    }
+    std::string fault_list;
+    for (const auto& [name, n] : counts_) fault_list += (fault_list.empty() ? "" : " ") + name + "=" + std::to_string(n);
+    const bool pass = read_ok && violations == 0 && lost == 0 && stalls_ == 0 && unexpected_exits_ == 0 &&
+                      acquisitions > 0 && faults_ >= cfg_.min_faults;
+    std::printf(
+        "torture: kind=%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
+        "faults=%llu (%s) stale_rejected=%llu stale_overlaps=%llu lease_expired=%llu epoch_skips=%llu errors=%llu "
+        "stalls=%llu unexpected_exits=%llu counter=%lld applied=%lld violations=%llu lost_updates=%lld %s\n",
+        cfg_.kind.c_str(), cfg_.processes, cfg_.threads, cfg_.lease_ms, seconds, (unsigned long long)acquisitions,
+        (unsigned long long)writes, (unsigned long long)faults_, fault_list.empty() ? "none" : fault_list.c_str(),
+        (unsigned long long)total(&worker_stats::stale_rejected), (unsigned long long)total(&worker_stats::stale_overlaps),
+        (unsigned long long)total(&worker_stats::lease_expired), (unsigned long long)total(&worker_stats::epoch_skips),
+        (unsigned long long)total(&worker_stats::errors), (unsigned long long)stalls_,
+        (unsigned long long)unexpected_exits_, counter, applied, (unsigned long long)violations, lost,
+        pass ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    return pass ? 0 : 1;
+  }
+
+  config cfg_;
+  std::mt19937 rng_;
+  shared_state* state_ = nullptr;
+  std::unique_ptr<redislock_test::redis_server> server_;
+  std::unique_ptr<redislock_test::tcp_proxy> proxy_;
+  connection_options admin_options_;
+  std::unique_ptr<connection> admin_;
+  std::vector<worker> workers_;
+  int next_slot_ = 0;
+  std::map<std::string, std::uint64_t> counts_;
+  std::uint64_t faults_ = 0, stalls_ = 0, unexpected_exits_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    config cfg = parse(argc, argv);
+    if (cfg.slot >= 0) return run_worker(cfg);
+    coordinator c(std::move(cfg));
+    return c.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redislock_torture: %s\n", e.what());
+    return 1;
+  }
+}
