@@ -24,6 +24,10 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",   "+set",    "+incr",
                                                  "+del",     "+pexpire",     "+pttl",  "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
+/// What the reentrant and shared mutexes and fair mode add (README, "Redis ACL").
+const std::vector<std::string> lock_kind_commands = {"+exists", "+hdel",  "+hexists", "+hget", "+hgetall",
+                                                     "+hincrby", "+hlen", "+hset",    "+time", "+zadd",
+                                                     "+zcard",  "+zrange", "+zrem",   "+zscore"};
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
   std::vector<std::string> args = {"ACL", "SETUSER", name, "reset", "on", ">" + name + "-pw", "resetkeys",
@@ -141,6 +145,43 @@ TEST(Security, TheMinimalAclSufficesAndEachPermissionIsNeeded) {
     }
     EXPECT_TRUE(denied) << "not needed: " << mutex_commands[drop];
   }
+}
+
+TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
+  redis_server server;
+  connection admin = server.admin();
+  std::vector<std::string> all = mutex_commands;
+  all.insert(all.end(), waiter_commands.begin(), waiter_commands.end());
+  all.insert(all.end(), lock_kind_commands.begin(), lock_kind_commands.end());
+  set_user(admin, "kinds", all);
+  client c(as_user(server, "kinds"));
+
+  reentrant_mutex r(c, "acl-reentrant");
+  r.lock();
+  r.lock();
+  EXPECT_TRUE(r.extend(seconds(5)));
+  r.unlock();
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+
+  shared_mutex s(c, "acl-shared");
+  s.lock_shared();
+  EXPECT_TRUE(s.extend_shared(seconds(5)));
+  s.unlock_shared();
+  s.lock();
+  s.unlock();
+  EXPECT_EQ(s.last_release(), release_status::released);
+
+  lock_options fair;
+  fair.fair = true;
+  mutex first(c, "acl-fair", fair), second(c, "acl-fair", fair);
+  first.lock();
+  EXPECT_FALSE(second.try_lock_for(milliseconds(50)));  // queues, waits on its channel, leaves
+  first.unlock();
+  EXPECT_EQ(first.last_release(), release_status::released);
+  EXPECT_TRUE(second.try_lock());
+  second.unlock();
+  EXPECT_EQ(c.wait_stats().subscribe_failures, 0u);
 }
 
 TEST(Security, PasswordsNeverAppearInErrors) {
