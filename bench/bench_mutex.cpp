@@ -1,4 +1,4 @@
-// Benchmarks of redislock::mutex against a raw-hiredis baseline doing the same round trips
+// Benchmarks of redislock::mutex (and, uncontended, of reentrant_mutex and shared_mutex) against a raw-hiredis baseline doing the same round trips
 // (SET NX PX to acquire, EVALSHA compare-and-delete to release), measured in the same process
 // and run. Starts its own redis-server (tests/support/redis_server.hpp).
 //
@@ -7,7 +7,10 @@
 //   bench_mutex --contender ...              internal: one contending process (see below)
 //
 // Counters (all in the JSON output):
-//   *_us               medians in microseconds; speed_vs_raw = raw time / redislock time
+//   *_us               medians in microseconds (lib_p99_us: 99th percentile);
+//                      speed_vs_raw = raw time / redislock time
+//   cmds_per_op        uncontended cases: server commands per lock+unlock cycle
+//                      (raw_cmds_per_op: the baseline's, 2)
 //   gap_*_us           hand-off gap: from the holder calling unlock() to the next holder's
 //                      lock() returning (includes the release's own round trip);
 //                      gap_vs_rtt = gap p50 / PING round trip p50
@@ -116,30 +119,78 @@ void spin_for(nanoseconds d) {
 // ---------------------------------------------------------------------------------------
 // Uncontended and failing attempts, interleaved with the baseline in every iteration.
 
-void BM_uncontended_cycle(benchmark::State& state) {
-  client c(options());
-  mutex m(c, "uncontended");
+// One uncontended cycle of a lock kind (lib_cycle) against the raw baseline's SET NX PX +
+// EVALSHA compare-and-delete, interleaved in every iteration so that both see the same load.
+// Then a counting pass of each alone: server commands per cycle (INFO commandstats).
+template <class Cycle>
+void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   raw_lock raw(g_server->port());
   const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
-  m.lock(), m.unlock(), raw.lock(raw_key, token), raw.unlock(raw_key, token);  // warm up
+  auto raw_cycle = [&] { raw.lock(raw_key, token), raw.unlock(raw_key, token); };
+  lib_cycle(), raw_cycle();  // warm up: loads the scripts
   std::vector<double> lib, base;
   for (auto _ : state) {
     auto t0 = clk::now();
-    m.lock();
-    m.unlock();
+    lib_cycle();
     auto t1 = clk::now();
-    raw.lock(raw_key, token);
-    raw.unlock(raw_key, token);
+    raw_cycle();
     auto t2 = clk::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
     lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
   }
   state.counters["lib_us"] = percentile(lib, 0.5);
+  state.counters["lib_p99_us"] = percentile(lib, 0.99);
   state.counters["raw_us"] = percentile(base, 0.5);
   state.counters["speed_vs_raw"] = percentile(base, 0.5) / percentile(lib, 0.5);
+  connection admin = g_server->admin();
+  constexpr int counted = 200;
+  auto commands_per_cycle = [&](auto&& cycle, const char* also) {
+    admin.command({"CONFIG", "RESETSTAT"});
+    for (int i = 0; i < counted; ++i) cycle();
+    return static_cast<double>(commands_executed(admin) + redislock_test::command_calls(admin, also)) / counted;
+  };
+  // The baseline's SET is a round trip; the lock kinds send EVALSHA only (a SET inside a script
+  // is no round trip, so "set" is not counted for them).
+  state.counters["cmds_per_op"] = commands_per_cycle(lib_cycle, "none");
+  state.counters["raw_cmds_per_op"] = commands_per_cycle(raw_cycle, "set");
+}
+
+void BM_uncontended_cycle(benchmark::State& state) {
+  client c(options());
+  mutex m(c, "uncontended");
+  uncontended(state, [&] { m.lock(), m.unlock(); });
 }
 BENCHMARK(BM_uncontended_cycle)->UseManualTime();
+
+void BM_uncontended_reentrant(benchmark::State& state) {
+  client c(options());
+  reentrant_mutex m(c, "uncontended-reentrant");
+  uncontended(state, [&] { m.lock(), m.unlock(); });
+}
+BENCHMARK(BM_uncontended_reentrant)->UseManualTime();
+
+// Nested to depth 2: every lock() and unlock() is a round trip (the count lives on the server).
+void BM_uncontended_reentrant_nested(benchmark::State& state) {
+  client c(options());
+  reentrant_mutex m(c, "uncontended-nested");
+  uncontended(state, [&] { m.lock(), m.lock(), m.unlock(), m.unlock(); });
+}
+BENCHMARK(BM_uncontended_reentrant_nested)->UseManualTime();
+
+void BM_uncontended_shared_read(benchmark::State& state) {
+  client c(options());
+  shared_mutex m(c, "uncontended-shared");
+  uncontended(state, [&] { m.lock_shared(), m.unlock_shared(); });
+}
+BENCHMARK(BM_uncontended_shared_read)->UseManualTime();
+
+void BM_uncontended_shared_write(benchmark::State& state) {
+  client c(options());
+  shared_mutex m(c, "uncontended-shared");
+  uncontended(state, [&] { m.lock(), m.unlock(); });
+}
+BENCHMARK(BM_uncontended_shared_write)->UseManualTime();
 
 void BM_failed_try_lock(benchmark::State& state) {
   client c(options());

@@ -217,7 +217,8 @@ TEST_F(SharedTest, WriterWaitIsBoundedUnderAReaderFlood) {
 
 TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyBriefly) {
   lock_options slow_retry;
-  slow_retry.retry_max = milliseconds(500);  // the marker lasts 3 x retry_max + 100 ms = 1.6 s
+  slow_retry.retry_max = milliseconds(500);
+  slow_retry.wait_lease = milliseconds(1000);  // the marker lasts max(wait_lease, 3 x retry_max + 100 ms) = 1.6 s
   shared_mutex r(*pool, "marker"), w(*pool, "marker", slow_retry), late(*pool, "marker");
   r.lock_shared();
   EXPECT_FALSE(w.try_lock());  // a single attempt does not wait, so it leaves no marker

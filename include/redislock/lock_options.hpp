@@ -34,6 +34,8 @@ struct lock_options {
   bool fair = false;
   /// Fair mode: how long a waiter keeps its place in the queue without refreshing it (waiters
   /// refresh every wait_lease / 3). Bounds how long a crashed waiter can block the queue.
+  /// shared_mutex: how long a waiting writer holds new readers back without refreshing its
+  /// marker (the same way; see shared_mutex.hpp).
   std::chrono::milliseconds wait_lease{2000};
 };
 

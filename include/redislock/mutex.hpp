@@ -21,6 +21,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/fair_scripts.hpp>
+#include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
@@ -50,9 +51,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   basic_mutex(Client& client, std::string name, lock_options options = {})
       : client_(client), name_(std::move(name)), options_(std::move(options)) {
     detail::validate(name_, options_);
-    if constexpr (!detail::has_watchdog<Client>::value) {
-      if (options_.auto_renew) throw invalid_argument("auto_renew needs a Client with watchdog() (see client.hpp)");
-    }
+    detail::require_watchdog_if_renewing<Client>(options_);
     key_ = detail::base_key(name_, options_);
     fence_key_ = key_ + ":fence";
     channel_ = key_ + ":released";
@@ -76,7 +75,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
   release_status release() {
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
-    renewal_.reset();  // before the release is sent: waits for a renewal in flight (watchdog.hpp)
+    lease_.stop();  // before the release is sent: waits for a renewal in flight (watchdog.hpp)
     release_status status = release_status::failed;
     try {
       const std::int64_t deleted = client_.run(key_, [&](connection& c) {
@@ -85,8 +84,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
               c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, channel_, waiter_prefix_}));
         return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
       });
-      // Once found lost, never report a clean release: the lease may have lapsed meanwhile.
-      status = deleted == 1 && !lost() ? release_status::released : release_status::lease_expired;
+      status = lease_.outcome(deleted == 1);
     } catch (...) {
       drop_local_hold(release_status::failed);
       throw;
@@ -109,7 +107,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     const bool ours = client_.run(key_, [&](connection& c) {
       return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, ms}));
     }) == 1;
-    if (!ours) lost_.store(true, std::memory_order_release);
+    if (!ours) lease_.mark_lost();
     return ours;
   }
   bool extend() { return extend(options_.lease); }
@@ -135,7 +133,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   /// True when the current (or most recent) acquisition's lease was found lost: by the
   /// watchdog (auto_renew) or by an extend() that returned false. Reset by the next acquisition.
   /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
-  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  bool lost() const noexcept { return lease_.lost(); }
 
   /// The fencing token of the current (or most recent) acquisition: strictly increasing per
   /// lock name across all clients. Pass it to the storage you write to, which rejects any
@@ -178,8 +176,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   template <class Attempt>
   bool wait(const std::string& channel, const detail::deadline& d, std::chrono::milliseconds max_sleep,
             Attempt&& attempt) {
-    return detail::wait_for_release(client_, channel, d, {options_.retry_min, options_.retry_max, max_sleep},
-                                    std::forward<Attempt>(attempt));
+    return detail::wait_for_release(client_, channel, d, options_, max_sleep, std::forward<Attempt>(attempt));
   }
 
   // Queue on the server, wait for the hand-off on our own channel, leave the queue when the
@@ -228,7 +225,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     if (acquired == 1) {
       fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
       acquired_at_ = sent;
-      lost_.store(false, std::memory_order_release);
+      lease_.acquired();
       held_.store(true, std::memory_order_release);
       return std::nullopt;
     }
@@ -237,19 +234,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   // Hands this acquisition (its token) to the client's watchdog.
   void start_renewal() {
-    if constexpr (detail::has_watchdog<Client>::value) {
-      renewal_request r;
-      r.name = name_;
-      r.route_key = key_;
-      r.extend = &detail::mutex_scripts::extend();
-      r.keys = {key_};
-      r.args = {token_, lease_ms_};
-      r.lease = options_.lease;
-      r.confirmed = acquired_at_;
-      r.lost_flag = &lost_;
-      r.on_lost = options_.on_lost;
-      renewal_ = client_.watchdog().add(std::move(r));
-    }
+    lease_.start(client_, options_, name_, key_, {&detail::mutex_scripts::extend(), {key_}, {token_, lease_ms_}},
+                 acquired_at_);
   }
 
   void require_held(const char* what) const {
@@ -282,9 +268,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   std::atomic<bool> held_{false};
   std::atomic<std::uint64_t> fence_{0};
   std::atomic<release_status> last_release_{release_status::not_held};
-  std::atomic<bool> lost_{false};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
-  watchdog::registration renewal_;          // after lost_: it points there until reset
+  detail::lease_keeper lease_;              // renewal and lost flag of the current acquisition
 };
 
 using mutex = basic_mutex<client>;

@@ -11,15 +11,25 @@
 /// Owners are threads: each thread that uses an object is a distinct owner on the server
 /// ("<object's random id>:<thread serial>"), so threads sharing one object exclude each other
 /// through Redis exactly like threads sharing a std::recursive_mutex, and the hold count,
-/// owns_lock() and fencing_token() are the calling thread's. (There is no local queue: a
-/// waiting thread polls Redis like a waiter in another process.) A thread that unlocks a lock
-/// it does not hold changes nothing; unlock() records release_status::not_held.
+/// owns_lock(), fencing_token() and lost() are the calling thread's. (There is no local queue:
+/// a waiting thread waits on Redis like a waiter in another process.) A thread that unlocks a
+/// lock it does not hold changes nothing; unlock() records release_status::not_held.
+///
+/// Waiting does not poll: like redislock::mutex, a waiter sleeps on the release channel until
+/// the last hold goes (published) or the holder's lease runs out (detail/wake_wait.hpp).
+///
+/// With lock_options::auto_renew the client's watchdog renews each owner's lease from its
+/// outermost lock() (count 0 -> 1) until its last unlock() (count 1 -> 0): one renewal per
+/// owner, whatever the nesting depth. lost() and on_lost report a lease found lost, exactly
+/// as for redislock::mutex.
 
 #include <redislock/client.hpp>
+#include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/detail/wake_wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
@@ -27,6 +37,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,7 +51,9 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
 
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_reentrant_mutex(Client& client, std::string name, lock_options options = {})
-      : client_(client), name_(std::move(name)), options_(std::move(options)), keys_(name_, options_) {}
+      : client_(client), name_(std::move(name)), options_(std::move(options)), keys_(name_, options_) {
+    detail::require_watchdog_if_renewing<Client>(options_);
+  }
 
   basic_reentrant_mutex(const basic_reentrant_mutex&) = delete;
   basic_reentrant_mutex& operator=(const basic_reentrant_mutex&) = delete;
@@ -49,6 +62,7 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   ~basic_reentrant_mutex() {
     owners_.for_each([&](std::uint64_t serial, hold& h) {
       if (h.count == 0) return;
+      h.lease->stop();
       try {
         run_release(owners_.owner_id(serial), 0);
       } catch (...) {  // the lease runs out on its own
@@ -63,7 +77,8 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked. The
   /// calling thread's local count drops by one either way. not_held: this thread held
-  /// nothing (nothing is sent); lease_expired: its lease had run out.
+  /// nothing (nothing is sent); lease_expired: its lease had run out (or was found lost()).
+  /// The last release (count 1 -> 0) stops the renewal before it is sent.
   release_status release() {
     return detail::release_one(
         owners_, last_release_,
@@ -72,18 +87,24 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
           --h.count;
           return true;
         },
-        [&](const std::string& owner, const hold& h) { return run_release(owner, h.count); });
+        [&](const std::string& owner, const hold& h) {
+          if (h.count == 0) h.lease->stop();
+          return h.lease->outcome(run_release(owner, h.count) == 1);
+        });
   }
 
   /// Outcome of the most recent release through this object, by any thread (not_held before any).
   release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
 
   /// Resets the lease to `lease` from now (server clock) if the calling thread still holds
-  /// the lock; false when its lease had run out. Throws lock_error when it holds nothing.
+  /// the lock; false when its lease had run out (which also marks it lost()). Throws
+  /// lock_error when it holds nothing.
   bool extend(std::chrono::milliseconds lease) {
     const std::string ms = detail::lease_arg(lease, "extend");
     require_held("extend");
-    return run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
+    const bool ours = run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
+    if (!ours) owners_.mine().lease->mark_lost();
+    return ours;
   }
   bool extend() { return extend(options_.lease); }
 
@@ -101,6 +122,13 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   /// The fencing token of the calling thread's current (or most recent) hold; nested
   /// acquisitions keep the token of the outermost one. Zero before any.
   std::uint64_t fencing_token() const { return owners_.mine().fence; }
+  /// True when the calling thread's current (or most recent) hold was found lost: by the
+  /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next outermost
+  /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
+  bool lost() const {
+    const hold h = owners_.mine();
+    return h.lease && h.lease->lost();
+  }
   /// The calling thread's owner id, as stored in the lock's hash.
   std::string owner_id() const { return owners_.owner_id(); }
 
@@ -115,22 +143,41 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   struct hold {
     std::int64_t count = 0;
     std::uint64_t fence = 0;
+    // Made by the owner's first acquisition, then kept: the watchdog points into it.
+    std::shared_ptr<detail::lease_keeper> lease;
   };
 
   bool acquire(const detail::deadline& d) {
     hold h = owners_.mine();
     const std::string owner = owners_.owner_id();
     const std::string count = std::to_string(h.count + 1);
-    return detail::retry_until(d, options_.retry_min, options_.retry_max,
-                               [&]() -> std::optional<std::chrono::milliseconds> {
-                                 auto [acquired, value] = detail::run_pair(client_, keys_, detail::reentrant_scripts::acquire(),
-                                                                           {owner, keys_.lease_ms, count});
-                                 if (acquired != 1) return std::chrono::milliseconds(value);
-                                 h.fence = static_cast<std::uint64_t>(value);
-                                 ++h.count;
-                                 owners_.set_mine(h);
-                                 return std::nullopt;
-                               });
+    detail::steady::time_point sent;  // the lease starts no earlier
+    const bool acquired = detail::wait_for_release(
+        client_, keys_.channel, d, options_, max_lease, [&]() -> std::optional<std::chrono::milliseconds> {
+          sent = detail::steady::now();
+          auto [ok, value] =
+              detail::run_pair(client_, keys_, detail::reentrant_scripts::acquire(), {owner, keys_.lease_ms, count});
+          if (ok != 1) return std::chrono::milliseconds(value);  // the holder's PTTL
+          h.fence = static_cast<std::uint64_t>(value);
+          return std::nullopt;
+        });
+    if (!acquired) return false;
+    const bool outermost = ++h.count == 1;
+    if (outermost) {
+      if (!h.lease) h.lease = std::make_shared<detail::lease_keeper>();
+      h.lease->acquired();
+    }
+    owners_.set_mine(h);
+    if (outermost) {
+      try {
+        h.lease->start(client_, options_, name_, keys_.lock,
+                       {&detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}}, sent);
+      } catch (...) {
+        this->unlock();  // do not keep a lock we promised to renew
+        throw;
+      }
+    }
+    return true;
   }
 
   std::int64_t run_release(const std::string& owner, std::int64_t count) {

@@ -24,28 +24,42 @@
 ///   upgrading would wait for each other forever). lock() while already writing throws too
 ///   (the write side is not recursive).
 /// - Writers are not starved: once a writer waits, readers that hold nothing yet queue behind
-///   it; the readers inside finish and the writer gets in. A writer that crashes or gives up
-///   while waiting holds new readers back for at most 3 x retry_max + 100 ms (400 ms by
-///   default); try_lock() never holds them back. (As with any writer-preferring
+///   it; the readers inside finish and the writer gets in. A waiting writer refreshes its
+///   "writer waiting" marker every wait_lease / 3 (the only attempts it makes while the lock
+///   stays busy); one that crashes or gives up while waiting holds new readers back for at
+///   most max(wait_lease, 3 x retry_max + 100 ms) (2 s by default); try_lock() never holds
+///   them back. (As with any writer-preferring
 ///   rwlock, a thread that holds a read hold through one object and asks for another through a
 ///   second object of the same name waits for the waiting writer, which waits for it: take
 ///   nested reads through the same object.)
 /// - Fencing: every write acquisition INCRs the lock's fence counter; fencing_token() is the
 ///   calling thread's token of its latest acquisition: for a write, the new value; for a read,
 ///   the counter's current value (the latest write it may observe), not incremented.
+/// - Waiting does not poll: waiters sleep on the release channel, which is published when the
+///   writer leaves or the last hold goes, until notified or until the earliest lease among
+///   the holds that block them may run out (an expiry publishes nothing; detail/wake_wait.hpp).
+/// - auto_renew: an owner's write hold and its read hold have separate leases on the server,
+///   so each is renewed separately: the write hold from lock() to unlock(), the read hold from
+///   the owner's outermost lock_shared() (0 -> 1) to its last unlock_shared() (1 -> 0).
+///   lost() tells about the write hold, lost_shared() about the read hold; on_lost fires for
+///   either, and each side's release reports lease_expired when that side was found lost.
 
 #include <redislock/client.hpp>
+#include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
 #include <redislock/detail/shared_scripts.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/detail/wake_wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -64,8 +78,12 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
         name_(std::move(name)),
         options_(std::move(options)),
         keys_(name_, options_),
-        // Outlasts the waiting writer's longest sleep between attempts (retry_max) comfortably.
-        marker_ms_(std::to_string((3 * options_.retry_max + std::chrono::milliseconds(100)).count())) {}
+        // Outlasts the waiting writer's sleep between attempts comfortably: marker / 3 on a
+        // subscription, at most retry_max when it falls back to backoff.
+        marker_(std::max(options_.wait_lease, 3 * options_.retry_max + std::chrono::milliseconds(100))),
+        marker_ms_(std::to_string(marker_.count())) {
+    detail::require_watchdog_if_renewing<Client>(options_);
+  }
 
   basic_shared_mutex(const basic_shared_mutex&) = delete;
   basic_shared_mutex& operator=(const basic_shared_mutex&) = delete;
@@ -74,6 +92,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   ~basic_shared_mutex() {
     owners_.for_each([&](std::uint64_t serial, hold& h) {
       const std::string owner = owners_.owner_id(serial);
+      if (h.lease) h.lease->write.stop(), h.lease->read.stop();
       try {
         if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
         if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
@@ -91,6 +110,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   /// the calling thread's write hold (its read holds, if it downgraded, stay).
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked.
+  /// lease_expired: the write hold's lease had run out (or was found lost()).
   release_status release() {
     return release_side(
         [](hold& h) {
@@ -98,8 +118,9 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
           h.writing = false;
           return had;
         },
-        [&](const std::string& owner, const hold&) {
-          return run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
+        [&](const std::string& owner, const hold& h) {
+          h.lease->write.stop();  // before the release is sent
+          return h.lease->write.outcome(run_integer(detail::shared_scripts::release(), {owner, keys_.channel}) == 1);
         });
   }
 
@@ -111,6 +132,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   /// writer waits; a thread that already reads, or writes (downgrade), is admitted at once.
 
   /// Like unlock_shared(), but returns the outcome and throws when Redis could not be asked.
+  /// lease_expired: the read hold's lease had run out (or was found lost_shared()).
   release_status release_shared() {
     return release_side(
         [](hold& h) {
@@ -119,7 +141,9 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
           return true;
         },
         [&](const std::string& owner, const hold& h) {
-          return run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, std::to_string(h.reads)});
+          if (h.reads == 0) h.lease->read.stop();  // the last read hold: before it is sent
+          return h.lease->read.outcome(
+              run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, std::to_string(h.reads)}) == 1);
         });
   }
 
@@ -129,7 +153,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   // --- leases ---
 
   /// Renews the calling thread's write hold to `lease` from now (server clock); false when its
-  /// lease had run out. Throws lock_error when it does not write.
+  /// lease had run out (which also marks it lost()). Throws lock_error when it does not write.
   bool extend(std::chrono::milliseconds lease) { return renew(lease, true); }
   bool extend() { return extend(options_.lease); }
   /// Renews the calling thread's read hold (all its nested reads: one lease per owner).
@@ -152,6 +176,13 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   std::int64_t shared_count() const { return owners_.mine().reads; }
   /// The fencing token of the calling thread's latest acquisition (see the file comment).
   std::uint64_t fencing_token() const { return owners_.mine().fence; }
+  /// True when the calling thread's current (or most recent) write hold was found lost: by the
+  /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next write
+  /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
+  bool lost() const { return side_lost(&leases::write); }
+  /// The same for the calling thread's read hold (extend_shared(); reset by its next
+  /// outermost lock_shared()).
+  bool lost_shared() const { return side_lost(&leases::read); }
   /// The calling thread's owner id, as stored in the lock's hash.
   std::string owner_id() const { return owners_.owner_id(); }
 
@@ -164,10 +195,17 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   friend class detail::timed_lockable<basic_shared_mutex>;
   friend class detail::shared_timed_lockable<basic_shared_mutex>;
 
+  // The renewal and lost flag of each side of one owner's holds (separate leases).
+  struct leases {
+    detail::lease_keeper write, read;
+  };
+
   struct hold {
     std::int64_t reads = 0;
     bool writing = false;
     std::uint64_t fence = 0;
+    // Made by the owner's first acquisition, then kept: the watchdog points into it.
+    std::shared_ptr<leases> lease;
   };
 
   bool acquire(const detail::deadline& d) {
@@ -176,39 +214,64 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
     if (owners_.mine().writing)
       throw lock_error("lock: this thread already holds the write lock on '" + name_ + "' (not recursive)");
     // A writer that will not try again (try_lock(), or a deadline reached) sends marker_ms 0:
-    // one that does not wait must not hold readers back.
+    // one that does not wait must not hold readers back. One that waits re-attempts (and so
+    // refreshes the marker) at least every marker / 3.
     return attempt_until(
-        d, detail::shared_scripts::acquire(),
+        d, detail::shared_scripts::acquire(), marker_ / 3,
         [&](bool last_try) -> std::string_view { return last_try ? std::string_view("0") : marker_ms_; },
-        [](hold& h) { h.writing = true; });
+        [](hold& h) {
+          h.writing = true;
+          return &h.lease->write;
+        },
+        "write");
   }
 
   bool acquire_shared(const detail::deadline& d) {
     const std::string count = std::to_string(owners_.mine().reads + 1);
     return attempt_until(
-        d, detail::shared_scripts::acquire_shared(), [&](bool) -> std::string_view { return count; },
-        [](hold& h) { ++h.reads; });
+        d, detail::shared_scripts::acquire_shared(), max_lease, [&](bool) -> std::string_view { return count; },
+        [](hold& h) -> detail::lease_keeper* { return ++h.reads == 1 ? &h.lease->read : nullptr; }, "read");
   }
 
   // last_arg(last_try) is the script's fourth argument; last_try: no attempt follows this one.
+  // on_acquired(hold&) updates the hold and returns the side's lease keeper when a new hold
+  // on that side began (renewed from now on), nullptr for a nested read.
   template <class LastArg, class OnAcquired>
-  bool attempt_until(const detail::deadline& d, const script& s, LastArg last_arg, OnAcquired on_acquired) {
+  bool attempt_until(const detail::deadline& d, const script& s, std::chrono::milliseconds max_sleep,
+                     LastArg last_arg, OnAcquired on_acquired, const char* side) {
     const std::string owner = owners_.owner_id();
-    return detail::retry_until(d, options_.retry_min, options_.retry_max,
-                               [&]() -> std::optional<std::chrono::milliseconds> {
-                                 const std::string_view arg = last_arg(d && detail::steady::now() >= *d);
-                                 auto [acquired, value] =
-                                     detail::run_pair(client_, keys_, s, {owner, keys_.channel, keys_.lease_ms, arg});
-                                 if (acquired == -1)
-                                   throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" +
-                                                    name_ + "'");
-                                 if (acquired != 1) return std::chrono::milliseconds(value);
-                                 hold h = owners_.mine();
-                                 on_acquired(h);
-                                 h.fence = static_cast<std::uint64_t>(value);
-                                 owners_.set_mine(h);
-                                 return std::nullopt;
-                               });
+    detail::steady::time_point sent;  // the lease starts no earlier
+    std::uint64_t fence = 0;
+    const bool acquired = detail::wait_for_release(
+        client_, keys_.channel, d, options_, max_sleep, [&]() -> std::optional<std::chrono::milliseconds> {
+          const std::string_view arg = last_arg(detail::passed(d));
+          sent = detail::steady::now();
+          auto [ok, value] = detail::run_pair(client_, keys_, s, {owner, keys_.channel, keys_.lease_ms, arg});
+          if (ok == -1)
+            throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" + name_ + "'");
+          if (ok != 1) return std::chrono::milliseconds(value);  // until a blocking hold may lapse
+          fence = static_cast<std::uint64_t>(value);
+          return std::nullopt;
+        });
+    if (!acquired) return false;
+    hold h = owners_.mine();
+    if (!h.lease) h.lease = std::make_shared<leases>();
+    detail::lease_keeper* began = on_acquired(h);
+    h.fence = fence;
+    if (began != nullptr) began->acquired();
+    owners_.set_mine(h);
+    if (began != nullptr) {
+      try {
+        began->start(client_, options_, name_, keys_.lock,
+                     {&detail::shared_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.channel, keys_.lease_ms, side}},
+                     sent);
+      } catch (...) {
+        if (began == &h.lease->write) this->unlock();  // do not keep a hold we promised to renew
+        else this->unlock_shared();
+        throw;
+      }
+    }
+    return true;
   }
 
   template <class Drop, class Send>
@@ -222,7 +285,15 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
     if (write ? !h.writing : h.reads == 0)
       throw lock_error(std::string(write ? "extend" : "extend_shared") + ": shared lock '" + name_ +
                        "' is not held on that side by this thread");
-    return run_integer(detail::shared_scripts::extend(), {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
+    const bool ours =
+        run_integer(detail::shared_scripts::extend(), {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
+    if (!ours) (write ? h.lease->write : h.lease->read).mark_lost();
+    return ours;
+  }
+
+  bool side_lost(detail::lease_keeper leases::*side) const {
+    const hold h = owners_.mine();
+    return h.lease && (h.lease.get()->*side).lost();
   }
 
   std::chrono::milliseconds remaining(bool held, const char* side) {
@@ -238,6 +309,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   std::string name_;
   lock_options options_;
   detail::lock_keys keys_;
+  std::chrono::milliseconds marker_;  // how long a waiting writer's marker lasts (see the file comment)
   std::string marker_ms_;
   detail::owner_table<hold> owners_;
   std::atomic<release_status> last_release_{release_status::not_held};

@@ -112,16 +112,16 @@ inline release_status record(std::atomic<release_status>& last, release_status s
 
 /// Drops one local hold of the calling thread and asks the server to drop it too; the outcome
 /// is recorded in `last`. drop(state&) returns false when there was no hold (nothing is sent);
-/// send(owner, state) runs the release script (1: ours, 0: our lease had run out). Throws what
-/// send throws (after recording release_status::failed); the local hold is gone either way.
+/// send(owner, state) runs the release script and returns released or lease_expired (see
+/// lease_keeper::outcome). Throws what send throws (after recording release_status::failed);
+/// the local hold is gone either way.
 template <class State, class Drop, class Send>
 release_status release_one(owner_table<State>& owners, std::atomic<release_status>& last, Drop&& drop, Send&& send) {
   State s = owners.mine();
   if (!drop(s)) return record(last, release_status::not_held);
   owners.set_mine(s);
   try {
-    const bool ours = send(owners.owner_id(), s) == 1;
-    return record(last, ours ? release_status::released : release_status::lease_expired);
+    return record(last, send(owners.owner_id(), s));
   } catch (...) {
     record(last, release_status::failed);
     throw;

@@ -15,7 +15,12 @@
 ///   P{N}:fence   integer fencing counter, INCRed by every write acquisition; shared with the
 ///                other lock kinds of the same name. A read hold gets its current value.
 ///   channel P{N}:released   a message is published when the writer leaves or the last hold
-///                goes (release or expiry noticed by a script): waiters may now get in.
+///                goes (release or expiry noticed by a script): waiters may now get in. These
+///                are the only transitions that admit a waiter: a writer leaving admits readers
+///                (and writers), the last reader leaving admits a writer. A hold or marker that
+///                lapses unnoticed publishes nothing, so a refused attempt replies how long
+///                until the first blocking hold (or the marker) may lapse: waiters sleep no
+///                longer than that (detail/wake_wait.hpp).
 ///
 /// Owners are "<instance hex>:<thread serial>" (one per object and thread).
 ///
@@ -26,7 +31,8 @@
 ///
 /// Writer preference: a writer that finds the lock busy and is going to wait sets @wq to
 /// now + marker_ms (it refreshes it on every attempt while it waits; the client sends
-/// marker_ms = 3 x retry_max + 100 ms, longer than its sleep between attempts). While @wq is in
+/// marker_ms = max(wait_lease, 3 x retry_max + 100 ms) and attempts at least every
+/// marker_ms / 3 while it waits). While @wq is in
 /// the future, readers that hold nothing yet are refused, so the readers inside drain and the
 /// writer gets in; a reader that already holds a read hold (re-entry), or the writer itself,
 /// is still admitted. A writer that does not wait (try_lock(), or the last attempt before its
@@ -121,7 +127,8 @@ end
 /// Reply: {1, fence} acquired (fence INCRed; also when the owner already is the writer: a
 ///        retry after a lost reply);
 ///        {0, ms} busy: @wq set to now + marker_ms (unless marker_ms is 0: a caller that will
-///        not wait); ms = the time to the latest lease end of the holds;
+///        not wait); ms = the time to the earliest lease end among the holds that block it
+///        (the soonest the lock may change without a message; > 0);
 ///        {-1, 0} refused: the owner holds a read hold (an upgrade would deadlock).
 inline const script& acquire() {
   static const script s(std::string(prelude()) + R"lua(
@@ -137,7 +144,12 @@ if writer and writer ~= owner or next(leases) then
     redis.call('HSET', key, '@wq', wq)
   end
   finish(marked)
-  return {0, last_hold() - now}
+  local first = false  -- the earliest lease end of the blocking holds
+  if writer and writer ~= owner then first = wexp end
+  for _, x in pairs(leases) do
+    if not first or x < first then first = x end
+  end
+  return {0, first - now}
 end
 local fence = redis.call('INCR', KEYS[2])
 writer, wexp, wq = owner, now + tonumber(ARGV[3]), 0
@@ -153,7 +165,8 @@ return {1, fence}
 /// The owner's lease becomes now + lease_ms. Admitted when there is no other writer and either
 /// no writer waits, or the owner already holds a read hold or is the writer (downgrade).
 /// Reply: {1, fence} acquired (fence: the counter's current value, not incremented);
-///        {0, ms} refused; ms = how long the blocking writer's lease or the waiting marker lasts.
+///        {0, ms} refused; ms = how long the blocking writer's lease or the waiting marker lasts
+///        (> 0: ended ones were purged).
 inline const script& acquire_shared() {
   static const script s(std::string(prelude()) + R"lua(
 if writer and writer ~= owner then

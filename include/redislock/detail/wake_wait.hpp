@@ -9,6 +9,7 @@
 
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/lock_options.hpp>
 
 #include <chrono>
 #include <optional>
@@ -73,6 +74,15 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     hub.count_fallback();
   }
   return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
+}
+
+/// The same with the backoff bounds of a lock's options: how every lock kind waits.
+/// max_sleep: attempt at least this often (e.g. to refresh a waiter's place).
+template <class Client, class Attempt>
+bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
+                      std::chrono::milliseconds max_sleep, Attempt&& attempt) {
+  return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, max_sleep},
+                          std::forward<Attempt>(attempt));
 }
 
 }  // namespace redislock::detail

@@ -1,0 +1,89 @@
+#pragma once
+/// @file detail/lease_keeper.hpp
+/// @brief One hold's renewal (lock_options::auto_renew) and its "lease found lost" flag,
+/// shared by every lock kind.
+///
+/// Life of a hold: acquired() when the server granted it, start() to hand it to the client's
+/// watchdog, stop() before the release is sent (it waits for a renewal in flight, see
+/// watchdog.hpp), outcome() to turn the release script's answer into a release_status.
+///
+/// The watchdog keeps a pointer to the flag while registered: a keeper must not move while
+/// it renews (it is neither copyable nor movable; owners keep it behind a stable pointer).
+
+#include <redislock/errors.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/script.hpp>
+#include <redislock/watchdog.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace redislock::detail {
+
+/// Throws invalid_argument when `o` asks for auto_renew but Client has no watchdog.
+template <class Client>
+void require_watchdog_if_renewing(const lock_options& o) {
+  if constexpr (!has_watchdog<Client>::value) {
+    if (o.auto_renew) throw invalid_argument("auto_renew needs a Client with watchdog() (see client.hpp)");
+  }
+}
+
+/// What the watchdog needs to renew one hold: its owner-checked extend script (replies 1
+/// renewed, 0 not ours) with its KEYS and ARGV.
+struct renewal_target {
+  const script* extend;
+  std::vector<std::string> keys, args;
+};
+
+class lease_keeper {
+ public:
+  lease_keeper() = default;
+  lease_keeper(const lease_keeper&) = delete;
+  lease_keeper& operator=(const lease_keeper&) = delete;
+
+  /// A new hold was granted: it is not lost (the previous hold's registration is gone).
+  void acquired() noexcept { lost_.store(false, std::memory_order_release); }
+
+  /// With o.auto_renew, registers the hold with the client's watchdog. `confirmed` is the local
+  /// send time of the command that set the lease. Throws what watchdog::add throws.
+  template <class Client>
+  void start(Client& client, const lock_options& o, const std::string& name, const std::string& route_key,
+             renewal_target target, std::chrono::steady_clock::time_point confirmed) {
+    if constexpr (has_watchdog<Client>::value) {
+      if (!o.auto_renew) return;
+      renewal_request r;
+      r.name = name;
+      r.route_key = route_key;
+      r.extend = target.extend;
+      r.keys = std::move(target.keys);
+      r.args = std::move(target.args);
+      r.lease = o.lease;
+      r.confirmed = confirmed;
+      r.lost_flag = &lost_;
+      r.on_lost = o.on_lost;
+      renewal_ = client.watchdog().add(std::move(r));
+    }
+  }
+
+  /// Stops renewing; waits for a renewal in flight (and its on_lost). Call before releasing.
+  void stop() noexcept { renewal_.reset(); }
+
+  /// An owner-checked command (extend) found the hold gone.
+  void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
+  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+
+  /// The release's outcome: `ours` is the release script's verdict. Once found lost, never
+  /// a clean release: the lease may have lapsed (and been taken) meanwhile.
+  release_status outcome(bool ours) const noexcept {
+    return ours && !lost() ? release_status::released : release_status::lease_expired;
+  }
+
+ private:
+  std::atomic<bool> lost_{false};
+  watchdog::registration renewal_;  // after lost_: it points there until reset
+};
+
+}  // namespace redislock::detail

@@ -1,0 +1,389 @@
+// The reentrant and shared mutexes wait like redislock::mutex and renew like it:
+// waiters are woken by the release's PUBLISH (not by polling) for every transition that
+// admits them, sleep no longer than the first blocking lease, honour deadlines; auto_renew
+// keeps each kind (and each side of the shared mutex) held past its lease, per owner; a stolen
+// hold is reported (lost(), on_lost, lease_expired); the last release stops the renewal.
+#include "eventually.hpp"
+#include "server_fixture.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+#include <thread>
+
+using namespace redislock;
+using redislock_test::command_calls;
+using redislock_test::eventually;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+/// lock() on a thread of its own (owners are threads), holding until leave(), then unlock().
+class own_thread_holder {
+ public:
+  template <class Lock, class Unlock>
+  own_thread_holder(Lock lock, Unlock unlock) {
+    done_ = std::async(std::launch::async, [this, lock, unlock]() mutable {
+      lock();
+      got_.set_value();
+      left_.wait_for(seconds(20));
+      unlock();
+    });
+  }
+  ~own_thread_holder() { leave(); }
+  bool acquired_within(seconds bound) { return acquired_.wait_for(bound) == std::future_status::ready; }
+  /// Lets the thread unlock and waits for it; rethrows what lock() threw.
+  void leave() {
+    if (!done_.valid()) return;
+    leave_.set_value();
+    done_.get();
+  }
+
+ private:
+  std::promise<void> got_, leave_;
+  std::future<void> acquired_ = got_.get_future(), left_ = leave_.get_future(), done_;
+};
+
+struct KindsTest : redislock_test::server_test {
+  long long subscribers(const std::string& channel) {
+    return admin->command({"PUBSUB", "NUMSUB", channel})->element[1]->integer;
+  }
+  long long evalsha() { return command_calls(*admin, "evalsha"); }
+  void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
+  client_options options() const { return client_options{server->options()}; }
+
+  /// Waits (bounded) until a waiter of `key`'s lock subscribed, then keeps the lock held for
+  /// 1.5 s: a polling waiter (retry_max 100 ms) would send well over a dozen attempts.
+  void hold_while_subscribed(const std::string& key) {
+    ASSERT_TRUE(eventually([&] { return subscribers(key + ":released") == 1; }));
+    std::this_thread::sleep_for(milliseconds(1500));
+  }
+
+  /// Calls release(); the waiter must get in, woken by it: before, the waiter (and the
+  /// holders) sent at most `sent_before` EVALSHAs since reset_stats(); after, only the release
+  /// and one woken attempt are sent.
+  template <class Release>
+  void expect_woken_by(Release release, own_thread_holder& waiter, client& waiter_client, long long sent_before) {
+    const long long before_release = evalsha();
+    release();
+    ASSERT_TRUE(waiter.acquired_within(seconds(5)));
+    EXPECT_LE(before_release, sent_before) << "the waiter polled while the lock was held";
+    EXPECT_LE(evalsha() - before_release, 2) << "release + one woken attempt";
+    EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
+    EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
+    waiter.leave();
+  }
+
+  /// The server's clock in ms (for writing a holder's lease end by hand).
+  long long server_now_ms() {
+    reply_ptr t = admin->command({"TIME"});
+    return std::stoll(t->element[0]->str) * 1000 + std::stoll(t->element[1]->str) / 1000;
+  }
+};
+
+lock_options renewed(milliseconds lease) {
+  lock_options o;
+  o.lease = lease;
+  o.auto_renew = true;
+  return o;
+}
+
+/// auto_renew options whose on_lost fulfils a promise (once) with the lock's name.
+struct lost_signal {
+  std::promise<std::string> fired;
+  std::future<std::string> seen = fired.get_future();
+  lock_options options(milliseconds lease) {
+    lock_options o = renewed(lease);
+    o.on_lost = [this](const std::string& name) { fired.set_value(name); };
+    return o;
+  }
+  bool wait() { return seen.wait_for(seconds(20)) == std::future_status::ready; }
+};
+
+/// Asserts for 3 x lease (by the clock) that attempt() keeps failing, pacing the attempts.
+template <class Attempt>
+void keeps_failing(milliseconds lease, Attempt attempt) {
+  const steady::time_point start = steady::now();
+  int attempts = 0;
+  while (steady::now() - start < 3 * lease) {
+    ASSERT_FALSE(attempt()) << "lost the lock after " << (steady::now() - start).count() << " ns";
+    ++attempts;
+    std::this_thread::sleep_for(milliseconds(20));  // pacing only: every attempt must fail
+  }
+  EXPECT_GT(attempts, 0);
+}
+
+}  // namespace
+
+// --- waking ---------------------------------------------------------------------------------
+
+TEST_F(KindsTest, AReentrantWaiterIsWokenByTheLastReleaseNotByPolling) {
+  client waiter_client(options());
+  reentrant_mutex holder(*pool, "r-wake", lease(seconds(20)));
+  reentrant_mutex waiter(waiter_client, "r-wake", lease(seconds(20)));
+  holder.lock();  // a first cycle loads the scripts: the counts below are EVALSHA only
+  holder.unlock();
+  holder.lock();
+  holder.lock();
+  reset_stats();
+  own_thread_holder waited([&] { waiter.lock(); }, [&] { waiter.unlock(); });
+  hold_while_subscribed(holder.key());
+  holder.unlock();  // nested: still held, nothing published
+  expect_woken_by([&] { holder.unlock(); }, waited, waiter_client, 3);  // 2 attempts + the nested release
+}
+
+TEST_F(KindsTest, ASharedReaderIsWokenWhenTheWriterLeaves) {
+  client waiter_client(options());
+  shared_mutex writer(*pool, "s-wake-r", lease(seconds(20)));
+  shared_mutex reader(waiter_client, "s-wake-r", lease(seconds(20)));
+  reader.lock_shared();  // loads the scripts
+  reader.unlock_shared();
+  writer.lock();
+  writer.unlock();
+  writer.lock();
+  reset_stats();
+  own_thread_holder waited([&] { reader.lock_shared(); }, [&] { reader.unlock_shared(); });
+  hold_while_subscribed(writer.key());
+  expect_woken_by([&] { writer.unlock(); }, waited, waiter_client, 2);
+}
+
+TEST_F(KindsTest, ASharedWriterIsWokenWhenTheLastReaderLeaves) {
+  client waiter_client(options());
+  lock_options patient = lease(seconds(20));
+  patient.wait_lease = seconds(60);  // its marker refresh (every wait_lease / 3) stays out of the count
+  shared_mutex r1(*pool, "s-wake-w", lease(seconds(20))), r2(*pool, "s-wake-w", lease(seconds(20)));
+  shared_mutex writer(waiter_client, "s-wake-w", patient);
+  writer.lock();  // loads the scripts
+  writer.unlock();
+  r1.lock_shared();
+  r1.unlock_shared();
+  r1.lock_shared();
+  r2.lock_shared();
+  reset_stats();
+  own_thread_holder waited([&] { writer.lock(); }, [&] { writer.unlock(); });
+  hold_while_subscribed(r1.key());
+  r1.unlock_shared();  // a reader is still inside: nothing published, the writer sleeps on
+  EXPECT_FALSE(waited.acquired_within(seconds(0)));
+  expect_woken_by([&] { r2.unlock_shared(); }, waited, waiter_client, 3);  // 2 attempts + r1's release
+}
+
+TEST_F(KindsTest, AWaitingWriterRefreshesItsMarkerEveryThirdOfTheWaitLeaseOnly) {
+  lock_options o;
+  o.wait_lease = milliseconds(900);  // refresh every 300 ms
+  shared_mutex reader(*pool, "s-refresh"), writer(*pool, "s-refresh", o);
+  reader.lock_shared();
+  EXPECT_FALSE(writer.try_lock());  // loads the script
+  reset_stats();
+  EXPECT_FALSE(writer.try_lock_for(milliseconds(1500)));
+  // 1500 / 300 = 5 refreshes + the attempts around subscribing and at the deadline.
+  EXPECT_LE(evalsha(), 9) << "the waiting writer polled";
+  EXPECT_GE(evalsha(), 5) << "the waiting writer did not refresh its marker";
+  reader.unlock_shared();
+}
+
+TEST_F(KindsTest, AWriterSleepsOnlyUntilTheFirstBlockingLeaseMayLapse) {
+  // A crashed reader (its hold written by hand, lease 600 ms) and a live one (20 s). The live
+  // one leaves: nothing is published (a hold remains); the crashed one lapses unannounced. The
+  // writer must get in when the short lease ends, not when the long one would have.
+  lock_options patient;
+  patient.wait_lease = seconds(60);  // no marker refresh (every 20 s) within the test
+  shared_mutex live(*pool, "s-first", lease(seconds(20))), writer(*pool, "s-first", patient);
+  live.lock_shared();
+  const std::string ghost = "ghost:1";
+  admin->command({"HSET", live.key(), "r:" + ghost, "1", "x:" + ghost, std::to_string(server_now_ms() + 600)});
+  const steady::time_point start = steady::now();
+  auto waited = std::async(std::launch::async, [&] { return writer.try_lock_for(seconds(10)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(live.key() + ":released") == 1; }));
+  live.unlock_shared();
+  ASSERT_EQ(waited.wait_for(seconds(15)), std::future_status::ready);
+  ASSERT_TRUE(waited.get());
+  EXPECT_GE(steady::now() - start, milliseconds(550));
+  EXPECT_LT(steady::now() - start, seconds(5)) << "slept towards the 20 s lease, not the first one";
+  writer.unlock();
+}
+
+TEST_F(KindsTest, AnExpiredReentrantHoldWakesTheWaiterThoughNothingIsPublished) {
+  reentrant_mutex waiter(*pool, "r-abandoned");
+  admin->command({"HSET", waiter.key(), "@kind", "reentrant", "crashed:1", "1"});
+  admin->command({"PEXPIRE", waiter.key(), "400"});
+  reset_stats();
+  const steady::time_point start = steady::now();
+  ASSERT_TRUE(waiter.try_lock_for(seconds(5)));
+  EXPECT_GE(steady::now() - start, milliseconds(350));
+  EXPECT_LE(evalsha(), 6) << "slept until the holder's PTTL ran out, not polled";
+  waiter.unlock();
+}
+
+TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
+  reentrant_mutex r_holder(*pool, "r-deadline", lease(seconds(20))), r_waiter(*pool, "r-deadline");
+  shared_mutex s_holder(*pool, "s-deadline", lease(seconds(20))), s_waiter(*pool, "s-deadline");
+  r_holder.lock();
+  EXPECT_FALSE(r_waiter.try_lock());  // loads the scripts
+  s_holder.lock_shared();
+  EXPECT_FALSE(s_waiter.try_lock());
+  auto timed = [&](auto&& attempt) {
+    reset_stats();
+    const steady::time_point start = steady::now();
+    EXPECT_FALSE(attempt());
+    const auto took = steady::now() - start;
+    EXPECT_GE(took, milliseconds(300));
+    EXPECT_LT(took, milliseconds(300 + 250));  // generous: a loaded machine
+    EXPECT_LE(evalsha(), 3) << "one timed wait: at most three attempts";
+  };
+  timed([&] { return r_waiter.try_lock_for(milliseconds(300)); });
+  timed([&] { return s_waiter.try_lock_for(milliseconds(300)); });
+  s_holder.unlock_shared();
+  s_holder.lock();
+  timed([&] { return s_waiter.try_lock_shared_until(std::chrono::system_clock::now() + milliseconds(300)); });
+  EXPECT_GE(pool->wait_stats().subscriptions, 3u);
+  EXPECT_EQ(pool->wait_stats().fallback_waits, 0u);
+  s_holder.unlock();
+  r_holder.unlock();
+}
+
+// --- renewal --------------------------------------------------------------------------------
+
+TEST_F(KindsTest, AutoRenewKeepsAReentrantLockForThreeTimesItsLeaseOneRenewalPerOwner) {
+  const milliseconds lease(900);
+  reentrant_mutex holder(*pool, "r-long", renewed(lease)), other(*pool, "r-long");
+  holder.lock();
+  holder.lock();  // nested: the same owner, the same renewal
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+  keeps_failing(lease, [&] { return other.try_lock(); });
+  EXPECT_TRUE(holder.still_held());
+  EXPECT_FALSE(holder.lost());
+  EXPECT_GE(pool->watchdog().stats().renewals, 2u);
+  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u) << "a nested release keeps renewing";
+  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+}
+
+TEST_F(KindsTest, AutoRenewKeepsEachSideOfASharedLockForThreeTimesItsLease) {
+  const milliseconds lease(900);
+  shared_mutex holder(*pool, "s-long", renewed(lease)), other(*pool, "s-long");
+  holder.lock();
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+  keeps_failing(lease, [&] { return other.try_lock_shared(); });
+  EXPECT_TRUE(holder.still_held());
+  EXPECT_FALSE(holder.lost());
+  ASSERT_TRUE(holder.try_lock_shared());  // downgrade: the read hold is renewed separately
+  ASSERT_TRUE(holder.try_lock_shared());  // nested read: no second renewal
+  EXPECT_EQ(pool->watchdog().stats().registered, 2u);
+  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+  keeps_failing(lease, [&] { return other.try_lock(); });
+  EXPECT_TRUE(holder.still_held_shared());
+  EXPECT_FALSE(holder.lost_shared());
+  EXPECT_EQ(holder.release_shared(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 1u);
+  EXPECT_EQ(holder.release_shared(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  EXPECT_TRUE(other.try_lock());
+  other.unlock();
+}
+
+TEST_F(KindsTest, AStolenReentrantHoldIsReportedLost) {
+  lost_signal signal;
+  reentrant_mutex m(*pool, "r-stolen", signal.options(milliseconds(900)));
+  m.lock();
+  m.lock();
+  EXPECT_FALSE(m.lost());
+  admin->command({"HDEL", m.key(), m.owner_id()});  // as if the lease had run out
+  ASSERT_TRUE(signal.wait());
+  EXPECT_EQ(signal.seen.get(), "r-stolen");
+  EXPECT_TRUE(m.lost());
+  EXPECT_EQ(m.hold_count(), 2);  // still to be released by its owner
+  EXPECT_EQ(m.release(), release_status::lease_expired);
+  EXPECT_EQ(m.release(), release_status::lease_expired);
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  // The next outermost acquisition starts afresh.
+  m.lock();
+  EXPECT_FALSE(m.lost());
+  EXPECT_EQ(m.release(), release_status::released);
+}
+
+TEST_F(KindsTest, AStolenSharedHoldIsReportedLostOnItsSideOnly) {
+  for (const bool write : {true, false}) {
+    lost_signal signal;
+    shared_mutex m(*pool, "s-stolen", signal.options(milliseconds(900)));
+    m.lock();
+    m.lock_shared();  // both sides held and renewed
+    admin->command({"HDEL", m.key(), write ? "@w" : "r:" + m.owner_id()});
+    ASSERT_TRUE(signal.wait()) << "write side: " << write;
+    EXPECT_EQ(m.lost(), write);
+    EXPECT_EQ(m.lost_shared(), !write);
+    EXPECT_EQ(m.release(), write ? release_status::lease_expired : release_status::released);
+    EXPECT_EQ(m.release_shared(), write ? release_status::released : release_status::lease_expired);
+    EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  }
+  EXPECT_EQ(pool->watchdog().stats().lost, 2u);
+}
+
+TEST_F(KindsTest, ExtendAnsweringFalseMarksTheHoldLost) {
+  reentrant_mutex r(*pool, "r-extend");
+  r.lock();
+  admin->command({"DEL", r.key()});
+  EXPECT_FALSE(r.extend());
+  EXPECT_TRUE(r.lost());
+  EXPECT_EQ(r.release(), release_status::lease_expired);
+
+  shared_mutex s(*pool, "s-extend");
+  s.lock_shared();
+  EXPECT_TRUE(s.extend_shared());
+  admin->command({"DEL", s.key()});
+  EXPECT_FALSE(s.extend_shared());
+  EXPECT_TRUE(s.lost_shared());
+  EXPECT_FALSE(s.lost());
+  EXPECT_EQ(s.release_shared(), release_status::lease_expired);
+  s.lock();
+  admin->command({"DEL", s.key()});
+  EXPECT_FALSE(s.extend());
+  EXPECT_TRUE(s.lost());
+  EXPECT_EQ(s.release(), release_status::lease_expired);
+}
+
+TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
+  // Renewing a released hold would answer "not ours" and report it lost: after the releases,
+  // another lock is renewed three times (a whole lease passes) and nothing is found lost.
+  lost_signal signal;
+  const milliseconds lease(300);
+  reentrant_mutex r(*pool, "r-stop", signal.options(lease));
+  shared_mutex s(*pool, "s-stop", signal.options(lease));
+  r.lock();
+  s.lock();
+  s.lock_shared();
+  EXPECT_EQ(r.release(), release_status::released);
+  EXPECT_EQ(s.release(), release_status::released);
+  EXPECT_EQ(s.release_shared(), release_status::released);
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  mutex witness(*pool, "witness", renewed(lease));
+  witness.lock();
+  const std::uint64_t before = pool->watchdog().stats().renewals;
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [&](const watchdog_stats& st) {
+    return st.renewals >= before + 3;
+  }));
+  EXPECT_EQ(pool->watchdog().stats().lost, 0u);
+  EXPECT_EQ(signal.seen.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(admin->command({"EXISTS", r.key()})->integer, 0);
+  EXPECT_EQ(admin->command({"EXISTS", s.key()})->integer, 0);
+  witness.unlock();
+}
+
+TEST_F(KindsTest, DestructionReleasesAndStopsTheRenewal) {
+  {
+    reentrant_mutex r(*pool, "r-destroyed", renewed(seconds(1)));
+    shared_mutex s(*pool, "s-destroyed", renewed(seconds(1)));
+    r.lock();
+    s.lock_shared();
+    EXPECT_EQ(pool->watchdog().stats().registered, 2u);
+  }  // destroyed while held
+  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{r-destroyed}"})->integer, 0);
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{s-destroyed}"})->integer, 0);
+}
