@@ -20,8 +20,12 @@ sanitized() {  # <dir> <sanitizers>
   cmake --build "$1" -j "$jobs"
 }
 
+failed=()
 for v in "${variants[@]}"; do
   echo "=== redislock tests: $v"
+  set +e
+  (
+  set -e
   case "$v" in
     plain)
       cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREDISLOCK_BUILD_BENCH=ON -DREDISLOCK_BUILD_EXAMPLES=ON
@@ -44,4 +48,14 @@ for v in "${variants[@]}"; do
       ;;
     *) echo "unknown variant $v (plain, asan, tsan)" >&2; exit 2 ;;
   esac
+  )
+  rc=$?
+  set -e
+  [ $rc -eq 0 ] || failed+=("$v")
 done
+# Every variant runs even when an earlier one failed, so one CI run shows all findings.
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "=== redislock tests FAILED in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "=== redislock tests passed in: ${variants[*]}"

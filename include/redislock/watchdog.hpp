@@ -273,8 +273,13 @@ class watchdog {
           stats_.max_tick = std::max(stats_.max_tick, stats_.last_tick);
           done_.notify_all();
         }
-        if (heap_.empty()) wake_.wait(g);
-        else wake_.wait_until(g, heap_.front()->due);
+        if (heap_.empty()) {
+          wake_.wait(g);
+        } else {
+          // A copy: while we wait, remove() may compact the heap and free this entry.
+          const steady::time_point due = heap_.front()->due;
+          wake_.wait_until(g, due);
+        }
         continue;
       }
       if (!in_tick) {
