@@ -71,24 +71,51 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
 }
 
-/// The baseline: what a hand-written lock on raw hiredis sends.
+/// The baseline: what a hand-written lock on raw hiredis sends, through hiredis's own blocking
+/// API (no redislock code on its path).
 class raw_lock {
  public:
-  explicit raw_lock(int port) : c_(options_for(port).connection) {
-    reply_ptr r = c_.command({"SCRIPT", "LOAD", kDelete});
-    sha_ = std::string(r->str, r->len);
+  explicit raw_lock(int port) : c_(redisConnect("127.0.0.1", port)) {
+    if (c_ == nullptr || c_->err) throw std::runtime_error("raw_lock: cannot connect");
+    sha_ = string_reply({"SCRIPT", "LOAD", kDelete});
+    same_acquire_sha_ = string_reply({"SCRIPT", "LOAD", detail::mutex_scripts::acquire().source()});
   }
+  ~raw_lock() { redisFree(c_); }
+  raw_lock(const raw_lock&) = delete;
+  raw_lock& operator=(const raw_lock&) = delete;
+
   bool lock(std::string_view key, std::string_view token) {
-    return c_.command({"SET", key, token, "NX", "PX", "30000"})->type == REDIS_REPLY_STATUS;
+    return command({"SET", key, token, "NX", "PX", "30000"})->type == REDIS_REPLY_STATUS;
   }
-  void unlock(std::string_view key, std::string_view token) { c_.command({"EVALSHA", sha_, "1", key, token}); }
-  void ping() { c_.command({"PING"}); }
+  void unlock(std::string_view key, std::string_view token) { command({"EVALSHA", sha_, "1", key, token}); }
+  /// The very script redislock's mutex acquires with (fencing INCR included), sent raw: the
+  /// difference to redislock is then the library's client-side cost alone.
+  void lock_same_script(std::string_view key, std::string_view fence, std::string_view token) {
+    command({"EVALSHA", same_acquire_sha_, "2", key, fence, token, "30000"});
+  }
+  void ping() { command({"PING"}); }
 
  private:
+  reply_ptr command(std::initializer_list<std::string_view> argv) {
+    const char* ptrs[8];
+    std::size_t lens[8];
+    int n = 0;
+    for (std::string_view a : argv) {
+      ptrs[n] = a.data();
+      lens[n++] = a.size();
+    }
+    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c_, n, ptrs, lens)));
+    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_lock: command failed");
+    return r;
+  }
+  std::string string_reply(std::initializer_list<std::string_view> argv) {
+    reply_ptr r = command(argv);
+    return std::string(r->str, r->len);
+  }
   static constexpr const char* kDelete =
       "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-  connection c_;
-  std::string sha_;
+  redisContext* c_;
+  std::string sha_, same_acquire_sha_;
 };
 
 double rtt_p50_us(raw_lock& raw, int n = 2000) {
@@ -127,22 +154,29 @@ void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   raw_lock raw(g_server->port());
   const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
   auto raw_cycle = [&] { raw.lock(raw_key, token), raw.unlock(raw_key, token); };
-  lib_cycle(), raw_cycle();  // warm up: loads the scripts
-  std::vector<double> lib, base;
+  auto same_script_cycle = [&] { raw.lock_same_script(raw_key, "raw:fence", token), raw.unlock(raw_key, token); };
+  lib_cycle(), raw_cycle(), same_script_cycle();  // warm up: loads the scripts
+  std::vector<double> lib, base, same;
   for (auto _ : state) {
     auto t0 = clk::now();
     lib_cycle();
     auto t1 = clk::now();
     raw_cycle();
     auto t2 = clk::now();
+    same_script_cycle();
+    auto t3 = clk::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
     lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    same.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
   }
   state.counters["lib_us"] = percentile(lib, 0.5);
   state.counters["lib_p99_us"] = percentile(lib, 0.99);
   state.counters["raw_us"] = percentile(base, 0.5);
   state.counters["speed_vs_raw"] = percentile(base, 0.5) / percentile(lib, 0.5);
+  // Raw hiredis sending the mutex's own acquire script + the baseline's release: what the
+  // fencing INCR and type check cost on the server, without any redislock client code.
+  state.counters["raw_same_script_us"] = percentile(same, 0.5);
   connection admin = g_server->admin();
   constexpr int counted = 200;
   auto commands_per_cycle = [&](auto&& cycle, const char* also) {
