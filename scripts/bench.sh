@@ -6,7 +6,11 @@
 # Output: <build-dir>/bench.json and <build-dir>/bench.svg
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh  # includes libbenchmark-dev and python3 is part of the base system
+scripts/deps.sh  # includes libbenchmark-dev
+if ! command -v python3 >/dev/null; then  # the plot script; only the standard library is used
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get install -y -q --no-install-recommends python3
+fi
 
 build=${1:-build/bench}
 export REDISLOCK_BENCH_SECONDS=${2:-2}
