@@ -191,3 +191,22 @@ TEST_F(FairTest, BadWaitLeaseIsRejected) {
   o.wait_lease = milliseconds(0);
   EXPECT_THROW(mutex(c, "bad", o), invalid_argument);
 }
+
+TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
+  // The same token sent twice, as when the first reply was lost: the second "acquired" must
+  // restart the lease, or the caller would count a full lease from its retry while the key
+  // expires earlier.
+  static const std::string token = "0123456789abcdef0123456789abcdef";
+  const std::string key = "redislock:{retry}";
+  auto acquire = [&] {
+    return detail::fair_scripts::acquire().run(
+        *admin, {key, key + ":fence", key + ":queue", key + ":waiters"},
+        {token, "30000", "2000", "wait", key + ":w:"});
+  };
+  ASSERT_EQ(acquire()->element[0]->integer, 1);
+  admin->command({"PEXPIRE", key, "1000"});  // as if 29 s had passed
+  reply_ptr again = acquire();
+  EXPECT_EQ(again->element[0]->integer, 1);
+  EXPECT_EQ(again->element[1]->integer, 1);  // the same fencing token
+  EXPECT_GT(admin->command({"PTTL", key})->integer, 29000);
+}

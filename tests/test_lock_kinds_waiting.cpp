@@ -387,3 +387,51 @@ TEST_F(KindsTest, DestructionReleasesAndStopsTheRenewal) {
   EXPECT_EQ(admin->command({"EXISTS", "redislock:{r-destroyed}"})->integer, 0);
   EXPECT_EQ(admin->command({"EXISTS", "redislock:{s-destroyed}"})->integer, 0);
 }
+
+TEST_F(KindsTest, AWriterLeavingWakesEveryWaitingReaderOfTheClient) {
+  // One client, three reader objects waiting behind a writer with a long lease: the writer's
+  // release must let all of them in at once, not one per release.
+  client c(options());
+  shared_mutex writer(c, "all-readers", lease(seconds(30)));
+  writer.lock();
+  std::vector<std::unique_ptr<shared_mutex>> readers;
+  std::vector<std::future<void>> entered;
+  std::promise<void> leave;
+  std::shared_future<void> may_leave = leave.get_future().share();
+  for (int i = 0; i < 3; ++i) readers.push_back(std::make_unique<shared_mutex>(c, "all-readers", lease(seconds(30))));
+  reset_stats();
+  for (auto& r : readers)
+    entered.push_back(std::async(std::launch::async, [&r, may_leave] {
+      r->lock_shared();
+      may_leave.wait_for(seconds(20));  // every reader holds until all three are inside
+      r->unlock_shared();
+    }));
+  ASSERT_TRUE(eventually([&] { return subscribers(writer.key() + ":released") >= 1; }, seconds(10)));
+  // Each reader was refused twice: before subscribing and once subscribed; now they sleep.
+  ASSERT_TRUE(eventually([&] { return evalsha() >= 6; }, seconds(10)));
+  writer.unlock();
+  const auto all_inside = [&] {
+    return admin->command({"HLEN", writer.key()})->integer >= 1 + 2 * 3;  // @kind + r:/x: per reader
+  };
+  EXPECT_TRUE(eventually(all_inside, seconds(5))) << "readers were admitted one release at a time";
+  leave.set_value();
+  for (auto& e : entered) EXPECT_EQ(e.wait_for(seconds(20)), std::future_status::ready);
+}
+
+TEST_F(KindsTest, ExtendShorterThanTheRenewedLeaseIsRefused) {
+  lock_options o = lease(seconds(3));
+  o.auto_renew = true;
+  mutex m(*pool, "short-extend", o);
+  reentrant_mutex r(*pool, "short-extend-r", o);
+  shared_mutex s(*pool, "short-extend-s", o);
+  m.lock();
+  r.lock();
+  s.lock_shared();
+  EXPECT_THROW(m.extend(seconds(1)), invalid_argument);  // would lapse before the next renewal
+  EXPECT_THROW(r.extend(seconds(1)), invalid_argument);
+  EXPECT_THROW(s.extend_shared(seconds(1)), invalid_argument);
+  EXPECT_TRUE(m.extend(seconds(5)));
+  s.unlock_shared();
+  r.unlock();
+  m.unlock();
+}

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,9 +104,10 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   bool extend(std::chrono::milliseconds lease) {
     if (lease.count() <= 0 || lease > max_lease) throw invalid_argument("extend: lease must be in (0, max_lease]");
     require_held("extend");
-    const std::string ms = std::to_string(lease.count());
+    detail::check_extend_under_renewal(options_, lease);
+    const std::string ms = std::to_string(lease.count()), token = current_token();
     const bool ours = client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, ms}));
+      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token, ms}));
     }) == 1;
     if (!ours) lease_.mark_lost();
     return ours;
@@ -116,8 +118,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   /// ours, zero when it is not (never acquired, released, or lost). One round trip.
   std::chrono::milliseconds remaining_lease() {
     if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
+    const std::string token = current_token();
     const std::int64_t pttl = client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key_}, {token_}));
+      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key_}, {token}));
     });
     if (pttl == -1) return max_lease;  // ours, without expiry (someone PERSISTed it)
     return std::chrono::milliseconds(pttl > 0 ? pttl : 0);
@@ -188,13 +191,33 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       acquired = wait(waiter_prefix_ + token_, d, options_.wait_lease / 3, [&] { return attempt_fair("wait"); });
     } catch (...) {
       try {
-        attempt_fair("leave");
+        // "leave" claims a hand-off that reached us meanwhile; we are failing, so pass it on.
+        if (!attempt_fair("leave")) pass_on_handoff();
       } catch (...) {
-        // Our place expires with the wait lease.
+        // Our place (or a hand-off to us) expires with the wait lease.
       }
       throw;
     }
     return acquired || !attempt_fair("leave");  // a hand-off that just reached us is claimed
+  }
+
+  // Releases a lock that a failing acquire_fair() claimed, keeping the gate (acquire() owns it).
+  void pass_on_handoff() {
+    held_.store(false, std::memory_order_release);
+    lease_.stop();
+    client_.run(key_, [&](connection& c) {
+      return detail::fair_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_},
+                                                 {token_, channel_, waiter_prefix_});
+    });
+    std::string fresh = detail::random_token();
+    std::lock_guard<std::mutex> g(token_mutex_);
+    token_.swap(fresh);
+  }
+
+  // extend() and remaining_lease() may run on any thread while the holder replaces the token.
+  std::string current_token() const {
+    std::lock_guard<std::mutex> g(token_mutex_);
+    return token_;
   }
 
   // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
@@ -245,7 +268,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   void drop_local_hold(release_status status) noexcept {
     try {
-      token_ = detail::random_token();  // 128 fresh bits for the next acquisition
+      std::string fresh = detail::random_token();  // 128 fresh bits for the next acquisition
+      std::lock_guard<std::mutex> g(token_mutex_);
+      token_.swap(fresh);
     } catch (...) {
     }
     held_.store(false, std::memory_order_release);
@@ -263,7 +288,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   lock_options options_;
   std::string key_, fence_key_, channel_, lease_ms_;
   std::string queue_key_, waiters_key_, waiter_prefix_, wait_lease_ms_;  // fair mode
-  std::string token_;  // touched only by the thread that holds gate_
+  std::string token_;  // written only by the thread that holds gate_, under token_mutex_
+  mutable std::mutex token_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false};
   std::atomic<std::uint64_t> fence_{0};

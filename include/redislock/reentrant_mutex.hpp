@@ -102,6 +102,7 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   bool extend(std::chrono::milliseconds lease) {
     const std::string ms = detail::lease_arg(lease, "extend");
     require_held("extend");
+    detail::check_extend_under_renewal(options_, lease);
     const bool ours = run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
     if (!ours) owners_.mine().lease->mark_lost();
     return ours;

@@ -281,6 +281,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   bool renew(std::chrono::milliseconds lease, bool write) {
     const std::string ms = detail::lease_arg(lease, write ? "extend" : "extend_shared");
+    detail::check_extend_under_renewal(options_, lease);
     const hold h = owners_.mine();
     if (write ? !h.writing : h.reads == 0)
       throw lock_error(std::string(write ? "extend" : "extend_shared") + ": shared lock '" + name_ +

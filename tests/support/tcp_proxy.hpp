@@ -135,11 +135,18 @@ class tcp_proxy {
     p.dead = true;
   }
 
-  void accept_new(bool refusing) {
+  void accept_new() {
     for (;;) {
       int fd = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
       ++accepted_;
+      bool refusing;
+      {
+        // Read the flag at accept time: a client that connected after set_refusing(false)
+        // returned must not be refused by a value read before the change.
+        std::lock_guard<std::mutex> g(m_);
+        refusing = refusing_;
+      }
       if (refusing) {
         reset_and_close(fd);
         continue;
@@ -200,12 +207,11 @@ class tcp_proxy {
   void loop() {
     std::vector<pollfd> fds;
     for (;;) {
-      bool refusing, stalled;
+      bool stalled;
       std::chrono::milliseconds delay;
       {
         std::lock_guard<std::mutex> g(m_);
         if (stop_) return;
-        refusing = refusing_;
         stalled = stalled_;
         delay = delay_;
         if (cuts_done_ < cuts_requested_) {
@@ -235,7 +241,7 @@ class tcp_proxy {
         while (::read(wake_[0], drain, sizeof drain) > 0) {
         }
       }
-      if (fds[1].revents & POLLIN) accept_new(refusing);
+      if (fds[1].revents & POLLIN) accept_new();
       for (std::size_t i = 0; i < pairs_.size() && 2 + 2 * i + 1 < fds.size(); ++i) {
         pair& p = pairs_[i];
         const pollfd& c = fds[2 + 2 * i];

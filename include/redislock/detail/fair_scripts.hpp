@@ -31,7 +31,10 @@ namespace redislock::detail::fair_scripts {
 /// Shared Lua: server time, and settle() which hands a free lock to the first live waiter.
 /// Expects the KEYS layout lock, fence, queue, waiters and ARGV[1] = the caller's token.
 inline std::string prelude() {
+  // TIME before writes needs effects replication (the default from Redis 5 on; enable it
+  // explicitly where it is not).
   return R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 local t = redis.call('TIME')
@@ -69,7 +72,7 @@ end
 ///   mode "leave": like "try", and leave the queue (giving up). A hand-off that reached us
 ///                 meanwhile is claimed rather than dropped.
 /// Reply: {1, fence} acquired (claimed a hand-off, or took a free lock with an empty queue;
-///        a retry after a lost reply returns the current fence again);
+///        a retry after a lost reply restarts the lease and returns the current fence again);
 ///        {0, pttl} not acquired; pttl = remaining ms of the current holder (or hand-off),
 ///        -1 no expiry, -2 free.
 inline const script& acquire() {
@@ -85,6 +88,9 @@ if holder == token then
     redis.call('SET', lock, token, 'PX', lease)
     return {1, f}
   end
+  -- A retry of an attempt whose reply was lost: the lease restarts from now, as for the
+  -- non-fair mutex, so the caller's lease always runs from an attempt it sent.
+  redis.call('PEXPIRE', lock, lease)
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
 if holder == false then

@@ -14,7 +14,8 @@
 ///                        drops it exactly when the last hold has run out. Absent when free.
 ///   P{N}:fence   integer fencing counter, INCRed by every write acquisition; shared with the
 ///                other lock kinds of the same name. A read hold gets its current value.
-///   channel P{N}:released   a message is published when the writer leaves or the last hold
+///   channel P{N}:released   the message "all" (wake every local waiter: several readers may
+///                enter at once) is published when the writer leaves or the last hold
 ///                goes (release or expiry noticed by a script): waiters may now get in. These
 ///                are the only transitions that admit a waiter: a writer leaving admits readers
 ///                (and writers), the last reader leaving admits a writer. A hold or marker that
@@ -118,7 +119,7 @@ local function finish(changed)
   elseif #h > 0 then
     redis.call('DEL', key)
   end
-  if writer_left or (reader_left and holds == 0) then redis.call('PUBLISH', channel, 'released') end
+  if writer_left or (reader_left and holds == 0) then redis.call('PUBLISH', channel, 'all') end
 end
 )lua";
 }

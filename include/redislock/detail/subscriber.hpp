@@ -342,8 +342,13 @@ class subscriber {
       auto it = channels_.find(std::string(str(1)));
       if (it == channels_.end()) return;
       channel_state& s = *it->second;
-      if (s.tokens < s.refs) ++s.tokens;
-      s.cv.notify_one();
+      if (str(2) == "all") {  // several waiters may enter (readers after a writer): wake every one
+        s.tokens = s.refs;
+        s.cv.notify_all();
+      } else {  // one may enter: wake one, the others keep sleeping
+        if (s.tokens < s.refs) ++s.tokens;
+        s.cv.notify_one();
+      }
       return;
     }
     // Any other reply answers the oldest SUBSCRIBE/UNSUBSCRIBE (one reply per one-channel command).
