@@ -78,7 +78,9 @@ class redirect_error : public reply_error {
     auto first = m.find(' ');
     auto second = first == std::string::npos ? std::string::npos : m.find(' ', first + 1);
     if (second != std::string::npos) {
-      slot_ = std::stoi(m.substr(first + 1, second - first - 1));
+      slot_ = 0;  // parsed by hand: a malformed reply must not throw a non-redislock exception
+      for (std::size_t i = first + 1; i < second && slot_ >= 0; ++i)
+        slot_ = (m[i] >= '0' && m[i] <= '9' && slot_ < 16384) ? slot_ * 10 + (m[i] - '0') : -1;
       endpoint_ = m.substr(second + 1);
     }
   }

@@ -333,7 +333,11 @@ class watchdog {
     std::map<std::string, std::vector<std::size_t>> by_server;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i] != outcome::pending) continue;
-      by_server[server_of_ ? server_of_(batch[i]->req.route_key) : std::string()].push_back(i);
+      try {  // nothing may escape the watchdog thread: a throwing locator fails this renewal
+        by_server[server_of_ ? server_of_(batch[i]->req.route_key) : std::string()].push_back(i);
+      } catch (...) {
+        results[i] = outcome::failed;
+      }
     }
     std::uint64_t pipelines = 0;
     for (const auto& [server, group] : by_server) {

@@ -260,6 +260,9 @@ class subscriber {
         g.unlock();
         try {
           conn = std::make_unique<connection>(options_);
+          // The reader waits without a timeout: TCP keepalive notices a peer that vanished
+          // without closing (power loss, network partition), so waiters fall back to backoff.
+          if (options_.unix_path.empty()) redisEnableKeepAlive(conn->native_handle());
         } catch (...) {
           conn.reset();
         }
