@@ -4,6 +4,7 @@
 #include "process.hpp"
 #include "eventually.hpp"
 #include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -33,27 +34,10 @@ lock_options fair(milliseconds wait_lease = seconds(2)) {
   return o;
 }
 
-struct FairTest : ::testing::Test {
-  static void SetUpTestSuite() { server = new redis_server(); }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-  }
-  void SetUp() override {
-    admin = std::make_unique<connection>(server->options());
-    admin->command({"FLUSHALL"});
-  }
-  static client_options options() { return client_options{server->options()}; }
+struct FairTest : redislock_test::server_test {
   long long queued(const mutex& m) { return admin->command({"ZCARD", m.key() + ":queue"})->integer; }
-  std::string holder_of(const mutex& m) {
-    reply_ptr r = admin->command({"GET", m.key()});
-    return r->type == REDIS_REPLY_NIL ? "(nil)" : std::string(r->str, r->len);
-  }
-
-  static redis_server* server;
-  std::unique_ptr<connection> admin;
+  std::string holder_of(const mutex& m) { return get(m.key()); }
 };
-redis_server* FairTest::server = nullptr;
 
 }  // namespace
 

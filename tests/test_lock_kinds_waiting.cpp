@@ -50,12 +50,6 @@ class own_thread_holder {
 };
 
 struct KindsTest : redislock_test::server_test {
-  long long subscribers(const std::string& channel) {
-    return admin->command({"PUBSUB", "NUMSUB", channel})->element[1]->integer;
-  }
-  long long evalsha() { return command_calls(*admin, "evalsha"); }
-  void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
-  client_options options() const { return client_options{server->options()}; }
 
   /// Waits (bounded) until a waiter of `key`'s lock subscribed, then keeps the lock held for
   /// 1.5 s: a polling waiter (retry_max 100 ms) would send well over a dozen attempts.

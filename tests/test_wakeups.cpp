@@ -3,6 +3,7 @@
 // they cannot subscribe, and the subscriber never hangs shutdown.
 #include "eventually.hpp"
 #include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -24,33 +25,7 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-struct WakeupTest : ::testing::Test {
-  static void SetUpTestSuite() { server = new redis_server(); }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-  }
-  void SetUp() override {
-    admin = std::make_unique<connection>(server->options());
-    admin->command({"FLUSHALL"});
-  }
-  static client_options options() { return client_options{server->options()}; }
-  static lock_options lease(milliseconds ms) {
-    lock_options o;
-    o.lease = ms;
-    return o;
-  }
-  long long subscribers(const std::string& channel) {
-    reply_ptr r = admin->command({"PUBSUB", "NUMSUB", channel});
-    return r->element[1]->integer;
-  }
-  long long evalsha() { return command_calls(*admin, "evalsha"); }
-  void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
-
-  static redis_server* server;
-  std::unique_ptr<connection> admin;
-};
-redis_server* WakeupTest::server = nullptr;
+struct WakeupTest : redislock_test::server_test {};
 
 }  // namespace
 

@@ -39,6 +39,13 @@ struct server_test : ::testing::Test {
     o.lease = ms;
     return o;
   }
+  static redislock::client_options options() { return redislock::client_options{server->options()}; }
+  /// Clients subscribed to `channel` (waiters listening for a release).
+  long long subscribers(const std::string& channel) {
+    return admin->command({"PUBSUB", "NUMSUB", channel})->element[1]->integer;
+  }
+  long long evalsha() { return command_calls(*admin, "evalsha"); }
+  void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
   inline static redis_server* server = nullptr;
   std::unique_ptr<redislock::client> pool;
   std::unique_ptr<redislock::connection> admin;
