@@ -401,13 +401,15 @@ TEST_F(KindsTest, AWriterLeavingWakesEveryWaitingReaderOfTheClient) {
       r->unlock_shared();
     }));
   ASSERT_TRUE(eventually([&] { return subscribers(writer.key() + ":released") >= 1; }, seconds(10)));
-  // Each reader was refused twice: before subscribing and once subscribed; now they sleep.
-  ASSERT_TRUE(eventually([&] { return evalsha() >= 6; }, seconds(10)));
+  // Let the readers fall asleep: each is refused once, and once more if it made the
+  // subscription itself (a reader that joins an already confirmed one needs no second try), so
+  // 3 to 6 refusals. Best effort: a reader still on its way simply enters after the release.
+  eventually([&] { return evalsha() >= 6; }, seconds(2));
   writer.unlock();
   const auto all_inside = [&] {
     return admin->command({"HLEN", writer.key()})->integer >= 1 + 2 * 3;  // @kind + r:/x: per reader
   };
-  EXPECT_TRUE(eventually(all_inside, seconds(5))) << "readers were admitted one release at a time";
+  EXPECT_TRUE(eventually(all_inside, seconds(10))) << "readers were admitted one release at a time";
   leave.set_value();
   for (auto& e : entered) EXPECT_EQ(e.wait_for(seconds(20)), std::future_status::ready);
 }
