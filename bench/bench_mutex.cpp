@@ -9,17 +9,20 @@
 // Counters (all in the JSON output):
 //   *_us               medians in microseconds (lib_p99_us: 99th percentile);
 //                      speed_vs_raw = raw time / redislock time
-//   cmds_per_op        uncontended cases: server commands per lock+unlock cycle
-//                      (raw_cmds_per_op: the baseline's, 2)
+//   cmds_per_op        uncontended cases: commands sent per lock+unlock cycle, counted the
+//                      same way as cmds_per_acq (raw_cmds_per_op: the baseline's, 2)
 //   gap_*_us           hand-off gap: from the holder calling unlock() to the next holder's
 //                      lock() returning (includes the release's own round trip);
-//                      gap_vs_rtt = gap p50 / PING round trip p50
+//                      gap_vs_rtt = gap p50 / PING round trip p50 (rtt_us: PINGs sampled
+//                      during the run from a thread sleeping between them, as waiters do;
+//                      rtt_loop_us: back-to-back PINGs before the run)
 //   overlaps           acquisitions that began before the previous holder called unlock()
 //                      (must be 0: mutual exclusion)
 //   acq_per_s, tput_vs_hold = acquisitions/s x hold (1.0 = the lock never idles)
 //   share_min/max      each contender's acquisitions / the fair share (1.0 = perfectly fair)
 //   wait_p99_vs_hold   p99 of the time a lock() call waited, in units of the hold time
-//   cmds_per_acq       all server commands (INFO commandstats) / acquisitions
+//   cmds_per_acq       commands the clients sent per acquisition, counted through MONITOR
+//                      (calls inside scripts left out) in a second pass of half the length
 #include "process.hpp"
 #include "redis_server.hpp"
 
@@ -32,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -78,7 +82,7 @@ class raw_lock {
   explicit raw_lock(int port) : c_(redisConnect("127.0.0.1", port)) {
     if (c_ == nullptr || c_->err) throw std::runtime_error("raw_lock: cannot connect");
     sha_ = string_reply({"SCRIPT", "LOAD", kDelete});
-    same_acquire_sha_ = string_reply({"SCRIPT", "LOAD", detail::mutex_scripts::acquire().source()});
+    same_release_sha_ = string_reply({"SCRIPT", "LOAD", detail::mutex_scripts::release().source()});
   }
   ~raw_lock() { redisFree(c_); }
   raw_lock(const raw_lock&) = delete;
@@ -88,17 +92,22 @@ class raw_lock {
     return command({"SET", key, token, "NX", "PX", "30000"})->type == REDIS_REPLY_STATUS;
   }
   void unlock(std::string_view key, std::string_view token) { command({"EVALSHA", sha_, "1", key, token}); }
-  /// The very script redislock's mutex acquires with (fencing INCR included), sent raw: the
-  /// difference to redislock is then the library's client-side cost alone.
-  void lock_same_script(std::string_view key, std::string_view fence, std::string_view token) {
-    command({"EVALSHA", same_acquire_sha_, "2", key, fence, token, "30000"});
+  /// The very commands redislock's mutex sends (SET NX GET PX, and its release script, which
+  /// also looks for queued waiters), sent raw: the difference to redislock is then the
+  /// library's client-side cost alone.
+  void lock_same_commands(std::string_view key, std::string_view token) {
+    command({"SET", key, token, "NX", "GET", "PX", "30000"});
+  }
+  void unlock_same_commands(std::string_view key, std::string_view token) {
+    const std::string k(key);
+    command({"EVALSHA", same_release_sha_, "4", k, k + ":fence", k + ":queue", k + ":waiters", token, k + ":w:"});
   }
   void ping() { command({"PING"}); }
 
  private:
   reply_ptr command(std::initializer_list<std::string_view> argv) {
-    const char* ptrs[8];
-    std::size_t lens[8];
+    const char* ptrs[12];
+    std::size_t lens[12];
     int n = 0;
     for (std::string_view a : argv) {
       ptrs[n] = a.data();
@@ -115,7 +124,7 @@ class raw_lock {
   static constexpr const char* kDelete =
       "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
   redisContext* c_;
-  std::string sha_, same_acquire_sha_;
+  std::string sha_, same_release_sha_;
 };
 
 double rtt_p50_us(raw_lock& raw, int n = 2000) {
@@ -128,14 +137,88 @@ double rtt_p50_us(raw_lock& raw, int n = 2000) {
   return percentile(s, 0.5);
 }
 
-/// Commands the lock clients sent (INFO commandstats also counts the calls made inside
-/// scripts — GET, SET, PUBLISH... — which are not round trips, so only these are summed).
-long long commands_executed(connection& admin) {
-  long long total = 0;
-  for (const char* name : {"evalsha", "eval", "script|load", "subscribe", "unsubscribe"})
-    total += redislock_test::command_calls(admin, name);
-  return total;
-}
+/// Counts the commands that clients send to the server, through MONITOR: a line per command,
+/// where the calls made inside scripts are marked "lua" and left out, so what is counted is
+/// what crossed the network. (INFO commandstats and total_commands_processed count the calls
+/// inside scripts too.) Only used in counting passes: MONITOR slows the server down.
+class command_counter {
+ public:
+  explicit command_counter(int port) : c_(redisConnect("127.0.0.1", port)) {
+    if (c_ == nullptr || c_->err) throw std::runtime_error("command_counter: cannot connect");
+    reply_ptr ok(static_cast<redisReply*>(redisCommand(c_, "MONITOR")));
+    if (!ok || ok->type != REDIS_REPLY_STATUS) throw std::runtime_error("command_counter: MONITOR refused");
+    const timeval poll_every{0, 50'000};
+    redisSetTimeout(c_, poll_every);
+    reader_ = std::thread([this] {
+      while (!stop_.load()) {
+        void* raw = nullptr;
+        if (redisGetReply(c_, &raw) != REDIS_OK) {
+          if (c_->err != REDIS_ERR_IO || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+          c_->err = 0;  // a read timeout: look at stop_ and go on
+          continue;
+        }
+        reply_ptr line(static_cast<redisReply*>(raw));
+        if (line->type != REDIS_REPLY_STATUS || std::strstr(line->str, " lua] ") != nullptr) continue;
+        if (std::strstr(line->str, kMarker) != nullptr) {
+          ++markers_;
+        } else {
+          ++count_;
+        }
+      }
+    });
+  }
+  ~command_counter() {
+    stop_ = true;
+    reader_.join();
+    redisFree(c_);
+  }
+  command_counter(const command_counter&) = delete;
+  command_counter& operator=(const command_counter&) = delete;
+
+  /// Commands counted so far: all that the server ran before a marker command sent now
+  /// (MONITOR lines arrive in execution order; the marker itself is not counted).
+  long long until_now(connection& admin) {
+    const long long before = markers_.load();
+    admin.command({"ECHO", kMarker});
+    const auto limit = clk::now() + std::chrono::seconds(10);
+    while (markers_.load() == before && clk::now() < limit) std::this_thread::sleep_for(microseconds(200));
+    return count_.load();
+  }
+
+ private:
+  static constexpr const char* kMarker = "command-counter-marker";
+  redisContext* c_;
+  std::atomic<bool> stop_{false};
+  std::atomic<long long> count_{0}, markers_{0};
+  std::thread reader_;
+};
+
+/// Single-command round trips (PING p50) sampled while a contended run goes on, from a thread
+/// that sleeps between pings, as the waiters do: the same machine load and the same wake-ups
+/// as the hand-offs it is compared with. (rtt_loop_us: PINGs back to back on an idle machine.)
+class rtt_sampler {
+ public:
+  rtt_sampler(int port, std::int64_t start_ns, std::int64_t end_ns)
+      : thread_([this, port, start_ns, end_ns] {
+          raw_lock raw(port);
+          while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+          while (now_ns() < end_ns) {
+            std::this_thread::sleep_for(microseconds(2000));
+            auto t0 = clk::now();
+            raw.ping();
+            samples_.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
+          }
+        }) {}
+  /// Joins; the p50.
+  double finish() {
+    thread_.join();
+    return percentile(samples_, 0.5);
+  }
+
+ private:
+  std::vector<double> samples_;
+  std::thread thread_;
+};
 
 void spin_for(nanoseconds d) {
   const auto end = clk::now() + d;
@@ -154,7 +237,7 @@ void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   raw_lock raw(g_server->port());
   const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
   auto raw_cycle = [&] { raw.lock(raw_key, token), raw.unlock(raw_key, token); };
-  auto same_script_cycle = [&] { raw.lock_same_script(raw_key, "raw:fence", token), raw.unlock(raw_key, token); };
+  auto same_script_cycle = [&] { raw.lock_same_commands(raw_key, token), raw.unlock_same_commands(raw_key, token); };
   lib_cycle(), raw_cycle(), same_script_cycle();  // warm up: loads the scripts
   std::vector<double> lib, base, same;
   for (auto _ : state) {
@@ -174,20 +257,19 @@ void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   state.counters["lib_p99_us"] = percentile(lib, 0.99);
   state.counters["raw_us"] = percentile(base, 0.5);
   state.counters["speed_vs_raw"] = percentile(base, 0.5) / percentile(lib, 0.5);
-  // Raw hiredis sending the mutex's own acquire script + the baseline's release: what the
-  // fencing INCR and type check cost on the server, without any redislock client code.
-  state.counters["raw_same_script_us"] = percentile(same, 0.5);
+  // Raw hiredis sending the mutex's own commands: what they cost on the server, without any
+  // redislock client code.
+  state.counters["raw_same_cmds_us"] = percentile(same, 0.5);
   connection admin = g_server->admin();
   constexpr int counted = 200;
-  auto commands_per_cycle = [&](auto&& cycle, const char* also) {
-    admin.command({"CONFIG", "RESETSTAT"});
+  auto commands_per_cycle = [&](auto&& cycle) {
+    command_counter commands(g_server->port());
+    const long long before = commands.until_now(admin);
     for (int i = 0; i < counted; ++i) cycle();
-    return static_cast<double>(commands_executed(admin) + redislock_test::command_calls(admin, also)) / counted;
+    return static_cast<double>(commands.until_now(admin) - before) / counted;
   };
-  // The baseline's SET is a round trip; the lock kinds send EVALSHA only (a SET inside a script
-  // is no round trip, so "set" is not counted for them).
-  state.counters["cmds_per_op"] = commands_per_cycle(lib_cycle, "none");
-  state.counters["raw_cmds_per_op"] = commands_per_cycle(raw_cycle, "set");
+  state.counters["cmds_per_op"] = commands_per_cycle(lib_cycle);
+  state.counters["raw_cmds_per_op"] = commands_per_cycle(raw_cycle);
 }
 
 void BM_uncontended_cycle(benchmark::State& state) {
@@ -282,7 +364,7 @@ std::vector<event> contend(int port, const std::string& name, int who, nanosecon
 }
 
 void report_contention(benchmark::State& state, std::vector<event> events, int contenders, nanoseconds hold,
-                       double seconds, long long commands, double rtt_us) {
+                       double seconds, double commands_per_acquisition, double rtt_us, double rtt_loop_us) {
   std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
   std::vector<double> gaps, waits;
   double overlaps = 0;
@@ -302,12 +384,43 @@ void report_contention(benchmark::State& state, std::vector<event> events, int c
   state.counters["gap_p50_us"] = percentile(gaps, 0.5);
   state.counters["gap_p99_us"] = percentile(gaps, 0.99);
   state.counters["rtt_us"] = rtt_us;
+  state.counters["rtt_loop_us"] = rtt_loop_us;
   state.counters["gap_vs_rtt"] = percentile(gaps, 0.5) / rtt_us;
   state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / fair_share;
   state.counters["share_max"] = *std::max_element(per.begin(), per.end()) / fair_share;
   if (hold.count() > 0) state.counters["wait_p99_vs_hold"] = percentile(waits, 0.99) / static_cast<double>(hold.count());
   state.counters["wait_p99_us"] = percentile(waits, 0.99) / 1e3;
-  state.counters["cmds_per_acq"] = static_cast<double>(commands) / n;
+  state.counters["cmds_per_acq"] = commands_per_acquisition;
+}
+
+// Args: contenders, hold in microseconds, fair (0/1).
+// One contended run between two instants (steady clock, ns): all contenders' events.
+using contended_run = std::function<std::vector<event>(std::int64_t start_ns, std::int64_t end_ns)>;
+
+// The timed run (with RTT sampling), then a counting pass of half its length under MONITOR
+// (which slows the server, so it is kept out of the timed run).
+void measure_contention(benchmark::State& state, const contended_run& run, int n, nanoseconds hold,
+                        std::int64_t warm_up_ns) {
+  const double seconds = seconds_per_run();
+  raw_lock raw(g_server->port());
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    const double rtt_loop = rtt_p50_us(raw);
+    std::int64_t start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds * 1e9);
+    rtt_sampler rtt(g_server->port(), start, end);
+    std::vector<event> timed = run(start, end);
+    const double rtt_us = rtt.finish();
+    double commands_per_acquisition = 0;
+    {
+      command_counter counter(g_server->port());
+      const long long before = counter.until_now(admin);
+      start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds / 2 * 1e9);
+      const std::size_t acquisitions = run(start, end).size();
+      commands_per_acquisition = static_cast<double>(counter.until_now(admin) - before) / static_cast<double>(acquisitions);
+    }
+    state.SetIterationTime(seconds);
+    report_contention(state, std::move(timed), n, hold, seconds, commands_per_acquisition, rtt_us, rtt_loop);
+  }
 }
 
 // Args: contenders, hold in microseconds, fair (0/1).
@@ -315,25 +428,18 @@ void BM_contended_threads(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const nanoseconds hold = microseconds(state.range(1));
   const bool fair = state.range(2) != 0;
-  const double seconds = seconds_per_run();
-  raw_lock raw(g_server->port());
-  connection admin = g_server->admin();
-  for (auto _ : state) {
-    const double rtt = rtt_p50_us(raw);
-    admin.command({"CONFIG", "RESETSTAT"});
-    const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+  const std::string name = "threads-" + std::to_string(n) + (fair ? "-fair" : "");
+  auto run = [&](std::int64_t start, std::int64_t end) {
     std::vector<std::vector<event>> results(n);
     std::vector<std::thread> threads;
-    const std::string name = "threads-" + std::to_string(n) + (fair ? "-fair" : "");
     for (int i = 0; i < n; ++i)
       threads.emplace_back([&, i] { results[i] = contend(g_server->port(), name, i, hold, fair, start, end); });
     for (auto& t : threads) t.join();
-    const long long commands = commands_executed(admin);
     std::vector<event> all;
     for (auto& r : results) all.insert(all.end(), r.begin(), r.end());
-    state.SetIterationTime(seconds);
-    report_contention(state, std::move(all), n, hold, seconds, commands, rtt);
-  }
+    return all;
+  };
+  measure_contention(state, run, n, hold, 200'000'000);
 }
 BENCHMARK(BM_contended_threads)
     ->ArgNames({"n", "hold_us", "fair"})
@@ -351,18 +457,12 @@ void BM_contended_processes(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const long hold_us = static_cast<long>(state.range(1));
   const bool fair = state.range(2) != 0;
-  const double seconds = seconds_per_run();
-  raw_lock raw(g_server->port());
-  connection admin = g_server->admin();
-  for (auto _ : state) {
-    const double rtt = rtt_p50_us(raw);
-    admin.command({"CONFIG", "RESETSTAT"});
-    const std::int64_t start = now_ns() + 500'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+  auto run = [&](std::int64_t start, std::int64_t end) {
     std::vector<child_process> children;
     std::vector<int> pipes;
     for (int i = 0; i < n; ++i) {
       int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0) state.SkipWithError("pipe failed");
+      if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
       children.emplace_back(std::vector<std::string>{g_self, "--contender", std::to_string(g_server->port()),
                                                      "procs-" + std::to_string(n) + (fair ? "-fair" : ""),
                                                      std::to_string(i), std::to_string(hold_us), fair ? "1" : "0",
@@ -377,15 +477,14 @@ void BM_contended_processes(benchmark::State& state) {
       char buf[65536];
       for (ssize_t got; (got = ::read(pipes[i], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(got));
       ::close(pipes[i]);
-      if (children[i].wait_for(std::chrono::seconds(60)) != 0) state.SkipWithError("a contender failed");
+      if (children[i].wait_for(std::chrono::seconds(60)) != 0) throw std::runtime_error("a contender failed");
       std::istringstream in(text);
       event e{};
       while (in >> e.who >> e.called >> e.acquired >> e.releasing) all.push_back(e);
     }
-    const long long commands = commands_executed(admin);
-    state.SetIterationTime(seconds);
-    report_contention(state, std::move(all), n, microseconds(hold_us), seconds, commands, rtt);
-  }
+    return all;
+  };
+  measure_contention(state, run, n, microseconds(hold_us), 500'000'000);
 }
 BENCHMARK(BM_contended_processes)
     ->ArgNames({"n", "hold_us", "fair"})

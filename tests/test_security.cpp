@@ -1,15 +1,20 @@
 // Security: only the owner releases or extends, a minimal ACL user suffices (and each of its
 // permissions is needed), and passwords never appear in error messages.
+#include "eventually.hpp"
 #include "redis_server.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace redislock;
+using redislock_test::eventually;
 using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -19,15 +24,15 @@ namespace {
 std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 
 /// The permissions basic_mutex needs, as documented in the README ("Redis ACL"). Scripts run
-/// with their caller's permissions, so the commands they call are listed too. SUBSCRIBE and
-/// UNSUBSCRIBE are for waiters that listen on the release channel.
-const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",   "+set",    "+incr",
-                                                 "+del",     "+pexpire",     "+pttl",  "+publish"};
+/// with their caller's permissions, so the commands they call are listed too (the wait queue:
+/// time, z*, h*; the hand-off: publish; fencing tokens: incr). SUBSCRIBE and UNSUBSCRIBE are
+/// for waiters that listen on their channel.
+const std::vector<std::string> mutex_commands = {
+    "+evalsha", "+script|load", "+get",  "+set",  "+del",     "+exists", "+pexpire", "+pttl", "+incr", "+time",
+    "+zadd",    "+zscore",      "+zrange", "+zrem", "+hset", "+hget",    "+hdel",    "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
-/// What the reentrant and shared mutexes and fair mode add (README, "Redis ACL").
-const std::vector<std::string> lock_kind_commands = {"+exists", "+hdel",  "+hexists", "+hget", "+hgetall",
-                                                     "+hincrby", "+hlen", "+hset",    "+time", "+zadd",
-                                                     "+zcard",  "+zrange", "+zrem",   "+zscore"};
+/// What the reentrant and shared mutexes add (README, "Redis ACL").
+const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
   std::vector<std::string> args = {"ACL", "SETUSER", name, "reset", "on", ">" + name + "-pw", "resetkeys",
@@ -45,19 +50,43 @@ client_options as_user(const redis_server& server, const std::string& name) {
   return o;
 }
 
-/// What an application does with a mutex, starting from an empty script cache.
+/// What an application does with a mutex, starting from an empty script cache: acquire,
+/// extend, fence, queue and give up, queue and be handed the lock. Throws what the server refused.
 void mutex_cycle(client& c, connection& admin) {
   admin.command({"SCRIPT", "FLUSH"});
   mutex m(c, "acl");
   ASSERT_TRUE(m.try_lock());
   EXPECT_GT(m.remaining_lease().count(), 0);
   EXPECT_TRUE(m.extend(seconds(10)));
+  EXPECT_GT(m.fencing_token(), 0u);
   EXPECT_EQ(m.release(), release_status::released);
   m.lock();
   mutex other(c, "acl");
-  EXPECT_FALSE(other.try_lock_for(milliseconds(20)));
-  m.unlock();
-  EXPECT_EQ(m.last_release(), release_status::released);
+  EXPECT_FALSE(other.try_lock_for(milliseconds(20)));  // queues, then leaves the queue
+  std::exception_ptr failure;
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    try {
+      other.lock();
+      other.unlock();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    done = true;
+  });
+  // Release only once the waiter is queued (or failed), so the release hands it the lock.
+  const bool queued = eventually([&] { return done || admin.command({"ZCARD", "redislock:{acl}:queue"})->integer == 1; });
+  try {
+    EXPECT_EQ(m.release(), release_status::released);  // hands the lock to the waiter
+  } catch (...) {
+    admin.command({"DEL", "redislock:{acl}"});  // refused: free the waiter (its next refresh takes the lock)
+    waiter.join();
+    throw;
+  }
+  waiter.join();
+  if (failure) std::rethrow_exception(failure);
+  EXPECT_TRUE(queued);
+  EXPECT_EQ(other.last_release(), release_status::released);
 }
 
 template <class F>
@@ -97,11 +126,16 @@ TEST(Security, ARawScriptCallWithAGuessedTokenChangesNothing) {
   std::string guess = detail::random_token();
   if (guess == token) guess[0] = guess[0] == '0' ? '1' : '0';
   namespace s = detail::mutex_scripts;
-  EXPECT_EQ(s::release().run(attacker, {key}, {guess, key + ":released"})->integer, 0);
+  const std::string fence = key + ":fence", queue = key + ":queue", waiters = key + ":waiters";
+  const std::initializer_list<std::string_view> keys = {key, fence, queue, waiters};
+  EXPECT_EQ(s::release().run(attacker, keys, {guess, key + ":w:"})->integer, 0);
   EXPECT_EQ(s::extend().run(attacker, {key}, {guess, "600000"})->integer, 0);
   EXPECT_EQ(s::remaining().run(attacker, {key}, {guess})->integer, -2);
-  reply_ptr acquire = s::acquire().run(attacker, {key, key + ":fence"}, {guess, "600000"});
-  EXPECT_EQ(detail::element(*acquire, 0).integer, 0);
+  EXPECT_EQ(s::fence().run(attacker, {key, key + ":fence"}, {guess})->integer, 0);
+  for (const char* mode : {"try", "wait", "leave"}) {
+    reply_ptr acquire = s::queue_attempt().run(attacker, keys, {guess, "600000", mode, "1", "2000", key + ":w:"});
+    EXPECT_EQ(detail::element(*acquire, 0).integer, 0) << mode;
+  }
   EXPECT_EQ(text(attacker.command({"GET", key})), token);
   EXPECT_LE(attacker.command({"PTTL", key})->integer, 5000);  // not extended to 600 s
   EXPECT_EQ(owner.release(), release_status::released);

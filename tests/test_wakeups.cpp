@@ -25,7 +25,13 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-struct WakeupTest : redislock_test::server_test {};
+struct WakeupTest : redislock_test::server_test {
+  /// Waiters of a mutex listen on their own channels, P{N}:w:<token>.
+  long long waiter_channels(const mutex& m) {
+    return static_cast<long long>(admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"})->elements);
+  }
+  long long queued(const mutex& m) { return admin->command({"ZCARD", m.key() + ":queue"})->integer; }
+};
 
 }  // namespace
 
@@ -39,22 +45,24 @@ TEST_F(WakeupTest, AWaiterIsWokenByTheReleaseNotByPollingHoweverLongTheHold) {
   reset_stats();
 
   auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
-  ASSERT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 1; }));
+  ASSERT_TRUE(eventually([&] { return waiter_channels(holder) == 1 && queued(holder) == 1; }));
   // Held for 1.5 s after the waiter subscribed: backoff (retry_max 100 ms) would send well
-  // over a dozen attempts; a notified waiter sends two before and one after the release.
+  // over a dozen attempts; a notified waiter sends a SET and one script (joining the queue)
+  // before the release, and nothing after it: the release hands it the lock.
   std::this_thread::sleep_for(milliseconds(1500));
   const long long before_release = evalsha();
   holder.unlock();
   ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
   waited.get();
   EXPECT_TRUE(waiter.owns_lock());
+  // One queue join: two EVALSHA, as the script cache did not know the queue script yet.
   EXPECT_LE(before_release, 2) << "the waiter polled while the lock was held";
-  EXPECT_LE(evalsha() - before_release, 2) << "release + one woken attempt";
+  EXPECT_EQ(evalsha() - before_release, 1) << "the release alone: a hand-off needs no attempt";
   EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
   EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
   waiter.unlock();
   // The subscription ends with the wait.
-  EXPECT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 0; }));
+  EXPECT_TRUE(eventually([&] { return waiter_channels(holder) == 0; }));
 }
 
 TEST_F(WakeupTest, AnExpiredLeaseWakesTheWaiterThoughNothingIsPublished) {
@@ -90,7 +98,9 @@ TEST_F(WakeupTest, DeadlinesAreHonouredWhileWaitingForANotification) {
   EXPECT_GE(took, milliseconds(190));
   EXPECT_LT(took, milliseconds(200 + 250));
 
-  EXPECT_LE(evalsha(), 6) << "two timed waits, at most three attempts each";
+  // Each wait: SET, then one script to queue and one to leave (+1 EVALSHA for the first
+  // NOSCRIPT of the queue script).
+  EXPECT_LE(evalsha(), 5) << "two timed waits, two scripts each";
   EXPECT_GE(waiter_client.wait_stats().subscriptions, 1u);
   EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
   EXPECT_FALSE(waiter.owns_lock());
@@ -121,12 +131,10 @@ TEST_F(WakeupTest, WaitersOfOneClientShareOneSubscriberConnection) {
     waiters.push_back(std::make_unique<mutex>(waiters_client, i % 2 ? "shared-a" : "shared-b"));
     done.push_back(std::async(std::launch::async, [w = waiters.back().get()] { std::lock_guard<mutex> g(*w); }));
   }
-  ASSERT_TRUE(eventually([&] {
-    return subscribers(holder.key() + ":released") == 1 && subscribers(other_holder.key() + ":released") == 1;
-  }));
+  ASSERT_TRUE(eventually([&] { return waiter_channels(holder) == 2 && waiter_channels(other_holder) == 2; }));
   reply_ptr clients = admin->command({"CLIENT", "LIST", "TYPE", "pubsub"});
   const std::string list(clients->str, clients->len);
-  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 1) << list;  // one connection, two channels
+  EXPECT_EQ(std::count(list.begin(), list.end(), '\n'), 1) << list;  // one connection, four channels
   holder.unlock();
   other_holder.unlock();
   for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
@@ -162,7 +170,7 @@ TEST_F(WakeupTest, ALostSubscriberConnectionFallsBackToBackoff) {
   mutex waiter(waiter_client, "killed");
   holder.lock();
   auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
-  ASSERT_TRUE(eventually([&] { return subscribers(holder.key() + ":released") == 1; }));
+  ASSERT_TRUE(eventually([&] { return waiter_channels(holder) == 1; }));
   admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
   ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().fallback_waits == 1; }));
   holder.unlock();

@@ -29,11 +29,16 @@ struct lock_options {
   /// not block and must not call into the lock it reports (release waits for it); signal your
   /// worker instead. The lock's lost() is already true when it runs.
   std::function<void(const std::string& name)> on_lost;
-  /// FIFO mode: waiters acquire in arrival order, and a release hands the lock straight to the
-  /// next waiter (see detail/fair_scripts.hpp). All objects of one lock name must agree on it.
+  /// In both modes waiters queue on the server and a release hands the lock to the longest
+  /// waiting one. Fair mode adds: try_lock() never jumps the queue, and a lock that fell free
+  /// because its holder's lease ran out goes to the head of the queue too (without it, the
+  /// first waiter to notice takes it). All objects of one lock name must agree on it.
+  /// See detail/mutex_scripts.hpp.
   bool fair = false;
-  /// Fair mode: how long a waiter keeps its place in the queue without refreshing it (waiters
-  /// refresh every wait_lease / 3). Bounds how long a crashed waiter can block the queue.
+  /// basic_mutex: how long a waiter keeps its place in the queue after the lease of the holder
+  /// it waits behind has run out (it refreshes its place when it wakes then). A waiter whose
+  /// process died is skipped at once (its connection closed); one that vanished without
+  /// closing it (power loss, partition), once its place lapsed.
   /// shared_mutex: how long a waiting writer holds new readers back without refreshing its
   /// marker (the same way; see shared_mutex.hpp).
   std::chrono::milliseconds wait_lease{2000};

@@ -13,14 +13,14 @@
 /// the lock is held; lost() tells when the lease was found lost, and fencing_token() lets the
 /// storage reject a holder that lost its lease without noticing (examples/fencing.cpp).
 ///
-/// Waiting does not poll: a waiter subscribes (through its client's shared pub/sub
-/// connection) to the channel a release publishes on and sleeps until notified, or until the
-/// holder's lease runs out (see detail/wake_wait.hpp). With lock_options::fair, waiters queue
-/// on the server and a release hands the lock to the longest waiting one
-/// (detail/fair_scripts.hpp).
+/// An uncontended lock() is one command (SET NX GET PX) and unlock() one script. Waiting does
+/// not poll: a waiter subscribes (through its client's shared pub/sub connection) to its own
+/// channel, queues on the server and sleeps; a release hands the lock straight to the longest
+/// waiting one, which is told on its channel (no race, no extra round trip). A waiter also
+/// wakes when the holder's lease runs out. With lock_options::fair, a lock that fell free
+/// that way also goes to the head of the queue (detail/mutex_scripts.hpp, detail/wake_wait.hpp).
 
 #include <redislock/client.hpp>
-#include <redislock/detail/fair_scripts.hpp>
 #include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
@@ -43,6 +43,10 @@
 
 namespace redislock {
 
+namespace detail {
+struct mutex_test_access;  // tests reach private state through it (defined by a test, if at all)
+}
+
 template <class Client>
 class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
  public:
@@ -55,13 +59,12 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     detail::require_watchdog_if_renewing<Client>(options_);
     key_ = detail::base_key(name_, options_);
     fence_key_ = key_ + ":fence";
-    channel_ = key_ + ":released";
     queue_key_ = key_ + ":queue";
     waiters_key_ = key_ + ":waiters";
     waiter_prefix_ = key_ + ":w:";
     lease_ms_ = std::to_string(options_.lease.count());
     wait_lease_ms_ = std::to_string(options_.wait_lease.count());
-    token_ = detail::random_token();
+    token_ = tokens_.next();
   }
 
   basic_mutex(const basic_mutex&) = delete;
@@ -79,13 +82,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     lease_.stop();  // before the release is sent: waits for a renewal in flight (watchdog.hpp)
     release_status status = release_status::failed;
     try {
-      const std::int64_t deleted = client_.run(key_, [&](connection& c) {
-        if (options_.fair)
-          return detail::as_integer(*detail::fair_scripts::release().run(
-              c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, channel_, waiter_prefix_}));
-        return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_}, {token_, channel_}));
-      });
-      status = lease_.outcome(deleted == 1);
+      status = lease_.outcome(send_release() == 1);
     } catch (...) {
       drop_local_hold(release_status::failed);
       throw;
@@ -138,10 +135,32 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
   bool lost() const noexcept { return lease_.lost(); }
 
-  /// The fencing token of the current (or most recent) acquisition: strictly increasing per
-  /// lock name across all clients. Pass it to the storage you write to, which rejects any
-  /// token lower than the highest it has seen. Zero before the first acquisition.
-  std::uint64_t fencing_token() const noexcept { return fence_.load(std::memory_order_acquire); }
+  /// The fencing token of the current acquisition: strictly increasing per lock name across all
+  /// clients, in the order of the holds. Pass it to the storage you write to, which rejects any
+  /// token lower than the highest it has seen. Assigned on demand, so holders that never ask
+  /// pay nothing: the first call per acquisition is one round trip (an INCR on the server, made
+  /// only while our lease is valid), later calls return the same value without asking.
+  /// Throws lock_error when this object does not hold the lock, or when its lease has run out
+  /// (then lost() is true: write nothing).
+  std::uint64_t fencing_token() {
+    require_held("fencing_token");
+    std::string token;
+    {
+      std::lock_guard<std::mutex> g(token_mutex_);
+      if (fence_ != 0) return fence_;
+      token = token_;
+    }
+    const std::int64_t fence = client_.run(key_, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {key_, fence_key_}, {token}));
+    });
+    if (fence <= 0) {
+      lease_.mark_lost();
+      throw lock_error("fencing_token: the lease on lock '" + name_ + "' has run out");
+    }
+    std::lock_guard<std::mutex> g(token_mutex_);
+    if (token == token_ && fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
+    return static_cast<std::uint64_t>(fence);
+  }
 
   const std::string& name() const noexcept { return name_; }
   /// The Redis key holding the lock (see detail/mutex_scripts.hpp for the layout).
@@ -152,11 +171,13 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
  private:
   friend class detail::timed_lockable<basic_mutex>;
 
+  friend struct detail::mutex_test_access;
+
   bool acquire(const detail::deadline& d) {
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
     try {
-      acquired = options_.fair ? acquire_fair(d) : wait(channel_, d, max_lease, [&] { return attempt(); });
+      acquired = wait_for_lock(d);
     } catch (...) {
       gate_.unlock();
       throw;
@@ -176,42 +197,59 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     return true;
   }
 
-  template <class Attempt>
-  bool wait(const std::string& channel, const detail::deadline& d, std::chrono::milliseconds max_sleep,
-            Attempt&& attempt) {
-    return detail::wait_for_release(client_, channel, d, options_, max_sleep, std::forward<Attempt>(attempt));
-  }
-
-  // Queue on the server, wait for the hand-off on our own channel, leave the queue when the
-  // deadline passes (or the wait throws) so nobody hands us the lock after we gave up.
-  bool acquire_fair(const detail::deadline& d) {
-    if (d && detail::steady::now() >= *d) return !attempt_fair("try");  // try_lock never queues
+  // The cheapest attempt first; then, subscribed to our own channel, queue on the server and
+  // sleep until a release hands us the lock, or the holder's lease runs out (our place lasts
+  // until wait_lease after that: the attempt then refreshes it). Leave the queue when the
+  // deadline passes or the wait throws, so nobody hands us the lock after we gave up.
+  bool wait_for_lock(const detail::deadline& d) {
+    bool first = true, queued = false;
+    auto attempt = [&] {
+      if (std::exchange(first, false)) return attempt_first();
+      queued = true;
+      return queue_attempt("wait");
+    };
+    auto handed_over = [&] {  // the message on our channel: the release made us the holder
+      finish_attempt(queue_sent_);
+      return true;
+    };
     bool acquired = false;
     try {
-      acquired = wait(waiter_prefix_ + token_, d, options_.wait_lease / 3, [&] { return attempt_fair("wait"); });
+      acquired = detail::wait_for_release(
+          client_, waiter_prefix_ + token_, d,
+          detail::wait_plan{options_.retry_min, options_.retry_max, max_lease, true}, attempt, handed_over);
     } catch (...) {
-      try {
-        // "leave" claims a hand-off that reached us meanwhile; we are failing, so pass it on.
-        if (!attempt_fair("leave")) pass_on_handoff();
-      } catch (...) {
-        // Our place (or a hand-off to us) expires with the wait lease.
-      }
+      if (queued) leave_after_failure();
       throw;
     }
-    return acquired || !attempt_fair("leave");  // a hand-off that just reached us is claimed
+    // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
+    // and otherwise leaves the queue.
+    return acquired || (queued && !queue_attempt("leave"));
   }
 
-  // Releases a lock that a failing acquire_fair() claimed, keeping the gate (acquire() owns it).
+  void leave_after_failure() noexcept {
+    try {
+      // We are failing: a hand-off that reached us meanwhile is passed on.
+      if (!queue_attempt("leave")) pass_on_handoff();
+    } catch (...) {
+      // Our place expires with the wait lease; a lock handed to us, with our lease.
+    }
+  }
+
+  // Releases a lock that a failing wait claimed, keeping the gate (acquire() owns it).
   void pass_on_handoff() {
     held_.store(false, std::memory_order_release);
     lease_.stop();
-    client_.run(key_, [&](connection& c) {
-      return detail::fair_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_},
-                                                 {token_, channel_, waiter_prefix_});
-    });
-    std::string fresh = detail::random_token();
+    send_release();
+    std::string fresh = tokens_.next();
     std::lock_guard<std::mutex> g(token_mutex_);
     token_.swap(fresh);
+  }
+
+  std::int64_t send_release() {
+    return client_.run(key_, [&](connection& c) {
+      return detail::as_integer(
+          *detail::mutex_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, waiter_prefix_}));
+    });
   }
 
   // extend() and remaining_lease() may run on any thread while the holder replaces the token.
@@ -220,39 +258,59 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     return token_;
   }
 
-  // One round trip. nullopt: acquired; otherwise the holder's remaining lease.
-  std::optional<std::chrono::milliseconds> attempt() {
-    // The token is only replaced after a release, so an attempt whose reply was lost (and
-    // that may have set the key) is recognised as ours by the next attempt.
+  // Attempts return nullopt when they acquired, else the holder's remaining lease (< 0: unknown).
+  // The token is only replaced after a release, so an attempt whose reply was lost (and that
+  // may have set the key) is recognised as ours by the next attempt.
+  using attempt_result = std::optional<std::chrono::milliseconds>;
+
+  // The uncontended path: one plain command, `SET key token NX GET PX lease`. GET makes a
+  // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another
+  // type). Redis before 7.0 refuses NX with GET: then SET NX PX, and the queue script when it fails.
+  // Fair mode must not jump the queue, so it asks the queue script.
+  attempt_result attempt_first() {
+    if (options_.fair) return queue_attempt("try");
     const detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
-    return finish_attempt(sent, client_.run(key_, [&](connection& c) {
-      return pair_of(*detail::mutex_scripts::acquire().run(c, {key_, fence_key_}, {token_, lease_ms_}));
-    }));
-  }
-
-  std::optional<std::chrono::milliseconds> attempt_fair(std::string_view mode) {
-    const detail::steady::time_point sent = detail::steady::now();
-    return finish_attempt(sent, client_.run(key_, [&](connection& c) {
-      return pair_of(*detail::fair_scripts::acquire().run(c, {key_, fence_key_, queue_key_, waiters_key_},
-                                                          {token_, lease_ms_, wait_lease_ms_, mode, waiter_prefix_}));
-    }));
-  }
-
-  static std::pair<std::int64_t, std::int64_t> pair_of(const redisReply& r) {
-    return {detail::as_integer(detail::element(r, 0)), detail::as_integer(detail::element(r, 1))};
-  }
-
-  std::optional<std::chrono::milliseconds> finish_attempt(detail::steady::time_point sent,
-                                                          std::pair<std::int64_t, std::int64_t> reply) {
-    auto [acquired, value] = reply;
-    if (acquired == 1) {
-      fence_.store(static_cast<std::uint64_t>(value), std::memory_order_release);
-      acquired_at_ = sent;
-      lease_.acquired();
-      held_.store(true, std::memory_order_release);
-      return std::nullopt;
+    const bool with_get = set_get_supported_.load(std::memory_order_relaxed);
+    reply_ptr r = client_.run(key_, [&](connection& c) {
+      if (with_get) {
+        c.append({"SET", key_, token_, "NX", "GET", "PX", lease_ms_});
+      } else {
+        c.append({"SET", key_, token_, "NX", "PX", lease_ms_});
+      }
+      return c.read_reply();
+    });
+    if (r->type == REDIS_REPLY_ERROR && with_get && std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+      set_get_supported_.store(false, std::memory_order_relaxed);
+      return attempt_first();
     }
-    return std::chrono::milliseconds(value);
+    detail::checked(*r);
+    if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return finish_attempt(sent);
+    if (!with_get || std::string_view(r->str, r->len) == token_) return queue_attempt("try");
+    return std::chrono::milliseconds(-2);  // held by someone else; their lease is not known
+  }
+
+  // mode: "wait" (join or keep our place), "try", "leave" (see mutex_scripts::queue_attempt).
+  attempt_result queue_attempt(std::string_view mode) {
+    const detail::steady::time_point sent = detail::steady::now();
+    if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
+    reply_ptr r = client_.run(key_, [&](connection& c) {
+      return detail::mutex_scripts::queue_attempt().run(
+          c, {key_, fence_key_, queue_key_, waiters_key_},
+          {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, waiter_prefix_});
+    });
+    if (detail::as_integer(detail::element(*r, 0)) == 1) return finish_attempt(sent);
+    return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));
+  }
+
+  attempt_result finish_attempt(detail::steady::time_point sent) {
+    {
+      std::lock_guard<std::mutex> g(token_mutex_);
+      fence_ = 0;  // assigned on demand (fencing_token())
+    }
+    acquired_at_ = sent;
+    lease_.acquired();
+    held_.store(true, std::memory_order_release);
+    return std::nullopt;
   }
 
   // Hands this acquisition (its token) to the client's watchdog.
@@ -268,9 +326,10 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   void drop_local_hold(release_status status) noexcept {
     try {
-      std::string fresh = detail::random_token();  // 128 fresh bits for the next acquisition
+      std::string fresh = tokens_.next();  // a new token for the next acquisition
       std::lock_guard<std::mutex> g(token_mutex_);
       token_.swap(fresh);
+      fence_ = 0;
     } catch (...) {
     }
     held_.store(false, std::memory_order_release);
@@ -286,15 +345,17 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   Client& client_;
   std::string name_;
   lock_options options_;
-  std::string key_, fence_key_, channel_, lease_ms_;
-  std::string queue_key_, waiters_key_, waiter_prefix_, wait_lease_ms_;  // fair mode
-  std::string token_;  // written only by the thread that holds gate_, under token_mutex_
+  std::string key_, fence_key_, queue_key_, waiters_key_, waiter_prefix_, lease_ms_, wait_lease_ms_;
+  detail::token_sequence tokens_;  // used by the thread that holds gate_
+  std::string token_;              // written only by the thread that holds gate_, under token_mutex_
+  std::uint64_t fence_ = 0;        // this acquisition's fencing token once asked for; under token_mutex_
   mutable std::mutex token_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false};
-  std::atomic<std::uint64_t> fence_{0};
+  std::atomic<bool> set_get_supported_{true};  // false once the server refused SET NX GET (Redis < 7)
   std::atomic<release_status> last_release_{release_status::not_held};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
+  detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)
   detail::lease_keeper lease_;              // renewal and lost flag of the current acquisition
 };
 

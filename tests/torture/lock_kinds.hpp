@@ -22,7 +22,7 @@ class torture_lock {
   /// Releases; never throws (the outcome is the return value).
   virtual redislock::release_status unlock() noexcept = 0;
   /// The fencing token of the current hold.
-  virtual std::uint64_t fencing_token() const = 0;
+  virtual std::uint64_t fencing_token() = 0;
 };
 
 template <class Lock>
@@ -35,7 +35,7 @@ class exclusive_adapter final : public torture_lock {
     lock_.unlock();
     return lock_.last_release();
   }
-  std::uint64_t fencing_token() const override { return lock_.fencing_token(); }
+  std::uint64_t fencing_token() override { return lock_.fencing_token(); }
 
  private:
   Lock lock_;
@@ -64,7 +64,7 @@ class stealing_lock final : public torture_lock {
       return redislock::release_status::failed;
     }
   }
-  std::uint64_t fencing_token() const override { return fence_; }
+  std::uint64_t fencing_token() override { return fence_; }
 
  private:
   redislock::client& client_;

@@ -196,7 +196,13 @@ class holder_thread {
   void critical_section(const std::string& epoch, std::int64_t valid_until) {
     const std::string me = std::to_string(::getpid()) + "." + std::to_string(index_) + "." +
                            std::to_string(++seq_) + "|" + std::to_string(valid_until);
-    const std::uint64_t fence = lock_->fencing_token();
+    std::uint64_t fence = 0;
+    try {
+      fence = lock_->fencing_token();  // the mutex asks the server (its lease must still be valid)
+    } catch (const redislock::error&) {
+      stats_.errors.fetch_add(1);
+      return;  // not entered: nothing to clean up
+    }
     // True from before the enter call: if its reply is lost, the marker may be set all the same.
     bool inside = true;
     try {

@@ -1,56 +1,134 @@
 #pragma once
 /// @file detail/mutex_scripts.hpp
-/// @brief Key layout and Lua scripts of redislock::basic_mutex.
+/// @brief Key layout and Lua scripts of redislock::basic_mutex (both modes).
 ///
 /// Key layout for a lock named N with key prefix P (default "redislock:"):
 ///
-///   P{N}         string  the holder's owner token (128 random bits, hex); PX = lease.
-///                        Absent when the lock is free.
-///   P{N}:fence   integer fencing counter, INCRed by every successful acquisition; no expiry,
-///                so tokens strictly increase for the life of the data set.
-///   channel P{N}:released   a message is published on every release (wakes waiters).
+///   P{N}           string  the holder's owner token; PX = its lease. Absent when free.
+///   P{N}:fence     integer fencing counter. basic_mutex::fencing_token() INCRs it, only while
+///                          the caller's lease is valid, so tokens follow the order of the holds.
+///                          No expiry: tokens increase for the life of the data set.
+///   P{N}:queue     zset    waiting tokens, score = arrival number: ZRANGE 0 0 is the head.
+///                          Absent when nobody waits.
+///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
+///                          waiter's place lapses wait_lease after the lease of the holder it
+///                          last saw (its attempts refresh it); field "#seq" is the arrival
+///                          counter. Deleted with the last waiter.
+///   channel P{N}:w:<token>  "handoff" is published here when the lock is handed to that waiter.
 ///
-/// The {N} hash tag puts both keys in one cluster slot, so no script hits CROSSSLOT.
-/// A value of another type at P{N} makes every script fail with WRONGTYPE before changing
-/// anything.
+/// The uncontended acquire is not a script but one command, `SET P{N} token NX GET PX lease`
+/// (basic_mutex::attempt_first): nil = acquired; our own token = acquired by an earlier attempt
+/// whose reply was lost; another token = held; WRONGTYPE for a key of another type.
+///
+/// Waiting (both modes): a waiter subscribes to its own channel, then joins the queue with
+/// queue_attempt("wait"). A release hands the lock to the longest waiting live waiter in the
+/// same script: the lock key gets that waiter's token and full lease, and the waiter is told on
+/// its channel, so the hand-off costs the waiter no round trip. A waiter counts as live when
+/// its place has not lapsed and PUBLISH reaches a subscriber (a crashed process's connection
+/// is closed, so it is skipped at once); dead ones are dropped on the way.
+/// Fair mode differs only when the lock is free while waiters are queued (a holder's lease ran
+/// out): it goes to the head of the queue, where the default mode lets whoever asks first take it.
+///
+/// The {N} hash tag puts all keys in one cluster slot, so no script hits CROSSSLOT. A value of
+/// another type at P{N} makes every command fail with WRONGTYPE before anything changes.
+/// All times are the server's (TIME inside the scripts): clients' clocks never matter.
 
 #include <redislock/script.hpp>
 
+#include <string>
+
 namespace redislock::detail::mutex_scripts {
 
-/// KEYS: lock, fence. ARGV: token, lease_ms.
-/// Reply: {1, fence} acquired (also when the lock already holds this very token: a retry of an
-///        attempt whose reply was lost is idempotent, and restarts the lease from now, so the
-///        caller's lease always runs from an attempt it sent after it started waiting);
-///        {0, pttl} held by someone else; pttl is the holder's remaining lease in ms
-///        (-1: the key has no expiry).
-inline const script& acquire() {
-  static const script s(R"lua(
-local holder = redis.call('GET', KEYS[1])
-if holder == false then
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, fence}
+/// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
+/// hand_off(now, prefix) gives a free lock to the first live waiter and returns its token
+/// (nil: nobody waits). The caller itself, when at the head, is returned without a message.
+inline std::string hand_off_lua() {
+  // TIME before writes needs effects replication (the default from Redis 5 on).
+  return R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
+local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+local function forget(w)
+  redis.call('ZREM', queue, w)
+  redis.call('HDEL', waiters, w)
+  if redis.call('EXISTS', queue) == 0 then redis.call('DEL', waiters) end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local function hand_off(now, prefix)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then return nil end
+    local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
+    forget(head)
+    if expiry and tonumber(expiry) > now then
+      if head == token then return head end
+      if redis.call('PUBLISH', prefix .. head, 'handoff') > 0 then
+        redis.call('SET', lock, head, 'PX', lease)
+        return head
+      end
+    end
+  end
+end
+)lua";
+}
+
+/// KEYS: lock, fence, queue, waiters.
+/// ARGV: token, lease_ms, mode, fair ("1"/"0"), wait_lease_ms, waiter_channel_prefix ("P{N}:w:").
+///   mode "wait":  acquire, or join the queue (keeping our place) and refresh it: it now lapses
+///                 wait_lease after the holder's lease ends (the waiter wakes when that lease
+///                 ends anyway, so waiting behind a holder costs no refreshes);
+///   mode "try":   acquire only; never queue;
+///   mode "leave": like "try", and leave the queue (giving up). A hand-off that reached us
+///                 meanwhile is kept (reported as acquired) rather than dropped.
+/// A free lock is taken by the caller, except in fair mode, where it first goes to the head of
+/// the queue (which may be the caller). The lock already holding our token (handed to us, or
+/// an earlier attempt whose reply was lost) is ours: the lease restarts from now, so it always
+/// runs from an attempt the caller sent.
+/// Reply: {1, 0} acquired; {0, pttl} not acquired: the holder's remaining lease in ms
+///        (-1: no expiry).
+inline const script& queue_attempt() {
+  static const script s(hand_off_lua() + R"lua(
+local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
+local now = server_now()
+local holder = redis.call('GET', lock)
+if holder == false and fair then holder = hand_off(now, prefix) or false end
+if holder == false or holder == token then
+  if redis.call('ZSCORE', queue, token) then forget(token) end
+  redis.call('SET', lock, token, 'PX', lease)
+  return {1, 0}
+end
+local pttl = redis.call('PTTL', lock)
+if mode == 'wait' then
+  if not redis.call('ZSCORE', queue, token) then
+    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
+  end
+  redis.call('HSET', waiters, token, string.format('%d:%s', now + math.max(pttl, 0) + wait_lease, lease))
+elseif mode == 'leave' and redis.call('ZSCORE', queue, token) then
+  forget(token)
+end
+return {0, pttl}
 )lua");
   return s;
 }
 
-/// KEYS: lock. ARGV: token, channel.
-/// Reply: 1 released (and published on channel); 0 the lock is not ours (lease ran out).
+/// KEYS: lock, fence, queue, waiters. ARGV: token, waiter_channel_prefix.
+/// Reply: 1 released (handed to the first live waiter, or deleted when nobody waits);
+///        0 the lock is not ours (the lease ran out).
 inline const script& release() {
+  // The uncontended path (nobody queued) is GET, EXISTS, DEL; the hand-off code runs only
+  // when someone waits. A hand-off overwrites the lock key, so it is deleted only when nobody
+  // live was waiting (and no write precedes the queue's reads, should an ACL refuse one).
   static const script s(R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
-return 0
+)lua" + hand_off_lua() + R"lua(
+if not hand_off(server_now(), ARGV[2]) then redis.call('DEL', lock) end
+return 1
 )lua");
   return s;
 }
@@ -63,6 +141,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+return 0
+)lua");
+  return s;
+}
+
+/// KEYS: lock, fence. ARGV: token.
+/// Reply: a new fencing token (INCR of the counter) while the lock is ours; 0 when it is not.
+inline const script& fence() {
+  static const script s(R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('INCR', KEYS[2]) end
 return 0
 )lua");
   return s;

@@ -44,4 +44,18 @@ inline std::string random_token() {
   return out;
 }
 
+/// Owner tokens for the successive acquisitions of one lock object: 128 random bits drawn once,
+/// then ":<n>" with a counter, so each token is unique without a system call per acquisition.
+/// (Anyone who can read the lock key sees the current token anyway; what matters is that no
+/// two acquisitions, by any object, ever share one.)
+class token_sequence {
+ public:
+  token_sequence() : base_(random_token() + ':') {}
+  std::string next() { return base_ + std::to_string(++count_); }
+
+ private:
+  std::string base_;
+  unsigned long long count_ = 0;
+};
+
 }  // namespace redislock::detail

@@ -292,6 +292,12 @@ class subscriber {
           if (!raw) break;
           handle(reply_ptr(static_cast<redisReply*>(raw)));
         }
+        // Woken waiters need mutex_ at once: wake them after letting it go, or each would
+        // wake only to block on it (a hand-off's latency is mostly wake-ups).
+        g.unlock();
+        for (auto& [state, all] : woken_) all ? state->cv.notify_all() : state->cv.notify_one();
+        woken_.clear();
+        g.lock();
       }
       if (!ok) {
         fail_all();
@@ -347,10 +353,10 @@ class subscriber {
       channel_state& s = *it->second;
       if (str(2) == "all") {  // several waiters may enter (readers after a writer): wake every one
         s.tokens = s.refs;
-        s.cv.notify_all();
-      } else {  // one may enter: wake one, the others keep sleeping
+        woken_.emplace_back(it->second, true);
+      } else {  // one may enter (or a hand-off to the one waiter on the channel): wake one
         if (s.tokens < s.refs) ++s.tokens;
-        s.cv.notify_one();
+        woken_.emplace_back(it->second, false);
       }
       return;
     }
@@ -382,6 +388,7 @@ class subscriber {
   std::unordered_map<std::string, state_ptr> channels_;
   std::vector<request> outbox_;  // not yet sent
   std::deque<request> sent_;     // sent, reply pending (in order)
+  std::vector<std::pair<state_ptr, bool>> woken_;  // to notify (all?) once mutex_ is released
   bool connected_ = false;
   bool stopping_ = false;
   steady::time_point refuse_until_{};

@@ -28,6 +28,7 @@ struct has_subscriber<Client, std::void_t<decltype(std::declval<Client&>().subsc
 struct wait_plan {
   std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
   std::chrono::milliseconds max_sleep;              // attempt at least this often (fair: refresh)
+  bool caller_tries_last = false;  // the caller makes its own last attempt once the deadline passed
 };
 
 inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
@@ -47,9 +48,11 @@ inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, cons
 /// returns nullopt when it acquired, otherwise the holder's remaining lease (< 0: unknown).
 /// The first attempt is made before subscribing, so an uncontended lock costs one round trip
 /// and try_lock() (a deadline of now) never subscribes.
-template <class Client, class Attempt>
+/// handed_over() is asked after each notification: true when the message itself means the
+/// lock is ours (a hand-off on the waiter's own channel), so no attempt is needed.
+template <class Client, class Attempt, class HandedOver>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const wait_plan& plan,
-                      Attempt&& attempt) {
+                      Attempt&& attempt, HandedOver&& handed_over) {
   if constexpr (has_subscriber<Client>::value) {
     subscriber& hub = client.subscriber();
     // Already subscribed by a neighbour: join before the first attempt, free of charge.
@@ -69,20 +72,25 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         }
         continue;  // subscribed: attempt again before sleeping, so no release goes unnoticed
       }
-      sub.wait_until(wake_limit(*pttl, d, plan.max_sleep));
+      if (sub.wait_until(wake_limit(*pttl, d, plan.max_sleep))) {
+        if (handed_over()) return true;
+      } else if (plan.caller_tries_last && passed(d)) {
+        return false;
+      }
     }
     hub.count_fallback();
   }
   return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
 }
 
-/// The same with the backoff bounds of a lock's options: how every lock kind waits.
+/// The same with the backoff bounds of a lock's options, for a lock whose notifications only
+/// say "try again": how the hash-based lock kinds wait.
 /// max_sleep: attempt at least this often (e.g. to refresh a waiter's place).
 template <class Client, class Attempt>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
                       std::chrono::milliseconds max_sleep, Attempt&& attempt) {
   return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, max_sleep},
-                          std::forward<Attempt>(attempt));
+                          std::forward<Attempt>(attempt), [] { return false; });
 }
 
 }  // namespace redislock::detail
