@@ -38,6 +38,7 @@ lock_options fair(milliseconds wait_lease = seconds(2)) {
 struct FairTest : redislock_test::server_test {
   long long queued(const mutex& m) { return admin->command({"ZCARD", m.key() + ":queue"})->integer; }
   std::string holder_of(const mutex& m) { return get(m.key()); }
+  std::string holder_of_key(const std::string& key) { return get(key); }
   static std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
   static std::string text(const redisReply* r) { return std::string(r->str, r->len); }
 };
@@ -239,4 +240,19 @@ TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
   reply_ptr again = acquire();
   EXPECT_EQ(again->element[0]->integer, 1);
   EXPECT_GT(admin->command({"PTTL", key})->integer, 29000);
+}
+
+// A release never hands the lock back to the releasing token, even when a stale queue entry of
+// its own (left by a wait whose leave failed) is at the head: the lock is freed instead.
+TEST_F(FairTest, AReleaseSkipsTheReleasersOwnStaleQueueEntry) {
+  const std::string key = "redislock:{stale-entry}", token = "self:1";
+  const std::string fence = key + ":fence", queue = key + ":queue", waiters = key + ":waiters";
+  admin->command({"SET", key, token, "PX", "30000"});
+  admin->command({"ZADD", queue, "1", token});
+  admin->command({"HSET", waiters, token, "99999999999999:30000"});
+  reply_ptr r = detail::mutex_scripts::release().run(*admin, {key, fence, queue, waiters}, {token, key + ":w:"});
+  EXPECT_EQ(r->integer, 1);
+  EXPECT_EQ(holder_of_key(key), "(nil)");
+  EXPECT_EQ(admin->command({"EXISTS", queue})->integer, 0);
+  EXPECT_EQ(admin->command({"EXISTS", waiters})->integer, 0);
 }

@@ -20,6 +20,12 @@ using std::chrono::seconds;
 
 using MutexTest = redislock_test::server_test;
 
+// Reaches the mutex's private state (declared by mutex.hpp for tests).
+struct redislock::detail::mutex_test_access {
+  // As after the server refused SET NX GET (Redis before 7.0).
+  static void without_set_get(mutex& m) { m.set_get_supported_.store(false); }
+};
+
 TEST_F(MutexTest, LockSetsAKeyWithTheLeaseAndUnlockDeletesIt) {
   mutex m(*pool, "orders", lease(seconds(10)));
   EXPECT_EQ(m.key(), "redislock:{orders}");
@@ -341,4 +347,37 @@ TEST(MutexRestart, KeepsWorkingAfterAServerRestart) {
   EXPECT_EQ(m.fencing_token(), 1u);  // no persistence: the fence counter restarted too
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::released);
+}
+
+// Redis before 7.0 refuses SET with both NX and GET: the mutex then sends SET NX PX and, when
+// that fails, asks the queue script who holds the lock. (Here the refusal is simulated.)
+TEST_F(MutexTest, WithoutSetNxGetTheMutexStillRecognisesItsOwnAndWrongTypes) {
+  mutex m(*pool, "old-redis"), other(*pool, "old-redis");
+  detail::mutex_test_access::without_set_get(m);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_FALSE(other.try_lock());
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+  other.lock();
+  EXPECT_FALSE(m.try_lock());
+  other.unlock();
+  // A key of another type is a typed error, not a silent failure.
+  admin->command({"HSET", m.key(), "field", "value"});
+  EXPECT_THROW(m.try_lock(), wrong_type_error);
+  admin->command({"DEL", m.key()});
+  // A lost reply: the key already holds our token; the retry takes it as ours, in both forms.
+  mutex modern(*pool, "old-redis");
+  for (mutex* x : {&m, &modern}) {
+    ASSERT_TRUE(x->try_lock());
+    const std::string token = get(x->key());
+    x->unlock();
+    // Tokens are "<the object's random part>:<acquisition number>": the next one is known.
+    const std::size_t colon = token.find(':');
+    const std::string next = token.substr(0, colon + 1) + std::to_string(std::stoll(token.substr(colon + 1)) + 1);
+    admin->command({"SET", x->key(), next, "PX", "1000"});  // as if the reply to its SET had been lost
+    EXPECT_TRUE(x->try_lock());
+    EXPECT_GT(admin->command({"PTTL", x->key()})->integer, 1000);  // the lease restarted
+    x->unlock();
+    EXPECT_EQ(x->last_release(), release_status::released);
+  }
 }

@@ -19,6 +19,8 @@
 /// waiting one, which is told on its channel (no race, no extra round trip). A waiter also
 /// wakes when the holder's lease runs out. With lock_options::fair, a lock that fell free
 /// that way also goes to the head of the queue (detail/mutex_scripts.hpp, detail/wake_wait.hpp).
+/// The hand-off notice is trusted: whoever may PUBLISH on the lock's channels is as trusted as
+/// whoever may write its key (README, "Redis ACL").
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
@@ -106,7 +108,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     const bool ours = client_.run(key_, [&](connection& c) {
       return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token, ms}));
     }) == 1;
-    if (!ours) lease_.mark_lost();
+    if (!ours) mark_lost_if_current(token);
     return ours;
   }
   bool extend() { return extend(options_.lease); }
@@ -154,12 +156,13 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       return detail::as_integer(*detail::mutex_scripts::fence().run(c, {key_, fence_key_}, {token}));
     });
     if (fence <= 0) {
-      lease_.mark_lost();
+      mark_lost_if_current(token);
       throw lock_error("fencing_token: the lease on lock '" + name_ + "' has run out");
     }
     std::lock_guard<std::mutex> g(token_mutex_);
-    if (token == token_ && fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
-    return static_cast<std::uint64_t>(fence);
+    if (token != token_) return static_cast<std::uint64_t>(fence);  // released meanwhile
+    if (fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
+    return fence_;  // two first calls at once: both return the one that was kept
   }
 
   const std::string& name() const noexcept { return name_; }
@@ -221,18 +224,43 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       if (queued) leave_after_failure();
       throw;
     }
+    if (acquired || !queued) return acquired;
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
     // and otherwise leaves the queue.
-    return acquired || (queued && !queue_attempt("leave"));
+    try {
+      return !queue_attempt("leave");
+    } catch (...) {
+      leave_after_failure();
+      throw;
+    }
   }
 
   void leave_after_failure() noexcept {
     try {
       // We are failing: a hand-off that reached us meanwhile is passed on.
       if (!queue_attempt("leave")) pass_on_handoff();
+      return;
     } catch (...) {
-      // Our place expires with the wait lease; a lock handed to us, with our lease.
     }
+    // Redis could not be told. Our place lapses on its own (and a lock handed to us meanwhile
+    // with our lease); a new token keeps this object clear of both.
+    try {
+      rotate_token();
+    } catch (...) {
+    }
+  }
+
+  void rotate_token() {
+    std::string fresh = tokens_.next();
+    std::lock_guard<std::mutex> g(token_mutex_);
+    token_.swap(fresh);
+    fence_ = 0;
+  }
+
+  // A reply about `token` says the lease is gone: that is news only while it is still ours.
+  void mark_lost_if_current(const std::string& token) {
+    std::lock_guard<std::mutex> g(token_mutex_);
+    if (token == token_) lease_.mark_lost();
   }
 
   // Releases a lock that a failing wait claimed, keeping the gate (acquire() owns it).
@@ -240,9 +268,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     held_.store(false, std::memory_order_release);
     lease_.stop();
     send_release();
-    std::string fresh = tokens_.next();
-    std::lock_guard<std::mutex> g(token_mutex_);
-    token_.swap(fresh);
+    rotate_token();
   }
 
   std::int64_t send_release() {
@@ -326,10 +352,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   void drop_local_hold(release_status status) noexcept {
     try {
-      std::string fresh = tokens_.next();  // a new token for the next acquisition
-      std::lock_guard<std::mutex> g(token_mutex_);
-      token_.swap(fresh);
-      fence_ = 0;
+      rotate_token();  // a new token for the next acquisition
     } catch (...) {
     }
     held_.store(false, std::memory_order_release);

@@ -9,7 +9,7 @@
 ///                          the caller's lease is valid, so tokens follow the order of the holds.
 ///                          No expiry: tokens increase for the life of the data set.
 ///   P{N}:queue     zset    waiting tokens, score = arrival number: ZRANGE 0 0 is the head.
-///                          Absent when nobody waits.
+///                          Absent when nobody waits; expires with the longest place in it.
 ///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
 ///                          waiter's place lapses wait_lease after the lease of the holder it
 ///                          last saw (its attempts refresh it); field "#seq" is the arrival
@@ -40,8 +40,9 @@
 namespace redislock::detail::mutex_scripts {
 
 /// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
-/// hand_off(now, prefix) gives a free lock to the first live waiter and returns its token
-/// (nil: nobody waits). The caller itself, when at the head, is returned without a message.
+/// hand_off(now, prefix, take_self) gives a free lock to the first live waiter and returns its
+/// token (nil: nobody waits). The caller itself, at the head, is returned without a message when
+/// take_self (an attempt), and dropped otherwise (a release: a stale entry of the releaser's).
 inline std::string hand_off_lua() {
   // TIME before writes needs effects replication (the default from Redis 5 on).
   return R"lua(
@@ -56,14 +57,15 @@ local function forget(w)
   redis.call('HDEL', waiters, w)
   if redis.call('EXISTS', queue) == 0 then redis.call('DEL', waiters) end
 end
-local function hand_off(now, prefix)
+local function hand_off(now, prefix, take_self)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return nil end
     local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
     forget(head)
-    if expiry and tonumber(expiry) > now then
-      if head == token then return head end
+    if head == token then
+      if take_self then return head end
+    elseif expiry and tonumber(expiry) > now then
       if redis.call('PUBLISH', prefix .. head, 'handoff') > 0 then
         redis.call('SET', lock, head, 'PX', lease)
         return head
@@ -93,7 +95,7 @@ inline const script& queue_attempt() {
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local now = server_now()
 local holder = redis.call('GET', lock)
-if holder == false and fair then holder = hand_off(now, prefix) or false end
+if holder == false and fair then holder = hand_off(now, prefix, true) or false end
 if holder == false or holder == token then
   if redis.call('ZSCORE', queue, token) then forget(token) end
   redis.call('SET', lock, token, 'PX', lease)
@@ -104,7 +106,14 @@ if mode == 'wait' then
   if not redis.call('ZSCORE', queue, token) then
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
   end
-  redis.call('HSET', waiters, token, string.format('%d:%s', now + math.max(pttl, 0) + wait_lease, lease))
+  -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
+  local place = (pttl >= 0 and pttl or 1000) + wait_lease
+  redis.call('HSET', waiters, token, string.format('%d:%s', now + place, lease))
+  -- The queue never outlives its longest place, so crashed waiters leave no garbage behind.
+  if redis.call('PTTL', queue) < place then
+    redis.call('PEXPIRE', queue, place)
+    redis.call('PEXPIRE', waiters, place)
+  end
 elseif mode == 'leave' and redis.call('ZSCORE', queue, token) then
   forget(token)
 end
@@ -127,7 +136,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
   return 1
 end
 )lua" + hand_off_lua() + R"lua(
-if not hand_off(server_now(), ARGV[2]) then redis.call('DEL', lock) end
+if not hand_off(server_now(), ARGV[2], false) then redis.call('DEL', lock) end
 return 1
 )lua");
   return s;
