@@ -61,8 +61,25 @@ TEST_F(WakeupTest, AWaiterIsWokenByTheReleaseNotByPollingHoweverLongTheHold) {
   EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
   EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
   waiter.unlock();
-  // The subscription ends with the wait.
-  EXPECT_TRUE(eventually([&] { return waiter_channels(holder) == 0; }));
+  // The object keeps its channel for its next wait (no SUBSCRIBE per contended acquisition)...
+  EXPECT_EQ(waiter_channels(holder), 1);
+  holder.lock();
+  auto again = std::async(std::launch::async, [&] { waiter.lock(); });
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }));
+  holder.unlock();
+  ASSERT_EQ(again.wait_for(seconds(5)), std::future_status::ready);
+  again.get();
+  waiter.unlock();
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, 1u);
+  // ...and unsubscribes when it is destroyed.
+  {
+    mutex brief(waiter_client, "hold");
+    holder.lock();
+    EXPECT_FALSE(brief.try_lock_for(milliseconds(20)));  // confirmed its subscription first
+    EXPECT_EQ(waiter_channels(holder), 2);
+    holder.unlock();
+  }
+  EXPECT_TRUE(eventually([&] { return waiter_channels(holder) == 1; }));
 }
 
 TEST_F(WakeupTest, AnExpiredLeaseWakesTheWaiterThoughNothingIsPublished) {

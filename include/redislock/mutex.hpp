@@ -64,6 +64,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     queue_key_ = key_ + ":queue";
     waiters_key_ = key_ + ":waiters";
     waiter_prefix_ = key_ + ":w:";
+    channel_ = waiter_prefix_ + tokens_.id();
     lease_ms_ = std::to_string(options_.lease.count());
     wait_lease_ms_ = std::to_string(options_.wait_lease.count());
     token_ = tokens_.next();
@@ -207,19 +208,23 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   bool wait_for_lock(const detail::deadline& d) {
     bool first = true, queued = false;
     auto attempt = [&] {
-      if (std::exchange(first, false)) return attempt_first();
+      // Fair mode's first attempt is a script anyway: when our channel is still subscribed
+      // from an earlier wait (and we may wait), it queues at once.
+      const bool may_queue_now = options_.fair && channel_subscription_.active() && !detail::passed(d);
+      if (std::exchange(first, false) && !may_queue_now) return attempt_first();
       queued = true;
       return queue_attempt("wait");
     };
-    auto handed_over = [&] {  // the message on our channel: the release made us the holder
-      finish_attempt(queue_sent_);
+    auto handed_over = [&](detail::subscriber::subscription& s) {
+      if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
+      finish_attempt(queue_sent_);  // the release made us the holder
       return true;
     };
     bool acquired = false;
     try {
       acquired = detail::wait_for_release(
-          client_, waiter_prefix_ + token_, d,
-          detail::wait_plan{options_.retry_min, options_.retry_max, max_lease, true}, attempt, handed_over);
+          client_, channel_, d, detail::wait_plan{options_.retry_min, options_.retry_max, max_lease, true}, attempt,
+          handed_over, &channel_subscription_);
     } catch (...) {
       if (queued) leave_after_failure();
       throw;
@@ -312,7 +317,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     detail::checked(*r);
     if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return finish_attempt(sent);
     if (!with_get || std::string_view(r->str, r->len) == token_) return queue_attempt("try");
-    return std::chrono::milliseconds(-2);  // held by someone else; their lease is not known
+    return detail::unknown_pttl;  // held by someone else; their lease is not known
   }
 
   // mode: "wait" (join or keep our place), "try", "leave" (see mutex_scripts::queue_attempt).
@@ -368,8 +373,11 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   Client& client_;
   std::string name_;
   lock_options options_;
-  std::string key_, fence_key_, queue_key_, waiters_key_, waiter_prefix_, lease_ms_, wait_lease_ms_;
   detail::token_sequence tokens_;  // used by the thread that holds gate_
+  std::string key_, fence_key_, queue_key_, waiters_key_, waiter_prefix_, channel_, lease_ms_, wait_lease_ms_;
+  // Our hand-off channel, subscribed on the first contended wait and kept until destruction
+  // (gate holder only).
+  detail::subscriber::subscription channel_subscription_;
   std::string token_;              // written only by the thread that holds gate_, under token_mutex_
   std::uint64_t fence_ = 0;        // this acquisition's fencing token once asked for; under token_mutex_
   mutable std::mutex token_mutex_;

@@ -14,13 +14,16 @@
 ///                          waiter's place lapses wait_lease after the lease of the holder it
 ///                          last saw (its attempts refresh it); field "#seq" is the arrival
 ///                          counter. Deleted with the last waiter.
-///   channel P{N}:w:<token>  "handoff" is published here when the lock is handed to that waiter.
+///   channel P{N}:w:<id>  a waiter object's channel (its tokens are "<id>:<n>"); a hand-off
+///                        publishes the token it is for, so a late notice for an earlier
+///                        acquisition of the same object is told apart. The object stays
+///                        subscribed between waits (no SUBSCRIBE per contended acquisition).
 ///
 /// The uncontended acquire is not a script but one command, `SET P{N} token NX GET PX lease`
 /// (basic_mutex::attempt_first): nil = acquired; our own token = acquired by an earlier attempt
 /// whose reply was lost; another token = held; WRONGTYPE for a key of another type.
 ///
-/// Waiting (both modes): a waiter subscribes to its own channel, then joins the queue with
+/// Waiting (both modes): a waiter subscribes to its object's channel, then joins the queue with
 /// queue_attempt("wait"). A release hands the lock to the longest waiting live waiter in the
 /// same script: the lock key gets that waiter's token and full lease, and the waiter is told on
 /// its channel, so the hand-off costs the waiter no round trip. A waiter counts as live when
@@ -66,7 +69,8 @@ local function hand_off(now, prefix, take_self)
     if head == token then
       if take_self then return head end
     elseif expiry and tonumber(expiry) > now then
-      if redis.call('PUBLISH', prefix .. head, 'handoff') > 0 then
+      -- Tokens are "<object id>:<n>"; an object listens on one channel for all its tokens.
+      if redis.call('PUBLISH', prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
         redis.call('SET', lock, head, 'PX', lease)
         return head
       end

@@ -50,11 +50,13 @@ inline std::string random_token() {
 /// two acquisitions, by any object, ever share one.)
 class token_sequence {
  public:
-  token_sequence() : base_(random_token() + ':') {}
-  std::string next() { return base_ + std::to_string(++count_); }
+  token_sequence() : id_(random_token()) {}
+  std::string next() { return id_ + ':' + std::to_string(++count_); }
+  /// The random part shared by all tokens of the sequence.
+  const std::string& id() const noexcept { return id_; }
 
  private:
-  std::string base_;
+  std::string id_;
   unsigned long long count_ = 0;
 };
 

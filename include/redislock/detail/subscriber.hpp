@@ -62,6 +62,7 @@ class subscriber {
     int in_flight = 0;   // SUBSCRIBE/UNSUBSCRIBE sent, reply not yet read
     int tokens = 0;      // wake-ups not yet consumed (at most refs)
     bool failed = false; // SUBSCRIBE refused or connection lost: waiters back off
+    std::deque<std::string> messages;  // the latest payloads (a few), for take_message()
     std::condition_variable cv;
   };
   using state_ptr = std::shared_ptr<channel_state>;
@@ -101,6 +102,18 @@ class subscriber {
       if (state_->tokens == 0) return false;
       --state_->tokens;
       ++owner_->stats_.wakeups;
+      return true;
+    }
+
+    /// Removes `payload` from the messages received on this channel and tells whether it was
+    /// there (a hand-off names the token it is for; older ones are left for nobody).
+    bool take_message(std::string_view payload) {
+      if (!owner_) return false;
+      std::lock_guard<std::mutex> g(owner_->mutex_);
+      auto& m = state_->messages;
+      auto it = std::find(m.begin(), m.end(), payload);
+      if (it == m.end()) return false;
+      m.erase(it);
       return true;
     }
 
@@ -351,6 +364,8 @@ class subscriber {
       auto it = channels_.find(std::string(str(1)));
       if (it == channels_.end()) return;
       channel_state& s = *it->second;
+      s.messages.emplace_back(str(2));
+      if (s.messages.size() > kKeptMessages) s.messages.pop_front();
       if (str(2) == "all") {  // several waiters may enter (readers after a writer): wake every one
         s.tokens = s.refs;
         woken_.emplace_back(it->second, true);
@@ -381,6 +396,7 @@ class subscriber {
     s->cv.notify_all();
   }
 
+  static constexpr std::size_t kKeptMessages = 8;
   connection_options options_;
   std::chrono::milliseconds retry_after_;
   mutable std::mutex mutex_;

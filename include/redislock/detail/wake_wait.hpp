@@ -33,6 +33,10 @@ struct wait_plan {
 
 inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
 
+/// What an attempt returns when it failed without learning anything to wait on (the mutex's
+/// plain SET): the next attempt follows at once.
+inline constexpr std::chrono::milliseconds unknown_pttl{-3};
+
 /// How long to sleep on a subscription after a failed attempt.
 inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, const deadline& d,
                                      std::chrono::milliseconds max_sleep) {
@@ -48,15 +52,19 @@ inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, cons
 /// returns nullopt when it acquired, otherwise the holder's remaining lease (< 0: unknown).
 /// The first attempt is made before subscribing, so an uncontended lock costs one round trip
 /// and try_lock() (a deadline of now) never subscribes.
-/// handed_over() is asked after each notification: true when the message itself means the
-/// lock is ours (a hand-off on the waiter's own channel), so no attempt is needed.
+/// handed_over(subscription&) is asked after each notification: true when the message itself
+/// means the lock is ours (a hand-off on the waiter's own channel), so no attempt is needed.
+/// kept: a subscription owned by the caller, kept across waits (nullptr: one per wait).
 template <class Client, class Attempt, class HandedOver>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const wait_plan& plan,
-                      Attempt&& attempt, HandedOver&& handed_over) {
+                      Attempt&& attempt, HandedOver&& handed_over, subscriber::subscription* kept = nullptr) {
   if constexpr (has_subscriber<Client>::value) {
     subscriber& hub = client.subscriber();
-    // Already subscribed by a neighbour: join before the first attempt, free of charge.
-    subscriber::subscription sub = hub.join_if_subscribed(channel);
+    subscriber::subscription local;
+    subscriber::subscription& sub = kept ? *kept : local;
+    // Already subscribed (kept from an earlier wait, or by a neighbour): join before the first
+    // attempt, free of charge.
+    if (!sub.active()) sub = hub.join_if_subscribed(channel);
     bool joined = false;
     for (;;) {
       std::optional<std::chrono::milliseconds> pttl = attempt();
@@ -72,8 +80,9 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         }
         continue;  // subscribed: attempt again before sleeping, so no release goes unnoticed
       }
+      if (*pttl == unknown_pttl) continue;
       if (sub.wait_until(wake_limit(*pttl, d, plan.max_sleep))) {
-        if (handed_over()) return true;
+        if (handed_over(sub)) return true;
       } else if (plan.caller_tries_last && passed(d)) {
         return false;
       }
@@ -90,7 +99,7 @@ template <class Client, class Attempt>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
                       std::chrono::milliseconds max_sleep, Attempt&& attempt) {
   return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, max_sleep},
-                          std::forward<Attempt>(attempt), [] { return false; });
+                          std::forward<Attempt>(attempt), [](subscriber::subscription&) { return false; });
 }
 
 }  // namespace redislock::detail
