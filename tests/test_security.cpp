@@ -29,7 +29,7 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 /// for waiters that listen on their channel.
 const std::vector<std::string> mutex_commands = {
     "+evalsha", "+script|load", "+get",  "+set",  "+del",     "+exists", "+pexpire", "+pttl", "+incr", "+time",
-    "+zadd",    "+zscore",      "+zrange", "+zrem", "+hset", "+hget",    "+hdel",    "+hincrby", "+publish"};
+    "+zadd",    "+zscore",      "+zpopmin", "+zrem", "+hset", "+hget",    "+hdel",    "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
 /// What the reentrant and shared mutexes add (README, "Redis ACL").
 const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};

@@ -8,7 +8,7 @@
 ///   P{N}:fence     integer fencing counter. basic_mutex::fencing_token() INCRs it, only while
 ///                          the caller's lease is valid, so tokens follow the order of the holds.
 ///                          No expiry: tokens increase for the life of the data set.
-///   P{N}:queue     zset    waiting tokens, score = arrival number: ZRANGE 0 0 is the head.
+///   P{N}:queue     zset    waiting tokens, score = arrival number: the lowest is the head.
 ///                          Absent when nobody waits; expires with the longest place in it.
 ///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
 ///                          waiter's place lapses wait_lease after the lease of the holder it
@@ -47,9 +47,10 @@ namespace redislock::detail::mutex_scripts {
 /// token (nil: nobody waits). The caller itself, at the head, is returned without a message when
 /// take_self (an attempt), and dropped otherwise (a release: a stale entry of the releaser's).
 inline std::string hand_off_lua() {
-  // TIME before writes needs effects replication (the default from Redis 5 on).
+  // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
+  // The hand-off is on the critical path of every contended acquisition: few calls. An empty
+  // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
   return R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local function server_now()
   local t = redis.call('TIME')
@@ -58,14 +59,13 @@ end
 local function forget(w)
   redis.call('ZREM', queue, w)
   redis.call('HDEL', waiters, w)
-  if redis.call('EXISTS', queue) == 0 then redis.call('DEL', waiters) end
 end
 local function hand_off(now, prefix, take_self)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    local head = redis.call('ZPOPMIN', queue)[1]
     if not head then return nil end
     local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
-    forget(head)
+    redis.call('HDEL', waiters, head)
     if head == token then
       if take_self then return head end
     elseif expiry and tonumber(expiry) > now then
