@@ -41,6 +41,24 @@ class exclusive_adapter final : public torture_lock {
   Lock lock_;
 };
 
+/// The mutex acquired by waiting (try_lock_for), so acquisitions go through the server-side
+/// queue and the release's hand-off. The caller takes the time before the call as the lease's
+/// earliest start, which is conservative: the acquiring attempt (or hand-off) comes later.
+class waiting_adapter final : public torture_lock {
+ public:
+  waiting_adapter(redislock::client& c, const std::string& name, const redislock::lock_options& o)
+      : lock_(c, name, o) {}
+  bool try_lock() override { return lock_.try_lock_for(std::chrono::milliseconds(200)); }
+  redislock::release_status unlock() noexcept override {
+    lock_.unlock();
+    return lock_.last_release();
+  }
+  std::uint64_t fencing_token() override { return lock_.fencing_token(); }
+
+ private:
+  redislock::mutex lock_;
+};
+
 /// A deliberately broken lock for the checker's self-test: it takes the key even while someone
 /// else holds it (SET without NX), as an acquire script that ignored the holder would. The
 /// checker must report violations with it, or it could not catch that bug.
@@ -72,11 +90,17 @@ class stealing_lock final : public torture_lock {
   std::uint64_t fence_ = 0;
 };
 
-inline std::vector<std::string> lock_kinds() { return {"mutex", "broken-stealing"}; }
+inline std::vector<std::string> lock_kinds() { return {"mutex", "mutex-waiting", "mutex-fair", "broken-stealing"}; }
 
 inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, redislock::client& c, const std::string& name,
                                                const redislock::lock_options& o) {
   if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::mutex>>(c, name, o);
+  if (kind == "mutex-waiting") return std::make_unique<waiting_adapter>(c, name, o);
+  if (kind == "mutex-fair") {
+    redislock::lock_options fair = o;
+    fair.fair = true;
+    return std::make_unique<waiting_adapter>(c, name, fair);
+  }
   if (kind == "broken-stealing") return std::make_unique<stealing_lock>(c, name, o);
   throw std::invalid_argument("unknown lock kind '" + kind + "'");
 }

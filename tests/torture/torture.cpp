@@ -7,7 +7,9 @@
 //
 // Starts its own redis-server (no persistence, free loopback port), then --processes worker
 // processes (this program with --worker) of --threads threads each; every thread owns one lock
-// object of kind --kind and loops: take the lock, enter (overlap marker), GET counter, fenced SET
+// object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair: try_lock_for(200 ms),
+// through the server-side queue and the release's hand-off; broken-stealing: the checker's
+// self-test) and loops: take the lock, enter (overlap marker), GET counter, fenced SET
 // counter+1, leave (compare-and-delete marker), unlock. See checker.hpp for what counts as a
 // violation. Meanwhile the coordinator injects the listed faults in turn, and checks after each
 // that the workers make progress again. It ends after --seconds or --acquisitions (whichever
