@@ -18,6 +18,11 @@
 //                      rtt_loop_us: back-to-back PINGs before the run;
 //                      rtt_after_hold_us: PINGs each sent right after spinning for the hold,
 //                      as the release is, before the run; gap_vs_rtt_after_hold uses it)
+//   raw_handoff_us     the same hand-off by a notified lock written on raw hiredis (release
+//                      script with PUBLISH; the woken waiter sends SET NX PX), after the same
+//                      hold, before the run; gap_vs_raw_handoff = gap p50 / its p50.
+//                      raw_notice_us: its message alone (release sent -> waiter woken), the
+//                      floor of any notified hand-off on this machine
 //   overlaps           acquisitions that began before the previous holder called unlock()
 //                      (must be 0: mutual exclusion)
 //   acq_per_s, tput_vs_hold = acquisitions/s x hold (1.0 = the lock never idles)
@@ -38,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -135,11 +141,16 @@ void spin_for(nanoseconds d) {
   }
 }
 
+/// Rounds of a measurement made after spinning for `hold`: about 0.3 s of holds, 30..2000.
+int rounds_for(nanoseconds hold) {
+  return hold.count() == 0 ? 2000 : static_cast<int>(std::clamp(300'000'000 / hold.count(), 30L, 2000L));
+}
+
 /// A single PING as a releasing holder sends its release: right after spinning for `hold`.
 /// On a VM, a command after a long idle or busy stretch pays wake-ups a back-to-back one does
 /// not; this is the like-for-like baseline for the release inside a hand-off.
 double rtt_after_hold_p50_us(raw_lock& raw, nanoseconds hold) {
-  const int n = hold.count() == 0 ? 2000 : static_cast<int>(std::clamp(300'000'000 / hold.count(), 30L, 2000L));
+  const int n = rounds_for(hold);
   std::vector<double> s;
   for (int i = 0; i < n; ++i) {
     spin_for(hold);
@@ -148,6 +159,63 @@ double rtt_after_hold_p50_us(raw_lock& raw, nanoseconds hold) {
     s.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
   }
   return percentile(s, 0.5);
+}
+
+/// The hand-off of a notified lock written by hand on raw hiredis, doing the round trips such
+/// a lock makes: the holder releases with one script (compare-and-delete, then PUBLISH), and
+/// the waiter, blocked on its SUBSCRIBEd connection, is woken by the message and takes the
+/// lock with SET NX PX. Timed from the holder sending its release (right after spinning for
+/// `hold`, as in the contended runs) to the message reaching the waiter (notice_us: the floor
+/// of any notified hand-off, one message from a client to another through the server) and to
+/// the waiter's SET returning (handoff_us).
+struct raw_handoff_p50 {
+  double notice_us = 0, handoff_us = 0;
+};
+raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
+  auto connect = [&] {
+    redisContext* c = redisConnect("127.0.0.1", port);
+    if (c == nullptr || c->err) throw std::runtime_error("raw_handoff: cannot connect");
+    return std::unique_ptr<redisContext, void (*)(redisContext*)>(c, redisFree);
+  };
+  auto holder = connect(), waiter = connect(), listener = connect();
+  auto run = [](redisContext* c, std::initializer_list<const char*> argv) {
+    std::vector<const char*> v(argv);
+    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
+    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_handoff: command failed");
+    return r;
+  };
+  run(listener.get(), {"SUBSCRIBE", "raw:handoff:channel"});
+  static constexpr const char* kRelease =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
+      "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
+  const int rounds = rounds_for(hold);
+  std::atomic<int> ready{0};            // the round the waiter is ready for (1-based)
+  std::atomic<std::int64_t> sent_ns{0};  // when the holder sent this round's release
+  std::vector<double> notice, handoff;
+  std::thread w([&] {
+    for (int i = 0; i < rounds; ++i) {
+      ready.store(i + 1);
+      void* raw = nullptr;
+      if (redisGetReply(listener.get(), &raw) != REDIS_OK) throw std::runtime_error("raw_handoff: no message");
+      freeReplyObject(raw);
+      const std::int64_t noticed = now_ns();
+      if (run(waiter.get(), {"SET", "raw:handoff", "waiter", "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS)
+        throw std::runtime_error("raw_handoff: the lock was not free");
+      const std::int64_t acquired = now_ns();
+      notice.push_back(static_cast<double>(noticed - sent_ns.load()) / 1e3);
+      handoff.push_back(static_cast<double>(acquired - sent_ns.load()) / 1e3);
+      run(waiter.get(), {"DEL", "raw:handoff"});
+    }
+  });
+  for (int i = 0; i < rounds; ++i) {
+    while (ready.load() != i + 1) std::this_thread::yield();
+    run(holder.get(), {"SET", "raw:handoff", "holder", "NX", "PX", "30000"});
+    spin_for(hold);
+    sent_ns.store(now_ns());
+    run(holder.get(), {"EVAL", kRelease, "2", "raw:handoff", "raw:handoff:channel", "holder"});
+  }
+  w.join();
+  return {percentile(notice, 0.5), percentile(handoff, 0.5)};
 }
 
 /// Counts the commands that clients send to the server, through MONITOR: a line per command,
@@ -373,7 +441,7 @@ std::vector<event> contend(int port, const std::string& name, int who, nanosecon
 
 void report_contention(benchmark::State& state, std::vector<event> events, int contenders, nanoseconds hold,
                        double seconds, double commands_per_acquisition, double rtt_us, double rtt_loop_us,
-                       double rtt_after_hold_us) {
+                       double rtt_after_hold_us, raw_handoff_p50 raw) {
   std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
   std::vector<double> gaps, waits;
   double overlaps = 0;
@@ -397,6 +465,9 @@ void report_contention(benchmark::State& state, std::vector<event> events, int c
   state.counters["rtt_after_hold_us"] = rtt_after_hold_us;
   state.counters["gap_vs_rtt_after_hold"] = percentile(gaps, 0.5) / rtt_after_hold_us;
   state.counters["gap_vs_rtt"] = percentile(gaps, 0.5) / rtt_us;
+  state.counters["raw_notice_us"] = raw.notice_us;
+  state.counters["raw_handoff_us"] = raw.handoff_us;
+  state.counters["gap_vs_raw_handoff"] = percentile(gaps, 0.5) / raw.handoff_us;
   state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / fair_share;
   state.counters["share_max"] = *std::max_element(per.begin(), per.end()) / fair_share;
   if (hold.count() > 0) state.counters["wait_p99_vs_hold"] = percentile(waits, 0.99) / static_cast<double>(hold.count());
@@ -419,6 +490,7 @@ void measure_contention(benchmark::State& state, const contended_run& run, int n
     // Back-to-back PINGs are the no-hold case of the same measurement.
     const double rtt_loop = rtt_after_hold_p50_us(raw, nanoseconds(0));
     const double rtt_after_hold = hold.count() == 0 ? rtt_loop : rtt_after_hold_p50_us(raw, hold);
+    const raw_handoff_p50 raw_baseline = raw_handoff(g_server->port(), hold);
     std::int64_t start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds * 1e9);
     rtt_sampler rtt(g_server->port(), start, end);
     std::vector<event> timed = run(start, end);
@@ -433,7 +505,7 @@ void measure_contention(benchmark::State& state, const contended_run& run, int n
     }
     state.SetIterationTime(seconds);
     report_contention(state, std::move(timed), n, hold, seconds, commands_per_acquisition, rtt_us, rtt_loop,
-                      rtt_after_hold);
+                      rtt_after_hold, raw_baseline);
   }
 }
 

@@ -198,6 +198,52 @@ TEST_F(WakeupTest, ALostSubscriberConnectionFallsBackToBackoff) {
   waiter.unlock();
 }
 
+// The waiters of one client take turns reading their shared connection (leader/follower):
+// when the one reading gives up, another waiter of the client must take over, or its notice
+// would sit unread until its own wake-up limit (the holder's 20 s lease here).
+TEST_F(WakeupTest, WhenTheReadingWaiterGivesUpAnotherWaiterOfTheClientReadsOn) {
+  client holder_client(options()), waiters_client(options());
+  mutex holder_x(holder_client, "reader-x", lease(seconds(20)));
+  mutex holder_y(holder_client, "reader-y", lease(seconds(20)));
+  holder_x.lock();
+  holder_y.lock();
+  mutex waiter_x(waiters_client, "reader-x"), waiter_y(waiters_client, "reader-y");
+  auto gave_up = std::async(std::launch::async, [&] { return waiter_x.try_lock_for(milliseconds(400)); });
+  ASSERT_TRUE(eventually([&] { return queued(holder_x) == 1; }));  // waiter_x waits (and reads)
+  auto waited = std::async(std::launch::async, [&] { waiter_y.lock(); });
+  ASSERT_TRUE(eventually([&] { return queued(holder_y) == 1; }));
+  EXPECT_FALSE(gave_up.get());
+  EXPECT_EQ(queued(holder_x), 0);
+  holder_y.unlock();  // hands over to waiter_y, told on the connection nobody else reads now
+  ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_TRUE(waiter_y.owns_lock());
+  EXPECT_EQ(waiters_client.wait_stats().fallback_waits, 0u);
+  waiter_y.unlock();
+  holder_x.unlock();
+}
+
+// A waiter connects the shared connection on a helper thread: its own deadline holds while
+// the server is slow to answer (here the SELECT of the handshake, on a stopped server).
+TEST(Subscriber, AJoinKeepsItsDeadlineWhileTheConnectionIsMade) {
+  redis_server own;
+  connection_options o = own.options();
+  o.db = 1;
+  o.command_timeout = seconds(3);
+  redislock::detail::subscriber hub(o);
+  own.pause();
+  const auto start = steady::now();
+  auto sub = hub.join("slow", start + milliseconds(100));
+  const auto took = steady::now() - start;
+  EXPECT_FALSE(sub.active());
+  EXPECT_GE(took, milliseconds(100));
+  EXPECT_LT(took, milliseconds(1000));
+  own.resume();
+  sub.reset();
+  // Once the server answers, the connection made meanwhile serves the next join.
+  EXPECT_TRUE(hub.join("slow", steady::now() + seconds(5)).active());
+}
+
 TEST_F(WakeupTest, DestroyingTheClientDoesNotHangOnAStalledServer) {
   redis_server own;
   auto c = std::make_unique<client>(client_options{own.options()});

@@ -88,8 +88,8 @@ class client {
     return *watchdog_;
   }
 
-  /// The pub/sub connection that wakes this client's waiting locks: created on first use
-  /// (its reader thread too), stopped and joined by ~client().
+  /// The pub/sub connection that wakes this client's waiting locks: created on first use (it
+  /// connects on the first contended wait), closed by ~client().
   detail::subscriber& subscriber() {
     std::call_once(subscriber_once_, [&] {
       auto s = std::make_unique<detail::subscriber>(options_.connection);

@@ -2,12 +2,19 @@
 /// @file detail/subscriber.hpp
 /// @brief One pub/sub connection per client that wakes waiting locks when a holder releases.
 ///
-/// Waiters of one client share ONE dedicated connection and ONE reader thread. Channels are
-/// reference counted: the first waiter on a channel sends SUBSCRIBE, the last one to leave
-/// sends UNSUBSCRIBE. Only the reader thread touches the hiredis context; waiters hand it
-/// requests through a queue and an eventfd, so no lock is held across I/O and the destructor
-/// can always stop the thread (it blocks in poll() on the socket and the eventfd, never in a
-/// read).
+/// Waiters of one client share ONE dedicated connection. Channels are reference counted: the
+/// first waiter on a channel sends SUBSCRIBE, the last one to leave sends UNSUBSCRIBE.
+///
+/// Leader/follower, no reader thread: of the threads waiting for a notice, one at a time (the
+/// reader) reads the connection, handles every reply and wakes the others, which sleep on their
+/// channel's condition variable. A notice for the reader itself therefore costs no
+/// thread-to-thread wake-up, which is most of a hand-off's latency; and the role passes to the
+/// longest waiting thread, the one a FIFO release is most likely to serve next. Requests
+/// (SUBSCRIBE/UNSUBSCRIBE) go through a queue; an eventfd interrupts the reader's poll() to
+/// send them, so no lock is held across I/O. Connecting is done by a short-lived thread, so a
+/// waiter's deadline holds however slow the server is to answer. While nobody waits nobody
+/// reads: the socket buffers what comes, and it is read (and a dropped connection noticed)
+/// before a subscription is next trusted.
 ///
 /// No lost wake-ups: a waiter joins a channel and waits for the server's confirmation BEFORE
 /// its next acquire attempt, so any release after that attempt is published to a channel we
@@ -17,8 +24,9 @@
 /// release will publish again).
 ///
 /// A failed SUBSCRIBE (error reply, e.g. an ACL without +subscribe) or a lost connection marks
-/// the affected subscriptions failed; their waiters fall back to jittered backoff. After a
-/// failure new subscriptions are refused for `retry_after` without asking the server.
+/// the affected subscriptions failed; their waiters fall back to jittered backoff (or join
+/// again). After a refused SUBSCRIBE or a failed connect, new subscriptions are refused for
+/// `retry_after` without asking the server.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/wait.hpp>
@@ -34,7 +42,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,7 +73,7 @@ class subscriber {
     int tokens = 0;      // wake-ups not yet consumed (at most refs)
     bool failed = false; // SUBSCRIBE refused or connection lost: waiters back off
     std::deque<std::string> messages;  // the latest payloads (a few), for take_message()
-    std::condition_variable cv;
+    std::condition_variable cv;        // its waiters: notices, confirmation, the reader's turn
   };
   using state_ptr = std::shared_ptr<channel_state>;
 
@@ -89,7 +99,8 @@ class subscriber {
     /// Confirmed by the server and not failed since: wake-ups will arrive.
     bool active() const {
       if (!owner_) return false;
-      std::lock_guard<std::mutex> g(owner_->mutex_);
+      std::unique_lock<std::mutex> g(owner_->mutex_);
+      owner_->catch_up(g);
       return owner_->confirmed(*state_);
     }
 
@@ -98,7 +109,7 @@ class subscriber {
     bool wait_until(steady::time_point t) {
       if (!owner_) return false;
       std::unique_lock<std::mutex> g(owner_->mutex_);
-      state_->cv.wait_until(g, t, [&] { return state_->tokens > 0 || state_->failed || owner_->stopping_; });
+      owner_->await(g, *state_, t, [&] { return state_->tokens > 0 || state_->failed; });
       if (state_->tokens == 0) return false;
       --state_->tokens;
       ++owner_->stats_.wakeups;
@@ -137,20 +148,23 @@ class subscriber {
       : options_(std::move(options)), retry_after_(retry_after) {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw connection_error("subscriber: eventfd failed");
-    thread_ = std::thread([this] { run(); });
   }
   subscriber(const subscriber&) = delete;
   subscriber& operator=(const subscriber&) = delete;
 
+  /// Wakes any thread still waiting here (it returns at once), waits for it to stop reading,
+  /// and for a connect in progress. Every subscription must be gone before (the client
+  /// outlives its lock objects).
   ~subscriber() {
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      stopping_ = true;
-      for (auto& [name, s] : channels_) s->cv.notify_all();
-    }
-    ready_cv_.notify_all();
+    std::unique_lock<std::mutex> g(mutex_);
+    stopping_ = true;
+    for (auto& [name, s] : channels_) s->cv.notify_all();
+    for (channel_state* s : waiting_) s->cv.notify_all();
     wake();
-    thread_.join();
+    idle_cv_.wait(g, [&] { return waiting_.empty() && !reading_ && !connecting_; });
+    g.unlock();
+    if (connector_.joinable()) connector_.join();
+    conn_.reset();
     ::close(wake_fd_);
   }
 
@@ -168,7 +182,12 @@ class subscriber {
     steady::time_point limit = steady::now() + options_.connect_timeout + options_.command_timeout;
     if (options_.connect_timeout.count() == 0 || options_.command_timeout.count() == 0) limit = steady::time_point::max();
     const steady::time_point until = d ? std::min(*d, limit) : limit;
-    s->cv.wait_until(g, until, [&] { return confirmed(*s) || s->failed || stopping_; });
+    try {
+      await(g, *s, until, [&] { return confirmed(*s) || s->failed; });
+    } catch (...) {
+      g.unlock();  // ~subscription locks mutex_
+      throw;
+    }
     if (!confirmed(*s) && !s->failed && steady::now() >= limit) {
       s->failed = true;  // too slow to be useful: count it, back off
       ++stats_.subscribe_failures;
@@ -182,7 +201,8 @@ class subscriber {
   /// Joins `channel` only when it is already confirmed (another local waiter subscribed):
   /// no server traffic. Inactive otherwise.
   subscription join_if_subscribed(const std::string& channel) {
-    std::lock_guard<std::mutex> g(mutex_);
+    std::unique_lock<std::mutex> g(mutex_);
+    catch_up(g);
     auto it = channels_.find(channel);
     if (stopping_ || it == channels_.end() || !confirmed(*it->second)) return {};
     ++it->second->refs;
@@ -210,6 +230,148 @@ class subscriber {
 
   bool confirmed(const channel_state& s) const { return !s.failed && s.refs > 0 && s.in_flight == 0 && connected_; }
 
+  // Leader/follower: there is no reader thread. Of the threads waiting here, one at a time
+  // (the reader) reads the connection, handles every reply and wakes the others; the rest sleep
+  // on their channel's cv. So a hand-off to the reader costs no thread-to-thread wake-up, and
+  // the reader role is handed to the longest waiting thread (most often the next one a FIFO
+  // release serves). Connecting happens on a short-lived thread of its own, so that a waiter's
+  // deadline holds while the server is slow to answer. Waits until done() or t. Caller holds g.
+  template <class Done>
+  void await(std::unique_lock<std::mutex>& g, channel_state& s, steady::time_point t, Done&& done) {
+    struct leave_on_exit {  // also when something throws: the role and the list must be right
+      subscriber& self;
+      std::unique_lock<std::mutex>& g;
+      std::list<channel_state*>::iterator me;
+      bool reading = false;
+      ~leave_on_exit() {
+        if (!g.owns_lock()) g.lock();
+        if (reading) self.reading_ = false;
+        self.waiting_.erase(me);
+        self.hand_on(g);
+      }
+    } exit{*this, g, waiting_.insert(waiting_.end(), &s)};
+    for (;;) {
+      if (done() || stopping_ || steady::now() >= t) return;
+      if (!reading_ && conn_) {
+        reading_ = exit.reading = true;
+        do read_once(g, t);
+        while (!done() && !stopping_ && steady::now() < t && conn_);
+        reading_ = exit.reading = false;
+        continue;
+      }
+      if (!conn_ && !connecting_ && !outbox_.empty()) start_connecting();
+      s.cv.wait_until(g, t);
+    }
+  }
+
+  // The reader left: the longest waiting thread takes over; with nobody waiting, queued
+  // requests (UNSUBSCRIBEs) are sent now. Caller holds g.
+  void hand_on(std::unique_lock<std::mutex>& g) noexcept {
+    while (!reading_) {
+      if (stopping_) {
+        idle_cv_.notify_all();
+        return;
+      }
+      if (!waiting_.empty()) {
+        waiting_.front()->cv.notify_all();
+        return;
+      }
+      if (outbox_.empty() || !conn_) return;  // not connected: the next connect sends them
+      reading_ = true;
+      std::vector<request> batch;
+      batch.swap(outbox_);
+      g.unlock();
+      const bool ok = write_all(*conn_, batch);
+      g.lock();
+      for (auto& r : batch) sent_.push_back(std::move(r));
+      if (!ok) fail_all(false);
+      reading_ = false;
+    }
+  }
+
+  // Handles what already arrived, without waiting, when nobody reads: so a connection that
+  // dropped while nobody waited is noticed before a subscription on it is trusted. Caller holds g.
+  void catch_up(std::unique_lock<std::mutex>& g) {
+    if (reading_ || !conn_ || stopping_) return;
+    reading_ = true;
+    try {
+      read_once(g, steady::now());
+    } catch (...) {
+      reading_ = false;
+      hand_on(g);
+      throw;
+    }
+    reading_ = false;
+    hand_on(g);
+  }
+
+  // Caller holds mutex_; nobody reads and nobody connects.
+  void start_connecting() {
+    if (connector_.joinable()) connector_.join();  // the last one is done (connecting_ is false)
+    connector_ = std::thread([this] { connect_in_background(); });
+    connecting_ = true;  // the new thread needs mutex_ to finish: set in time
+  }
+
+  void connect_in_background() noexcept {
+    std::unique_ptr<connection> c;
+    try {
+      c = std::make_unique<connection>(options_);
+      // Nobody waits on the socket with a timeout: TCP keepalive notices a peer that vanished
+      // without closing (power loss, network partition), so waiters fall back.
+      if (options_.unix_path.empty()) redisEnableKeepAlive(c->native_handle());
+    } catch (...) {
+      c.reset();
+    }
+    std::unique_lock<std::mutex> g(mutex_);
+    connecting_ = false;
+    if (stopping_) {
+      idle_cv_.notify_all();
+      g.unlock();
+      return;
+    }
+    if (c) {
+      conn_ = std::move(c);
+      connected_ = true;
+    } else {
+      fail_all(true);
+    }
+    hand_on(g);  // a waiter reads (and sends the SUBSCRIBEs) from here on
+  }
+
+  // One round of the reader: send what is queued, wait for the socket (or a wake()) until t,
+  // handle what arrived. Caller holds g and the reader role; conn_ is set.
+  void read_once(std::unique_lock<std::mutex>& g, steady::time_point t) {
+    std::vector<request> batch;
+    batch.swap(outbox_);
+    g.unlock();
+    bool ok = write_all(*conn_, batch);
+    bool readable = false;
+    if (ok) {
+      bool woken = false;
+      ok = wait_io(*conn_, t, readable, woken);
+      if (woken) drain_wake();
+      if (ok && readable) ok = redisBufferRead(conn_->native_handle()) == REDIS_OK;
+    }
+    g.lock();
+    for (auto& r : batch) sent_.push_back(std::move(r));
+    while (ok && readable) {
+      void* raw = nullptr;
+      if (redisGetReplyFromReader(conn_->native_handle(), &raw) != REDIS_OK) ok = false;
+      if (!raw) break;
+      handle(reply_ptr(static_cast<redisReply*>(raw)));
+    }
+    if (!woken_.empty()) {
+      // Woken waiters need mutex_ at once: wake them after letting it go, or each would wake
+      // only to block on it (a hand-off's latency is mostly wake-ups).
+      std::vector<std::pair<state_ptr, bool>> to_wake;
+      to_wake.swap(woken_);
+      g.unlock();
+      for (auto& [state, all] : to_wake) all ? state->cv.notify_all() : state->cv.notify_one();
+      g.lock();
+    }
+    if (!ok) fail_all(false);
+  }
+
   // Caller holds mutex_.
   state_ptr register_on(const std::string& channel) {
     state_ptr& s = channels_[channel];
@@ -219,7 +381,7 @@ class subscriber {
   }
 
   void leave(const std::string& channel, const state_ptr& s) noexcept {
-    std::lock_guard<std::mutex> g(mutex_);
+    std::unique_lock<std::mutex> g(mutex_);
     s->tokens = std::min(s->tokens, std::max(0, s->refs - 1));
     if (--s->refs > 0) {
       if (s->tokens > 0) s->cv.notify_one();  // a wake-up this waiter no longer needs
@@ -232,14 +394,14 @@ class subscriber {
       return;
     }
     send(verb::unsubscribe, channel, s);
+    hand_on(g);  // nobody reading: send it now
   }
 
   // Caller holds mutex_.
   void send(verb v, const std::string& channel, const state_ptr& s) {
     ++s->in_flight;
     outbox_.push_back({v, channel, s});
-    ready_cv_.notify_one();  // the reader waits there while disconnected
-    wake();                  // and in poll() while connected
+    if (reading_) wake();  // the reader may be in poll()
   }
 
   void wake() noexcept {
@@ -247,81 +409,27 @@ class subscriber {
     [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
   }
 
-  // Fails every subscription (their waiters back off) and forgets the channels.
-  // Caller holds mutex_.
-  void fail_all() {
+  // Fails every subscription (their waiters back off or join again), forgets the channels and
+  // closes the connection. refuse: new subscriptions are refused for retry_after (the server
+  // could not be reached); a connection lost is simply made again by the next join.
+  // Caller holds mutex_, and the reader role or nobody does.
+  void fail_all(bool refuse) noexcept {
     for (auto& [name, s] : channels_) {
       if (s->refs > 0 && !s->failed) ++stats_.subscribe_failures;
       s->failed = true;
       s->in_flight = 0;
       s->cv.notify_all();
     }
+    for (auto& r : outbox_) r.state->failed = true;
     channels_.clear();
     outbox_.clear();
     sent_.clear();
     connected_ = false;
-    refuse_until_ = steady::now() + retry_after_;
+    conn_.reset();
+    if (refuse) refuse_until_ = steady::now() + retry_after_;
   }
 
-  void run() {
-    std::unique_ptr<connection> conn;
-    std::unique_lock<std::mutex> g(mutex_);
-    while (!stopping_) {
-      if (!conn) {
-        ready_cv_.wait(g, [&] { return stopping_ || !outbox_.empty(); });
-        if (stopping_) break;
-        g.unlock();
-        try {
-          conn = std::make_unique<connection>(options_);
-          // The reader waits without a timeout: TCP keepalive notices a peer that vanished
-          // without closing (power loss, network partition), so waiters fall back to backoff.
-          if (options_.unix_path.empty()) redisEnableKeepAlive(conn->native_handle());
-        } catch (...) {
-          conn.reset();
-        }
-        g.lock();
-        if (!conn) {
-          fail_all();
-          continue;
-        }
-        connected_ = true;
-      }
-      std::vector<request> batch;
-      batch.swap(outbox_);
-      g.unlock();
-      bool ok = write_all(*conn, batch);
-      bool readable = false, woken = false;
-      if (ok) ok = wait_io(*conn, readable, woken);
-      if (woken) drain_wake();
-      g.lock();
-      for (auto& r : batch) sent_.push_back(std::move(r));
-      if (ok && readable) {
-        g.unlock();
-        ok = redisBufferRead(conn->native_handle()) == REDIS_OK;
-        g.lock();
-        while (ok) {
-          void* raw = nullptr;
-          if (redisGetReplyFromReader(conn->native_handle(), &raw) != REDIS_OK) ok = false;
-          if (!raw) break;
-          handle(reply_ptr(static_cast<redisReply*>(raw)));
-        }
-        // Woken waiters need mutex_ at once: wake them after letting it go, or each would
-        // wake only to block on it (a hand-off's latency is mostly wake-ups).
-        g.unlock();
-        for (auto& [state, all] : woken_) all ? state->cv.notify_all() : state->cv.notify_one();
-        woken_.clear();
-        g.lock();
-      }
-      if (!ok) {
-        fail_all();
-        g.unlock();
-        conn.reset();
-        g.lock();
-      }
-    }
-  }
-
-  bool write_all(connection& c, const std::vector<request>& batch) {
+  bool write_all(connection& c, const std::vector<request>& batch) noexcept {
     redisContext* ctx = c.native_handle();
     for (const auto& r : batch) {
       const char* argv[2] = {r.what == verb::subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel.c_str()};
@@ -334,12 +442,19 @@ class subscriber {
     return true;
   }
 
-  // Blocks until the socket is readable or a waiter/the destructor woke us. No timeout:
-  // the destructor always writes the eventfd.
-  bool wait_io(connection& c, bool& readable, bool& woken) {
+  // Blocks until the socket is readable, t, or wake() (a request to send, or the destructor).
+  bool wait_io(connection& c, steady::time_point t, bool& readable, bool& woken) {
     pollfd p[2] = {{c.native_handle()->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     for (;;) {
-      int n = ::poll(p, 2, -1);
+      timespec ts{}, *timeout = nullptr;
+      if (t != steady::time_point::max()) {
+        const auto left = std::max(steady::duration::zero(), t - steady::now());
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        ts.tv_sec = static_cast<time_t>(ns / 1000000000);
+        ts.tv_nsec = static_cast<long>(ns % 1000000000);
+        timeout = &ts;
+      }
+      int n = ::ppoll(p, 2, timeout, nullptr);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return false;
       break;
@@ -380,7 +495,12 @@ class subscriber {
     request req = std::move(sent_.front());
     sent_.pop_front();
     const state_ptr& s = req.state;
-    if (s->failed) return;  // already given up (too slow); holders back off
+    if (s->failed) {  // given up (too slow): its waiters back off
+      // Subscribed after all: unsubscribe, unless the channel was joined again meanwhile.
+      if (req.what == verb::subscribe && r->type != REDIS_REPLY_ERROR && channels_.count(req.channel) == 0)
+        send(verb::unsubscribe, req.channel, s);
+      return;
+    }
     --s->in_flight;
     auto it = channels_.find(req.channel);
     const bool registered = it != channels_.end() && it->second == s;
@@ -393,24 +513,28 @@ class subscriber {
       if (req.what == verb::subscribe && s->in_flight == 0 && s->refs > 0) ++stats_.subscriptions;
       if (registered && s->refs == 0 && s->in_flight == 0) channels_.erase(it);
     }
-    s->cv.notify_all();
+    woken_.emplace_back(req.state, true);
   }
 
   static constexpr std::size_t kKeptMessages = 8;
   connection_options options_;
   std::chrono::milliseconds retry_after_;
   mutable std::mutex mutex_;
-  std::condition_variable ready_cv_;  // the reader waits here while disconnected
+  std::condition_variable idle_cv_;  // the destructor waits here for waiters to leave
   std::unordered_map<std::string, state_ptr> channels_;
   std::vector<request> outbox_;  // not yet sent
   std::deque<request> sent_;     // sent, reply pending (in order)
   std::vector<std::pair<state_ptr, bool>> woken_;  // to notify (all?) once mutex_ is released
+  std::list<channel_state*> waiting_;  // threads inside await(), longest waiting first
+  std::unique_ptr<connection> conn_;   // touched by the reader only (or by anyone while nobody reads)
+  bool reading_ = false;               // a thread holds the reader role (reads, writes, closes)
+  bool connecting_ = false;            // connector_ is connecting
+  std::thread connector_;
   bool connected_ = false;
   bool stopping_ = false;
   steady::time_point refuse_until_{};
   wait_stats stats_;
   int wake_fd_ = -1;
-  std::thread thread_;
 };
 
 }  // namespace detail
