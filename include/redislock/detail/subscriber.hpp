@@ -168,7 +168,7 @@ class subscriber {
     ::close(wake_fd_);
   }
 
-  /// Registers on `channel` and waits (until `d`, and at most connect + command timeout) for
+  /// Registers on `channel` and waits (until `d`, and at most connect + 3 × command timeout) for
   /// the server to confirm the subscription. The result is inactive when subscribing failed
   /// or the deadline came first; the caller then backs off instead.
   subscription join(const std::string& channel, const deadline& d) {
@@ -179,7 +179,8 @@ class subscriber {
     }
     state_ptr s = register_on(channel);
     subscription sub(this, channel, s);
-    steady::time_point limit = steady::now() + options_.connect_timeout + options_.command_timeout;
+    // Connect, handshake (AUTH, SELECT) and SUBSCRIBE may each take up to their timeout.
+    steady::time_point limit = steady::now() + options_.connect_timeout + 3 * options_.command_timeout;
     if (options_.connect_timeout.count() == 0 || options_.command_timeout.count() == 0) limit = steady::time_point::max();
     const steady::time_point until = d ? std::min(*d, limit) : limit;
     try {
@@ -193,7 +194,11 @@ class subscriber {
       ++stats_.subscribe_failures;
       auto it = channels_.find(channel);
       if (it != channels_.end() && it->second == s) channels_.erase(it);
+      // Not sent yet (still connecting): never send it.
+      outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(), [&](const request& r) { return r.state == s; }),
+                    outbox_.end());
       s->cv.notify_all();  // other waiters on it back off too
+      if (reading_) wake();  // one of them may be the reader, in poll()
     }
     return sub;
   }
@@ -354,11 +359,16 @@ class subscriber {
     }
     g.lock();
     for (auto& r : batch) sent_.push_back(std::move(r));
-    while (ok && readable) {
-      void* raw = nullptr;
-      if (redisGetReplyFromReader(conn_->native_handle(), &raw) != REDIS_OK) ok = false;
-      if (!raw) break;
-      handle(reply_ptr(static_cast<redisReply*>(raw)));
+    try {
+      while (ok && readable) {
+        void* raw = nullptr;
+        if (redisGetReplyFromReader(conn_->native_handle(), &raw) != REDIS_OK) ok = false;
+        if (!raw) break;
+        handle(reply_ptr(static_cast<redisReply*>(raw)));
+      }
+    } catch (...) {
+      fail_all(false);  // replies left unparsed would never be read: start afresh
+      throw;
     }
     if (!woken_.empty()) {
       // Woken waiters need mutex_ at once: wake them after letting it go, or each would wake
