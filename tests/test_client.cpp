@@ -1,13 +1,21 @@
 // redislock::client: a bounded, thread-safe pool.
+#include "eventually.hpp"
 #include "redis_server.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,4 +72,72 @@ TEST(Client, ConstructsFromAUri) {
   redis_server server;
   client c(server.uri());
   EXPECT_EQ(c.command({"PING"})->str, std::string("PONG"));
+}
+
+// A client (and every lock on it) belongs to the process that made it. In a child of fork()
+// each call is a typed error rather than a command on the parent's sockets (or a repeat of its
+// tokens); tearing the copies down in the child leaves the parent's connections, subscription
+// and renewal thread alone; and the parent goes on as before.
+TEST(Client, AChildOfForkGetsATypedErrorAndLeavesTheParentsClientIntact) {
+  redis_server server;
+  client_options o{server.options()};
+  auto c = std::make_unique<client>(o);
+  client other(o);
+  lock_options renewing;
+  renewing.auto_renew = true;
+  auto renewed = std::make_unique<mutex>(*c, "fork-renewed", renewing);
+  renewed->lock();  // starts the client's watchdog thread
+  renewed->unlock();
+  mutex holder(other, "fork-waited");
+  holder.lock();
+  auto waiter = std::make_unique<mutex>(*c, "fork-waited");
+  EXPECT_FALSE(waiter->try_lock_for(std::chrono::milliseconds(50)));  // subscribes (and stays)
+  ASSERT_GE(c->wait_stats().subscriptions, 1u);
+
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the child: no gtest assertions here, only an exit code
+    int code = 0;
+    try {
+      waiter->try_lock();
+      code = 10;
+    } catch (const connection_error&) {
+      code = 11;
+    } catch (const redislock::error&) {
+    }
+    try {
+      mutex fresh(*c, "fork-fresh");
+      fresh.lock();
+      code = 12;
+    } catch (const redislock::error&) {
+    }
+    waiter.reset();
+    renewed.reset();
+    c.reset();
+    ::_exit(code);
+  }
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  ASSERT_GE(pidfd, 0);
+  pollfd p{pidfd, POLLIN, 0};
+  const bool exited = ::poll(&p, 1, 10000) == 1;
+  if (!exited) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(pidfd);
+  ASSERT_TRUE(exited) << "the child hung tearing down its copies";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  // The parent's subscription survived: the release hands over by notice, no backoff.
+  auto waited = std::async(std::launch::async, [&] { waiter->lock(); });
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] { return other.command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  waited.get();
+  EXPECT_EQ(c->wait_stats().fallback_waits, 0u);
+  waiter->unlock();
+  renewed->lock();
+  EXPECT_TRUE(renewed->still_held());
+  renewed->unlock();
 }

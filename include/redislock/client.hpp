@@ -29,6 +29,7 @@
 /// Lock classes detect it at compile time; without it they wait with jittered backoff.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
@@ -61,7 +62,18 @@ class client {
   client& operator=(const client&) = delete;
 
   /// Stops the lease watchdog first (it borrows connections from the pool).
-  ~client() { watchdog_.reset(); }
+  /// In a child of fork(), the watchdog and the subscriber are left as they are (leaked): their
+  /// threads exist only in the parent, and a condition variable that a parent's thread waited
+  /// on at the fork can never be destroyed in the child. The pool's sockets are closed, which
+  /// closes only the child's copies.
+  ~client() {
+    if (forked_.inherited()) {
+      (void)watchdog_.release();
+      (void)subscriber_.release();
+      return;
+    }
+    watchdog_.reset();
+  }
 
   const client_options& options() const noexcept { return options_; }
 
@@ -124,6 +136,8 @@ class client {
   };
 
   connection_ptr borrow() {
+    if (forked_.inherited())
+      throw error("client: created before fork(), in the parent process; create a new client in the child");
     std::unique_lock<std::mutex> g(mutex_);
     const bool ready = available_.wait_for(g, options_.pool_wait_timeout,
                                            [&] { return !idle_.empty() || open_ < options_.pool_size; });
@@ -163,6 +177,7 @@ class client {
   }
 
   client_options options_;
+  detail::fork_guard forked_;
   mutable std::mutex mutex_;
   std::condition_variable available_;
   std::vector<connection_ptr> idle_;

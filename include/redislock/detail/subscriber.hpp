@@ -29,6 +29,7 @@
 /// `retry_after` without asking the server.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/options.hpp>
 #include <redislock/reply.hpp>
@@ -98,7 +99,7 @@ class subscriber {
 
     /// Confirmed by the server and not failed since: wake-ups will arrive.
     bool active() const {
-      if (!owner_) return false;
+      if (!owner_ || owner_->forked_.inherited()) return false;
       std::unique_lock<std::mutex> g(owner_->mutex_);
       owner_->catch_up(g);
       return owner_->confirmed(*state_);
@@ -172,6 +173,7 @@ class subscriber {
   /// the server to confirm the subscription. The result is inactive when subscribing failed
   /// or the deadline came first; the caller then backs off instead.
   subscription join(const std::string& channel, const deadline& d) {
+    if (forked_.inherited()) return {};  // the connection is the parent's
     std::unique_lock<std::mutex> g(mutex_);
     if (stopping_ || steady::now() < refuse_until_) {
       ++stats_.subscribe_failures;
@@ -206,6 +208,7 @@ class subscriber {
   /// Joins `channel` only when it is already confirmed (another local waiter subscribed):
   /// no server traffic. Inactive otherwise.
   subscription join_if_subscribed(const std::string& channel) {
+    if (forked_.inherited()) return {};
     std::unique_lock<std::mutex> g(mutex_);
     catch_up(g);
     auto it = channels_.find(channel);
@@ -391,6 +394,7 @@ class subscriber {
   }
 
   void leave(const std::string& channel, const state_ptr& s) noexcept {
+    if (forked_.inherited()) return;  // a child of fork() must not unsubscribe the parent
     std::unique_lock<std::mutex> g(mutex_);
     s->tokens = std::min(s->tokens, std::max(0, s->refs - 1));
     if (--s->refs > 0) {
@@ -545,6 +549,7 @@ class subscriber {
   steady::time_point refuse_until_{};
   wait_stats stats_;
   int wake_fd_ = -1;
+  fork_guard forked_;
 };
 
 }  // namespace detail
