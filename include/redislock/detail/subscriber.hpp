@@ -100,6 +100,15 @@ class subscriber {
     /// Confirmed by the server and not failed since: wake-ups will arrive.
     bool active() const {
       if (!owner_ || owner_->forked_.inherited()) return false;
+      std::lock_guard<std::mutex> g(owner_->mutex_);
+      return owner_->confirmed(*state_);
+    }
+
+    /// active(), after handling what already arrived (without waiting) when nobody reads, so
+    /// a connection that dropped while nobody waited is noticed: before relying on a
+    /// subscription kept from an earlier wait.
+    bool check_active() {
+      if (!owner_ || owner_->forked_.inherited()) return false;
       std::unique_lock<std::mutex> g(owner_->mutex_);
       owner_->catch_up(g);
       return owner_->confirmed(*state_);
@@ -238,12 +247,8 @@ class subscriber {
 
   bool confirmed(const channel_state& s) const { return !s.failed && s.refs > 0 && s.in_flight == 0 && connected_; }
 
-  // Leader/follower: there is no reader thread. Of the threads waiting here, one at a time
-  // (the reader) reads the connection, handles every reply and wakes the others; the rest sleep
-  // on their channel's cv. So a hand-off to the reader costs no thread-to-thread wake-up, and
-  // the reader role is handed to the longest waiting thread (most often the next one a FIFO
-  // release serves). Connecting happens on a short-lived thread of its own, so that a waiter's
-  // deadline holds while the server is slow to answer. Waits until done() or t. Caller holds g.
+  // Waits until done() or t, taking the reader role whenever nobody holds it and there is a
+  // connection (leader/follower: see the top of the file). Caller holds g.
   template <class Done>
   void await(std::unique_lock<std::mutex>& g, channel_state& s, steady::time_point t, Done&& done) {
     struct leave_on_exit {  // also when something throws: the role and the list must be right
@@ -286,15 +291,22 @@ class subscriber {
       }
       if (outbox_.empty() || !conn_) return;  // not connected: the next connect sends them
       reading_ = true;
-      std::vector<request> batch;
-      batch.swap(outbox_);
-      g.unlock();
-      const bool ok = write_all(*conn_, batch);
-      g.lock();
-      for (auto& r : batch) sent_.push_back(std::move(r));
-      if (!ok) fail_all(false);
+      if (!send_outbox(g)) fail_all(false);
       reading_ = false;
     }
+  }
+
+  // Writes the queued requests (without mutex_ held) and moves them to sent_. Caller holds g
+  // and the reader role; conn_ is set. False when the connection failed.
+  bool send_outbox(std::unique_lock<std::mutex>& g) {
+    if (outbox_.empty()) return true;
+    std::vector<request> batch;
+    batch.swap(outbox_);
+    g.unlock();
+    const bool ok = write_all(*conn_, batch);
+    g.lock();
+    for (auto& r : batch) sent_.push_back(std::move(r));
+    return ok;
   }
 
   // Handles what already arrived, without waiting, when nobody reads: so a connection that
@@ -349,19 +361,16 @@ class subscriber {
   // One round of the reader: send what is queued, wait for the socket (or a wake()) until t,
   // handle what arrived. Caller holds g and the reader role; conn_ is set.
   void read_once(std::unique_lock<std::mutex>& g, steady::time_point t) {
-    std::vector<request> batch;
-    batch.swap(outbox_);
-    g.unlock();
-    bool ok = write_all(*conn_, batch);
-    bool readable = false;
-    if (ok) {
-      bool woken = false;
-      ok = wait_io(*conn_, t, readable, woken);
-      if (woken) drain_wake();
-      if (ok && readable) ok = redisBufferRead(conn_->native_handle()) == REDIS_OK;
+    if (!send_outbox(g)) {
+      fail_all(false);
+      return;
     }
+    g.unlock();
+    bool readable = false, woken = false;
+    bool ok = wait_io(*conn_, t, readable, woken);
+    if (woken) drain_wake();
+    if (ok && readable) ok = redisBufferRead(conn_->native_handle()) == REDIS_OK;
     g.lock();
-    for (auto& r : batch) sent_.push_back(std::move(r));
     try {
       while (ok && readable) {
         void* raw = nullptr;

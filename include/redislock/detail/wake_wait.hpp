@@ -64,7 +64,7 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     subscriber::subscription& sub = kept ? *kept : local;
     // Already subscribed (kept from an earlier wait, or by a neighbour): join before the first
     // attempt, free of charge.
-    if (!sub.active()) sub = hub.join_if_subscribed(channel);
+    if (!sub.check_active()) sub = hub.join_if_subscribed(channel);
     bool joined = false;
     for (;;) {
       std::optional<std::chrono::milliseconds> pttl = attempt();
