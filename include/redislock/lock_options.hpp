@@ -77,11 +77,30 @@ inline void validate(std::string_view name, const lock_options& o) {
     throw invalid_argument("lock wait_lease must be in [3 ms, max_lease]");
 }
 
+/// The part of `key` that Redis Cluster hashes: the text between the first '{' and the first
+/// '}' after it when that text is not empty, else the whole key.
+inline std::string_view hash_tag(std::string_view key) noexcept {
+  const auto open = key.find('{');
+  if (open == std::string_view::npos) return key;
+  const auto close = key.find('}', open + 1);
+  if (close == std::string_view::npos || close == open + 1) return key;
+  return key.substr(open + 1, close - open - 1);
+}
+
 /// "<prefix>{<name>}": every key of one lock starts with it, so they share one hash slot.
+/// The tag is whatever hash_tag() finds in it, which must not be empty: then Redis would hash
+/// each whole key and the lock's keys would land in different slots (CROSSSLOT on a cluster).
+/// That happens only for a name that starts with '}' or a prefix holding "{}": both rejected
+/// with invalid_argument. Any other brace is fine: a tag cut short by a '}' in the name
+/// ("a}b" -> "a") still ends before the suffixes, so all keys of the lock share it.
 inline std::string base_key(std::string_view name, const lock_options& o) {
   std::string key;
   key.reserve(o.key_prefix.size() + name.size() + 2);
   key.append(o.key_prefix).append("{").append(name).append("}");
+  if (hash_tag(key).size() == key.size())
+    throw invalid_argument("lock name and key_prefix give the key '" + key +
+                           "' an empty {hash tag}: its keys would not share one cluster slot (a name must not start "
+                           "with '}', a prefix must not contain \"{}\")");
   return key;
 }
 
