@@ -32,10 +32,13 @@
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
+#include <redislock/eviction.hpp>
 #include <redislock/options.hpp>
 #include <redislock/watchdog.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -117,6 +120,13 @@ class client {
     return subscriber_ ? subscriber_->stats() : redislock::wait_stats{};
   }
 
+  /// Whether the server may evict held locks (eviction.hpp), as found on this client's first
+  /// connection; eviction_risk::unknown before that or where CONFIG GET is refused.
+  eviction_check eviction() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return eviction_;
+  }
+
   /// Connections currently open (idle or lent out).
   std::size_t open_connections() const {
     std::lock_guard<std::mutex> g(mutex_);
@@ -152,13 +162,42 @@ class client {
     ++open_;
     g.unlock();
     try {  // connect outside the pool's lock
-      return std::make_unique<connection>(options_.connection);
+      connection_ptr c = std::make_unique<connection>(options_.connection);
+      check_eviction_once(*c);
+      return c;
     } catch (...) {
       g.lock();
       --open_;
       g.unlock();
       available_.notify_one();
       throw;
+    }
+  }
+
+  // The first connection asks whether the server may evict lock keys and warns once if so.
+  // One round trip, paid once per client; tried again on a later connection if it failed.
+  void check_eviction_once(connection& c) {
+    if (eviction_checked_.exchange(true)) return;
+    eviction_check e;
+    try {
+      e = check_eviction(c);
+    } catch (...) {
+      eviction_checked_.store(false);
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      eviction_ = e;
+    }
+    if (e.risk != eviction_risk::evicts_locks) return;
+    const std::string message = eviction_warning(e, options_.connection.endpoint());
+    if (!options_.on_warning) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+      return;
+    }
+    try {
+      options_.on_warning(message);
+    } catch (...) {  // a logger's failure must not fail the lock call that connected
     }
   }
 
@@ -182,6 +221,8 @@ class client {
   std::condition_variable available_;
   std::vector<connection_ptr> idle_;
   std::size_t open_ = 0;
+  std::atomic<bool> eviction_checked_{false};
+  eviction_check eviction_;  // under mutex_
   std::once_flag subscriber_once_;
   std::unique_ptr<detail::subscriber> subscriber_;  // after the pool: stopped before it goes
   std::once_flag watchdog_once_;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,10 @@ struct client_options {
   std::size_t pool_size = 8;
   /// How long a call waits for a free connection before timeout_error.
   std::chrono::milliseconds pool_wait_timeout{1000};
+  /// Called (once per client, on the thread that made its first connection) with a one-line
+  /// warning when the server may evict held locks (eviction.hpp). Empty: the line goes to
+  /// stderr. Set it to route the warning to your logger, or to a no-op to silence it.
+  std::function<void(const std::string& message)> on_warning{};
 };
 
 namespace detail {

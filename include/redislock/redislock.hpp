@@ -4,6 +4,7 @@
 
 #include <redislock/version.hpp>
 #include <redislock/errors.hpp>
+#include <redislock/eviction.hpp>
 #include <redislock/options.hpp>
 #include <redislock/connection.hpp>
 #include <redislock/script.hpp>
