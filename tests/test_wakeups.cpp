@@ -335,3 +335,32 @@ TEST_F(WakeupTest, AnObjectSharedByThreadsBehavesLikeATimedMutex) {
   shared.unlock();
   EXPECT_TRUE(waiting.get());
 }
+
+// A hand-off notice that arrives after its wait gave up (the waiter timed out before reading
+// it, and left) must not complete a later acquisition of the same object: by then the lock
+// may be someone else's.
+TEST_F(WakeupTest, ANoticeLeftFromAnEarlierWaitNeverCompletesALaterAcquisition) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "stale", lease(seconds(20)));
+  mutex waiter(waiter_client, "stale", lease(seconds(20)));
+  holder.lock();
+  const std::string holder_token = get(holder.key());
+  std::string token;  // the waiter's token while it queues
+  auto first = std::async(std::launch::async, [&] { return waiter.try_lock_for(milliseconds(500)); });
+  ASSERT_TRUE(eventually([&] {
+    reply_ptr r = admin->command({"ZRANGE", holder.key() + ":queue", "0", "-1"});
+    if (r->elements != 1) return false;
+    token.assign(r->element[0]->str, r->element[0]->len);
+    return true;
+  }));
+  ASSERT_FALSE(first.get());  // gave up and left the queue
+  // The notice for that wait's token arrives late, on the channel the object keeps subscribed.
+  const std::string channel = holder.key() + ":w:" + token.substr(0, token.rfind(':'));
+  ASSERT_EQ(admin->command({"PUBLISH", channel, token})->integer, 1);
+  // The lock is still the holder's: the next wait must not take the old notice as a hand-off.
+  EXPECT_FALSE(waiter.try_lock_for(milliseconds(300)));
+  EXPECT_FALSE(waiter.owns_lock());
+  EXPECT_EQ(get(holder.key()), holder_token);
+  holder.unlock();
+  EXPECT_EQ(holder.last_release(), release_status::released);
+}

@@ -42,6 +42,12 @@ struct lock_options {
   /// shared_mutex: how long a waiting writer holds new readers back without refreshing its
   /// marker (the same way; see shared_mutex.hpp).
   std::chrono::milliseconds wait_lease{2000};
+  /// A waiter sleeps until a release notifies it or the holder's lease (as it last saw it)
+  /// runs out, but never longer than this before it looks again: a lock that becomes free
+  /// without a release (the holder shortened its lease with extend() and died, an operator
+  /// deleted the key) is noticed within this bound plus one round trip, whatever the old
+  /// lease. Each look is one command per waiter. Must be in [10 ms, max_lease].
+  std::chrono::milliseconds recheck_interval{1000};
 };
 
 /// Leases longer than this are rejected as a likely unit mistake (30 days).
@@ -75,6 +81,8 @@ inline void validate(std::string_view name, const lock_options& o) {
     throw invalid_argument("lock retry bounds must satisfy 0 < retry_min <= retry_max");
   if (o.wait_lease.count() < 3 || o.wait_lease > max_lease)
     throw invalid_argument("lock wait_lease must be in [3 ms, max_lease]");
+  if (o.recheck_interval.count() < 10 || o.recheck_interval > max_lease)
+    throw invalid_argument("lock recheck_interval must be in [10 ms, max_lease]");
 }
 
 /// The part of `key` that Redis Cluster hashes: the text between the first '{' and the first

@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 namespace redislock {
@@ -178,6 +179,10 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   friend struct detail::mutex_test_access;
 
   bool acquire(const detail::deadline& d) {
+    // The holder waiting for itself would wait forever (or out its whole timeout) on the gate.
+    if (held_.load(std::memory_order_acquire) && holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
+      throw lock_error("lock: this thread already holds lock '" + name_ +
+                       "' (a mutex is not recursive: use reentrant_mutex); resource deadlock would occur");
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
     try {
@@ -190,6 +195,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       gate_.unlock();
       return false;
     }
+    holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     if (options_.auto_renew) {
       try {
         start_renewal();
@@ -206,6 +212,11 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   // until wait_lease after that: the attempt then refreshes it). Leave the queue when the
   // deadline passes or the wait throws, so nobody hands us the lock after we gave up.
   bool wait_for_lock(const detail::deadline& d) {
+    // Two guards keep a notice meant for an earlier wait (read too late, after that wait gave
+    // up) from completing this one: such a notice names a token this object no longer uses
+    // (a wait that left the queue without the lock rotates the token, below), and whatever is
+    // still buffered on the channel is dropped now.
+    channel_subscription_.discard_pending();
     bool first = true, queued = false;
     auto attempt = [&] {
       // Fair mode's first attempt is a script anyway: when our channel is still subscribed
@@ -223,7 +234,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     bool acquired = false;
     try {
       acquired = detail::wait_for_release(
-          client_, channel_, d, detail::wait_plan{options_.retry_min, options_.retry_max, max_lease, true}, attempt,
+          client_, channel_, d, detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &channel_subscription_);
     } catch (...) {
       if (queued) leave_after_failure();
@@ -233,11 +244,15 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
     // and otherwise leaves the queue.
     try {
-      return !queue_attempt("leave");
+      if (!queue_attempt("leave")) return true;  // a hand-off reached us meanwhile
     } catch (...) {
       leave_after_failure();
       throw;
     }
+    // Out of the queue without the lock: nothing can be handed to this token any more, and a
+    // notice for it that is still on its way must match nothing.
+    rotate_token();
+    return false;
   }
 
   void leave_after_failure() noexcept {
@@ -360,6 +375,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       rotate_token();  // a new token for the next acquisition
     } catch (...) {
     }
+    holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
     held_.store(false, std::memory_order_release);
     record(status);
     gate_.unlock();
@@ -383,6 +399,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   mutable std::mutex token_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false};
+  std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
   std::atomic<bool> set_get_supported_{true};  // false once the server refused SET NX GET (Redis < 7)
   std::atomic<release_status> last_release_{release_status::not_held};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)

@@ -26,12 +26,12 @@ class timed_lockable {
 
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return self().acquire(steady::now() + std::chrono::ceil<steady::duration>(timeout));
+    return self().acquire(deadline_after(timeout));  // a huge timeout waits indefinitely
   }
 
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return self().acquire(to_steady(deadline));
+    return self().acquire(deadline_at(deadline));
   }
 
   /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
@@ -57,12 +57,12 @@ class shared_timed_lockable {
 
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return self().acquire_shared(steady::now() + std::chrono::ceil<steady::duration>(timeout));
+    return self().acquire_shared(deadline_after(timeout));
   }
 
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return self().acquire_shared(to_steady(deadline));
+    return self().acquire_shared(deadline_at(deadline));
   }
 
   /// Drops one shared hold. Never throws; the outcome is kept in last_release().

@@ -138,6 +138,17 @@ class subscriber {
       return true;
     }
 
+    /// Reads what already arrived (without waiting), then forgets every notice and wake-up
+    /// received so far: a wait that starts with this cannot be ended by anything published
+    /// for an earlier wait. For a channel with one waiter at a time (a mutex object's own).
+    void discard_pending() {
+      if (!owner_ || owner_->forked_.inherited()) return;
+      std::unique_lock<std::mutex> g(owner_->mutex_);
+      owner_->catch_up(g);
+      state_->messages.clear();
+      state_->tokens = 0;
+    }
+
     void reset() noexcept {
       if (owner_) owner_->leave(channel_, state_);
       owner_ = nullptr;

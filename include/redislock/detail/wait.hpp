@@ -18,12 +18,35 @@ using steady = std::chrono::steady_clock;
 /// An optional deadline on the steady clock (none = wait forever).
 using deadline = std::optional<steady::time_point>;
 
+/// Timeouts at least this long mean "wait indefinitely": adding them to now could overflow the
+/// steady clock's representation (hours::max(), a far time_point), and nobody waits a century.
+inline constexpr std::chrono::hours indefinitely{24 * 365 * 100};
+
+/// The deadline `timeout` from now, saturated: a huge timeout gives none (wait forever), a
+/// zero or negative one gives now (one attempt).
+template <class Rep, class Period>
+deadline deadline_after(const std::chrono::duration<Rep, Period>& timeout) {
+  const steady::time_point now = steady::now();
+  // Compared in floating-point seconds, which hold any duration type's range without overflow.
+  const std::chrono::duration<double> seconds = timeout;
+  if (seconds >= indefinitely) return std::nullopt;
+  if (seconds <= seconds.zero()) return now;
+  return now + std::chrono::ceil<steady::duration>(seconds);
+}
+
+/// The steady-clock deadline of a time point of any clock, saturated like deadline_after.
 template <class Clock, class Duration>
-steady::time_point to_steady(const std::chrono::time_point<Clock, Duration>& tp) {
+deadline deadline_at(const std::chrono::time_point<Clock, Duration>& tp) {
+  const typename Clock::time_point now = Clock::now();
+  // tp - now in floating point first: a far time point minus now may not fit tp's own type.
+  const std::chrono::duration<double> left =
+      std::chrono::duration<double>(tp.time_since_epoch()) - std::chrono::duration<double>(now.time_since_epoch());
+  if (left >= indefinitely) return std::nullopt;
+  if (left <= left.zero()) return steady::now();  // passed (a far past may not fit either)
   if constexpr (std::is_same_v<Clock, steady>) {
-    return std::chrono::time_point_cast<steady::duration>(tp);
+    return std::chrono::time_point_cast<steady::duration>(tp);  // exact: in range, checked above
   } else {
-    return steady::now() + std::chrono::duration_cast<steady::duration>(tp - Clock::now());
+    return deadline_after(tp - now);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <redislock/detail/wait.hpp>
 #include <redislock/lock_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -94,11 +95,12 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
 
 /// The same with the backoff bounds of a lock's options, for a lock whose notifications only
 /// say "try again": how the hash-based lock kinds wait.
-/// max_sleep: attempt at least this often (e.g. to refresh a waiter's place).
+/// max_sleep: attempt at least this often (e.g. to refresh a waiter's place); never less often
+/// than o.recheck_interval.
 template <class Client, class Attempt>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
                       std::chrono::milliseconds max_sleep, Attempt&& attempt) {
-  return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, max_sleep},
+  return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, std::min(max_sleep, o.recheck_interval)},
                           std::forward<Attempt>(attempt), [](subscriber::subscription&) { return false; });
 }
 
