@@ -100,7 +100,8 @@ struct tally {
 /// jobs, so a caller that stopped waiting leaves nothing dangling.
 class round {
  public:
-  explicit round(std::size_t n) : answers_(n, answer::pending), values_(n, 0), sent_(n, false) {}
+  round(std::size_t n, std::chrono::steady_clock::time_point stale_after)
+      : answers_(n, answer::pending), values_(n, 0), sent_(n, false), stale_after_(stale_after) {}
 
   /// Waits until decided(tally) holds or `until` passes; returns the answers so far. Jobs not
   /// yet answered go on (their answers land here later).
@@ -138,10 +139,12 @@ class round {
     return error_;
   }
 
-  // Called by the jobs.
+  // Called by the jobs. A skippable job that starts after the round was closed, or after the
+  // caller's wait ended (its server's thread was stuck), is stale: skipped, so a stuck server's
+  // queue drains at once when it comes back instead of replaying every missed round.
   bool start(std::size_t i, bool skippable) {
     std::lock_guard<std::mutex> g(m_);
-    if (skippable && closed_) return false;
+    if (skippable && (closed_ || std::chrono::steady_clock::now() > stale_after_)) return false;
     sent_[i] = true;
     return true;
   }
@@ -176,6 +179,7 @@ class round {
   std::vector<std::int64_t> values_;
   std::vector<bool> sent_;
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point stale_after_;
   bool closed_ = false;
 };
 
@@ -232,9 +236,10 @@ class quorum {
   std::chrono::milliseconds instance_timeout() const noexcept { return timeout_; }
 
   /// Posts `op` to every server. A skippable command is not sent once the round was closed
-  /// (round::close()); one that must arrive (a release) never is skipped.
+  /// (round::close()) or the per-instance timeout has passed (its thread was busy); one that
+  /// must arrive (a release) never is skipped, though `wanted` may rule it out.
   std::shared_ptr<round> send(const std::string& route_key, operation op, bool skippable, filter wanted = {}) {
-    auto r = std::make_shared<round>(clients_.size());
+    auto r = std::make_shared<round>(clients_.size(), std::chrono::steady_clock::now() + timeout_);
     auto shared_op = std::make_shared<operation>(std::move(op));
     auto shared_filter = std::make_shared<filter>(std::move(wanted));
     for (std::size_t i = 0; i < clients_.size(); ++i) {
