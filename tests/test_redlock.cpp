@@ -3,6 +3,7 @@
 #include "eventually.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -266,6 +267,34 @@ TEST(Redlock, AStalledMasterCostsAtMostAboutOneInstanceTimeout) {
   // Once it is back, the stalled master is used again.
   ASSERT_TRUE(r.try_lock_for(seconds(10)));
   r.unlock();
+}
+
+// A master slower than the per-instance timeout (every reply delayed 300 ms by a proxy): the
+// lock keeps working on the other two, and the slow master's thread does not pile up one
+// command per missed round (they are skipped once stale), so destroying the lock is quick.
+TEST(Redlock, ASlowMasterDoesNotAccumulateWork) {
+  masters m(3);
+  redislock_test::tcp_proxy proxy(m.servers[0]->port());
+  client_options via_proxy{m.servers[0]->options()};
+  via_proxy.connection.port = proxy.port();
+  client slow(via_proxy);
+  redlock_options ro;
+  ro.instance_timeout = milliseconds(50);
+  auto r = std::make_unique<redlock>(std::vector<std::reference_wrapper<client>>{slow, *m.clients[1], *m.clients[2]},
+                                     "slow", lease(seconds(10)), ro);
+  r->lock();  // connections made while fast
+  r->unlock();
+  proxy.set_delay(milliseconds(300));
+  const auto t0 = clk::now();
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(r->try_lock());
+    r->unlock();
+    ASSERT_EQ(r->last_release(), release_status::released);
+  }
+  EXPECT_LT(seconds_since(t0), 10.0);
+  const auto t1 = clk::now();
+  r.reset();  // waits for the slow master's thread to finish what is queued
+  EXPECT_LT(seconds_since(t1), 1.0) << "the slow master's thread replayed every missed round";
 }
 
 TEST(Redlock, AMasterRestartedEmptyDoesNotHandOutTheLock) {
