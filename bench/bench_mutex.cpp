@@ -1,4 +1,5 @@
-// Benchmarks of redislock::mutex (and, uncontended, of reentrant_mutex and shared_mutex) against a raw-hiredis baseline doing the same round trips
+// Benchmarks of redislock::mutex (and, uncontended, of reentrant_mutex, shared_mutex and a
+// 3-server redlock) against a raw-hiredis baseline doing the same round trips
 // (SET NX PX to acquire, EVALSHA compare-and-delete to release), measured in the same process
 // and run. Starts its own redis-server (tests/support/redis_server.hpp).
 //
@@ -383,6 +384,35 @@ void BM_uncontended_shared_write(benchmark::State& state) {
   uncontended(state, [&] { m.lock(), m.unlock(); });
 }
 BENCHMARK(BM_uncontended_shared_write)->UseManualTime();
+
+// Redlock over 3 local servers (this run's server and two more) against the single-server
+// mutex cycle, interleaved in every iteration: redlock_vs_mutex = redlock time / mutex time.
+void BM_uncontended_redlock_3(benchmark::State& state) {
+  redis_server second, third;
+  client a(options()), b(options_for(second.port())), c(options_for(third.port()));
+  redlock r({a, b, c}, "uncontended-redlock");
+  client single(options());
+  mutex m(single, "uncontended-vs-redlock");
+  auto redlock_cycle = [&] { r.lock(), r.unlock(); };
+  auto mutex_cycle = [&] { m.lock(), m.unlock(); };
+  redlock_cycle(), mutex_cycle();  // warm up: connections and scripts
+  std::vector<double> red, mut;
+  for (auto _ : state) {
+    auto t0 = clk::now();
+    redlock_cycle();
+    auto t1 = clk::now();
+    mutex_cycle();
+    auto t2 = clk::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    red.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    mut.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+  }
+  state.counters["redlock_us"] = percentile(red, 0.5);
+  state.counters["redlock_p99_us"] = percentile(red, 0.99);
+  state.counters["mutex_us"] = percentile(mut, 0.5);
+  state.counters["redlock_vs_mutex"] = percentile(red, 0.5) / percentile(mut, 0.5);
+}
+BENCHMARK(BM_uncontended_redlock_3)->UseManualTime();
 
 void BM_failed_try_lock(benchmark::State& state) {
   client c(options());

@@ -5,6 +5,8 @@
 //       (SET NX on entry, DEL on exit). Exit 0 when no overlap was seen, 3 otherwise.
 //   redislock_test_worker count-reentrant <port> <lock> <counter-key> <rounds>
 //       the same with a reentrant_mutex, locked twice (nested) per round.
+//   redislock_test_worker count-redlock <port,port,...> <lock> <counter-key> <rounds>
+//       the same with a redlock over the listed servers (the counter on the first).
 //   redislock_test_worker count-shared <port> <lock> <counter-key> <rounds>
 //       the same with the write side of a shared_mutex.
 //   redislock_test_worker hold <port> <lock> <lease-ms>
@@ -34,8 +36,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 using namespace redislock;
 
@@ -62,6 +66,30 @@ static int count(const char* port, const std::string& lock, const std::string& c
     data.command({"SET", counter, std::to_string(value + 1)});
     data.command({"DEL", marker});
     if (depth > 1) m.unlock();
+  }
+  return overlaps == 0 ? 0 : 3;
+}
+
+static int count_redlock(const std::string& ports, const std::string& lock, const std::string& counter, int rounds) {
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::reference_wrapper<client>> refs;
+  for (std::size_t at = 0; at <= ports.size();) {
+    const std::size_t comma = std::min(ports.find(',', at), ports.size());
+    clients.push_back(std::make_unique<client>(options_for(ports.substr(at, comma - at).c_str())));
+    refs.emplace_back(*clients.back());
+    at = comma + 1;
+  }
+  redlock m(refs, lock);
+  connection data(clients.front()->options().connection);
+  const std::string marker = counter + ":inside";
+  int overlaps = 0;
+  for (int i = 0; i < rounds; ++i) {
+    std::lock_guard<redlock> guard(m);
+    if (data.command({"SET", marker, "1", "NX"})->type == REDIS_REPLY_NIL) ++overlaps;
+    reply_ptr r = data.command({"GET", counter});
+    const long value = r->type == REDIS_REPLY_NIL ? 0 : std::stol(std::string(r->str, r->len));
+    data.command({"SET", counter, std::to_string(value + 1)});
+    data.command({"DEL", marker});
   }
   return overlaps == 0 ? 0 : 3;
 }
@@ -138,6 +166,7 @@ int main(int argc, char** argv) {
     if (mode == "count" && argc == 6) return count<mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 1);
     if (mode == "count-reentrant" && argc == 6)
       return count<reentrant_mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 2);
+    if (mode == "count-redlock" && argc == 6) return count_redlock(argv[2], argv[3], argv[4], std::atoi(argv[5]));
     if (mode == "count-shared" && argc == 6)
       return count<shared_mutex>(argv[2], argv[3], argv[4], std::atoi(argv[5]), 1);
     if (mode == "hold" && argc == 5)

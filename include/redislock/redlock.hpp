@@ -1,0 +1,490 @@
+#pragma once
+/// @file redlock.hpp
+/// @brief redislock::basic_redlock — Redlock: one exclusive lock over N independent Redis
+/// masters, held while a majority (N/2 + 1) of them holds its key.
+///
+/// Models Lockable and TimedLockable (std::lock_guard, std::unique_lock, std::scoped_lock).
+/// Each attempt draws a fresh random token and sends `SET key token NX PX lease` to every
+/// master at once (one thread per master, detail/quorum.hpp), waiting for each at most the
+/// per-instance timeout. It succeeds when a majority set the key and time is left:
+///
+///     validity = lease − (time the attempt took) − drift,   drift = lease × drift_factor + drift_floor
+///
+/// measured on the local steady clock from before the first command was sent. A failed attempt
+/// deletes its token on every master that may hold it (compare-and-delete), the ones that did
+/// not answer included, and the next attempt follows after a jittered, growing delay
+/// (retry_min .. retry_max). Key layout and scripts: detail/redlock_scripts.hpp. Guarantees,
+/// limits (timing assumptions, process pauses, restarts) and the fencing argument: README,
+/// "Redlock".
+///
+/// One object is one would-be holder; threads sharing it queue locally first (as basic_mutex).
+
+#include <redislock/client.hpp>
+#include <redislock/detail/lockable.hpp>
+#include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/quorum.hpp>
+#include <redislock/detail/random.hpp>
+#include <redislock/detail/redlock_scripts.hpp>
+#include <redislock/detail/wait.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/reply.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+/// What basic_redlock adds to lock_options.
+struct redlock_options {
+  /// How long an attempt (and every other round) waits for each master. Much smaller than the
+  /// lease, so that a stalled master costs little of it. Zero: min(50 ms, lease / 10).
+  std::chrono::milliseconds instance_timeout{0};
+  /// Allowance for the masters' clocks running faster than ours:
+  /// drift = lease × drift_factor + drift_floor (1 % + 2 ms by default).
+  double drift_factor = 0.01;
+  std::chrono::milliseconds drift_floor{2};
+};
+
+template <class Client>
+class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
+ public:
+  using client_type = Client;
+  using steady = std::chrono::steady_clock;
+
+  /// `clients`: one per master, each a different object (N >= 1; 3 or 5 are typical). The
+  /// clients must outlive the lock. Throws invalid_argument for no client, the same client
+  /// twice, a bad name or lease, fair mode, or timeouts that leave no validity. Sends nothing.
+  basic_redlock(std::vector<std::reference_wrapper<Client>> clients, std::string name, lock_options options = {},
+                redlock_options redlock = {})
+      : name_(std::move(name)), options_(std::move(options)), redlock_(redlock) {
+    detail::validate(name_, options_);
+    if (clients.empty()) throw invalid_argument("redlock: needs at least one client");
+    std::vector<Client*> pointers;
+    for (Client& c : clients) {
+      if (std::find(pointers.begin(), pointers.end(), &c) != pointers.end())
+        throw invalid_argument("redlock: the same client is given twice (each master needs its own)");
+      pointers.push_back(&c);
+    }
+    if (options_.fair) throw invalid_argument("redlock: fair mode is not supported");
+    if (!(redlock_.drift_factor >= 0 && redlock_.drift_factor < 1) || redlock_.drift_floor.count() < 0)
+      throw invalid_argument("redlock: drift_factor must be in [0, 1) and drift_floor >= 0");
+    if (redlock_.instance_timeout.count() < 0) throw invalid_argument("redlock: instance_timeout must not be negative");
+    if (redlock_.instance_timeout.count() == 0)
+      redlock_.instance_timeout = std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(50), options_.lease / 10));
+    drift_ = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease * redlock_.drift_factor) +
+             redlock_.drift_floor;
+    if (redlock_.instance_timeout + drift_ >= options_.lease)
+      throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
+    key_ = detail::base_key(name_, options_);
+    fence_key_ = key_ + ":rfence";
+    lease_ms_ = std::to_string(options_.lease.count());
+    quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);
+  }
+
+  basic_redlock(const basic_redlock&) = delete;
+  basic_redlock& operator=(const basic_redlock&) = delete;
+
+  /// Releases the lock if held (never throws), then waits for the masters' threads to send
+  /// what is queued (bounded by the clients' timeouts).
+  ~basic_redlock() {
+    if (held_.load(std::memory_order_acquire)) this->unlock();
+  }
+
+  /// Like unlock(), but returns the outcome and throws when fewer than a majority answered
+  /// (the first error, typed). The local hold is dropped either way:
+  ///   released       a majority confirmed deleting our key (it was ours there until then);
+  ///   lease_expired  a majority answered, but fewer than a majority still held our key
+  ///                  (or the lease was found lost before);
+  ///   failed         fewer than a majority answered: our keys run out with the lease.
+  release_status release() {
+    if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
+    stop_renewal();
+    const hold h = current();
+    auto r = send_release(h);
+    const detail::tally t = r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) {
+      return c.pending == 0;
+    });
+    // A master our acquire never reached (skipped) or refused cannot hold our key: it counts as "not held".
+    const std::size_t deleted = t.yes, answered = t.yes + t.no + t.skipped;
+    release_status status = release_status::failed;
+    if (deleted >= quorum_->needed()) status = lost() ? release_status::lease_expired : release_status::released;
+    else if (answered >= quorum_->needed()) status = release_status::lease_expired;
+    drop_local_hold(status);
+    if (status == release_status::failed) throw_unreachable(*r, "release");
+    return status;
+  }
+
+  /// Outcome of the most recent release by this object (not_held before any).
+  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+
+  /// Resets the lease to `lease` on every master that still holds our key. True when a majority
+  /// did within the validity window: the validity then restarts from this call. False when the
+  /// validity had run out or fewer than a majority still held our key (then lost() is true).
+  /// Throws lock_error when not held, connection_error (or the error reply) when fewer than a
+  /// majority answered.
+  bool extend(std::chrono::milliseconds lease) {
+    if (lease <= drift_ + quorum_->instance_timeout() || lease > max_lease)
+      throw invalid_argument("redlock extend: lease must be in (instance_timeout + drift, max_lease]");
+    require_held("extend");
+    if (options_.auto_renew && lease < options_.lease)
+      throw invalid_argument("redlock extend: with auto_renew the lease cannot be shorter than options().lease");
+    return extend_hold(current(), lease);
+  }
+  bool extend() { return extend(options_.lease); }
+
+  /// The validity window left, computed locally: the time during which a majority certainly
+  /// still holds our key (given the drift bound). Zero when not held or run out.
+  std::chrono::milliseconds validity() const {
+    if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
+    const auto left = current().valid_until - steady::now();
+    return left.count() > 0 ? std::chrono::ceil<std::chrono::milliseconds>(left) : std::chrono::milliseconds(0);
+  }
+
+  /// Asks every master (one parallel round): true when a majority still holds our key.
+  bool still_held() {
+    if (!held_.load(std::memory_order_acquire)) return false;
+    const hold h = current();
+    auto r = quorum_->send(key_, [key = key_, token = h.token](connection& c, std::int64_t&) {
+      const std::int64_t pttl = detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key}, {token}));
+      return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
+    }, true);
+    const detail::tally t = r->wait(steady::now() + quorum_->instance_timeout(), decided(false));
+    r->close();
+    if (t.yes >= quorum_->needed()) return true;
+    if (t.answered() < quorum_->needed()) throw_unreachable(*r, "still_held");
+    return false;
+  }
+
+  /// This object's local belief: an acquisition succeeded and unlock() has not been called.
+  bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
+
+  /// True when the current (or most recent) hold was found lost: by the renewal thread
+  /// (auto_renew), an extend() that returned false, or a fencing_token() that found it gone.
+  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+
+  /// A fencing token for the current hold: any token obtained after another was obtained is
+  /// strictly greater, across all objects and processes, as long as no master loses its data
+  /// (README, "Redlock" gives the argument). Two parallel rounds on the first call per hold
+  /// (read the register on a majority, raise it on a majority), the same value afterwards.
+  /// Throws lock_error when a majority no longer holds our key (then lost() is true), and
+  /// connection_error when fewer than a majority answered.
+  std::uint64_t fencing_token() {
+    require_held("fencing_token");
+    std::lock_guard<std::mutex> one_at_a_time(fence_mutex_);
+    const hold h = current();
+    if (h.fence != 0) return h.fence;
+    std::int64_t floor = 0;  // registers seen at or above a refused proposal
+    for (int tries = 0; tries < 5; ++tries) {
+      auto read = quorum_->send(key_, [key = key_, fence = fence_key_, token = h.token](connection& c, std::int64_t& v) {
+        v = detail::as_integer(*detail::redlock_scripts::fence_read().run(c, {key, fence}, {token}));
+        return v >= 0 ? detail::answer::yes : detail::answer::no;
+      }, true);
+      const detail::tally tr = read->wait(steady::now() + quorum_->instance_timeout(), decided(false));
+      read->close();
+      check_majority(tr, *read, h, "fencing_token");
+      std::int64_t highest = floor;
+      for (std::size_t i = 0; i < quorum_->size(); ++i)
+        if (read->answer_of(i) == detail::answer::yes) highest = std::max(highest, read->value_of(i));
+      const std::string proposed = std::to_string(highest + 1);
+      auto raise = quorum_->send(key_, [key = key_, fence = fence_key_, token = h.token, proposed](connection& c, std::int64_t& v) {
+        v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
+        if (v == 0) return detail::answer::yes;
+        return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
+      }, true);
+      const detail::tally tw = raise->wait(steady::now() + quorum_->instance_timeout(), decided(false));
+      raise->close();
+      if (tw.yes >= quorum_->needed()) {
+        std::lock_guard<std::mutex> g(state_mutex_);
+        if (hold_.token == h.token) hold_.fence = static_cast<std::uint64_t>(highest + 1);
+        return static_cast<std::uint64_t>(highest + 1);
+      }
+      if (tw.no > quorum_->size() - quorum_->needed()) check_majority(tw, *raise, h, "fencing_token");
+      // Refused proposals (a register already as high): try again above the highest seen.
+      std::size_t refused = 0;
+      for (std::size_t i = 0; i < quorum_->size(); ++i) {
+        if (raise->answer_of(i) != detail::answer::failed || raise->value_of(i) <= 0) continue;
+        ++refused;
+        floor = std::max(floor, raise->value_of(i));
+      }
+      if (tw.answered() + refused < quorum_->needed()) throw_unreachable(*raise, "fencing_token");
+    }
+    throw lock_error("fencing_token: no majority agreed on a token for lock '" + name_ + "' (concurrent writers)");
+  }
+
+  const std::string& name() const noexcept { return name_; }
+  /// The key on every master (see detail/redlock_scripts.hpp).
+  const std::string& key() const noexcept { return key_; }
+  const lock_options& options() const noexcept { return options_; }
+  const redlock_options& redlock() const noexcept { return redlock_; }
+  /// Masters, and how many must agree (N/2 + 1).
+  std::size_t instances() const noexcept { return quorum_->size(); }
+  std::size_t quorum() const noexcept { return quorum_->needed(); }
+  /// The drift allowance subtracted from every validity.
+  std::chrono::milliseconds drift() const noexcept { return drift_; }
+  /// The current hold's token (empty when not held).
+  std::string token() const { return held_.load(std::memory_order_acquire) ? current().token : std::string(); }
+
+ private:
+  friend class detail::timed_lockable<basic_redlock>;
+
+  struct hold {
+    std::string token;
+    std::shared_ptr<detail::round> acquired;  // the acquiring round: which masters may hold the key
+    steady::time_point valid_until{};
+    std::uint64_t fence = 0;
+  };
+
+  // When a round is decided: a majority said yes, everyone answered, or (acquire only, to
+  // return fast when the lock is held) too many cannot say yes any more.
+  auto decided(bool early_failure = true) const {
+    return [n = quorum_->size(), q = quorum_->needed(), early_failure](const detail::tally& t) {
+      return t.yes >= q || t.pending == 0 || (early_failure && t.no + t.failed + t.skipped > n - q);
+    };
+  }
+
+  bool acquire(const detail::deadline& d) {
+    if (!gate_.lock_until(d)) return false;
+    bool acquired = false;
+    try {
+      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max, [&]() -> std::optional<std::chrono::milliseconds> {
+        if (attempt()) return std::nullopt;
+        return std::chrono::milliseconds(-1);  // the holder's lease is not known
+      });
+    } catch (...) {
+      gate_.unlock();
+      throw;
+    }
+    if (!acquired) {
+      gate_.unlock();
+      return false;
+    }
+    if (options_.auto_renew) {
+      try {
+        start_renewal();
+      } catch (...) {
+        this->unlock();  // do not keep a lock we promised to renew
+        throw;
+      }
+    }
+    return true;
+  }
+
+  // One attempt on all masters. True: acquired with positive validity. False: not acquired
+  // (cleaned up). Throws when fewer than a majority answered (after cleaning up).
+  bool attempt() {
+    hold h;
+    h.token = detail::random_token();
+    const steady::time_point start = steady::now();
+    h.acquired = quorum_->send(key_, [key = key_, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
+      reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
+      return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
+    }, true);
+    // Not closed when it succeeds: masters that answer late still get the key (more margin).
+    const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
+    h.valid_until = start + options_.lease - drift_;
+    if (t.yes >= quorum_->needed() && steady::now() < h.valid_until) {
+      {
+        std::lock_guard<std::mutex> g(state_mutex_);
+        hold_ = std::move(h);
+      }
+      lost_.store(false, std::memory_order_release);
+      held_.store(true, std::memory_order_release);
+      return true;
+    }
+    // Delete our token wherever it may have been set: masters that said yes, and those whose
+    // answer is unknown (the release is queued behind the acquire and checks it when it runs).
+    h.acquired->close();
+    auto cleanup = send_release(h);
+    cleanup->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
+    // Unreachable: too many masters failed (or never answered) for any outcome; refused by a
+    // holder otherwise (a round decided early may leave answers pending: they do not count).
+    const bool timed_out = !decided()(t);
+    if (t.failed + (timed_out ? t.pending : 0) > quorum_->size() - quorum_->needed()) throw_unreachable(*h.acquired, "lock");
+    return false;
+  }
+
+  // Compare-and-delete on every master the hold's acquire may have reached. Never skipped
+  // once queued: it must reach a master that got the acquire late.
+  std::shared_ptr<detail::round> send_release(const hold& h) {
+    return quorum_->send(
+        key_,
+        [key = key_, token = h.token](connection& c, std::int64_t&) {
+          const std::int64_t deleted = detail::as_integer(*detail::mutex_scripts::release_owned().run(c, {key}, {token}));
+          return deleted == 1 ? detail::answer::yes : detail::answer::no;
+        },
+        false,
+        [acquired = h.acquired](std::size_t i) {
+          return acquired->sent_to(i) && acquired->answer_of(i) != detail::answer::no;
+        });
+  }
+
+  bool extend_hold(const hold& h, std::chrono::milliseconds lease) {
+    const steady::time_point start = steady::now();
+    if (start >= h.valid_until) {
+      mark_lost_if_current(h.token);
+      return false;
+    }
+    auto r = quorum_->send(key_, [key = key_, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
+      const std::int64_t ok = detail::as_integer(*detail::mutex_scripts::extend().run(c, {key}, {token, ms}));
+      return ok == 1 ? detail::answer::yes : detail::answer::no;
+    }, true);
+    const detail::tally t = r->wait(start + quorum_->instance_timeout(), decided(false));
+    const steady::time_point valid_until = start + lease - drift_;
+    if (t.yes >= quorum_->needed() && steady::now() < valid_until && start < h.valid_until) {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      if (hold_.token == h.token) hold_.valid_until = std::max(hold_.valid_until, valid_until);
+      return true;
+    }
+    if (t.no > quorum_->size() - quorum_->needed() || steady::now() >= h.valid_until) {
+      mark_lost_if_current(h.token);
+      return false;
+    }
+    throw_unreachable(*r, "extend");
+  }
+
+  // After a round that needed a majority of "ours": lost when too many said "not ours",
+  // unreachable when too few answered.
+  void check_majority(const detail::tally& t, const detail::round& r, const hold& h, const char* what) {
+    if (t.yes >= quorum_->needed()) return;
+    if (t.no > quorum_->size() - quorum_->needed()) {
+      mark_lost_if_current(h.token);
+      throw lock_error(std::string(what) + ": lock '" + name_ + "' is no longer held by a majority");
+    }
+    throw_unreachable(r, what);
+  }
+
+  [[noreturn]] void throw_unreachable(const detail::round& r, const char* what) const {
+    const std::exception_ptr e = r.first_error();
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const reply_error&) {
+        throw;  // an error reply (WRONGTYPE, NOPERM, ...) keeps its type
+      } catch (const std::exception& x) {
+        throw connection_error(std::string("redlock ") + what + ": fewer than " + std::to_string(quorum_->needed()) +
+                               " of " + std::to_string(quorum_->size()) + " masters answered (" + x.what() + ")");
+      }
+    }
+    throw timeout_error(std::string("redlock ") + what + ": fewer than " + std::to_string(quorum_->needed()) + " of " +
+                        std::to_string(quorum_->size()) + " masters answered within " +
+                        std::to_string(quorum_->instance_timeout().count()) + " ms");
+  }
+
+  // ---- renewal (lock_options::auto_renew): one thread per held lock, every lease/3 ----
+
+  void start_renewal() {
+    std::lock_guard<std::mutex> g(renew_mutex_);
+    renew_stop_ = false;
+    renewer_ = std::thread([this, h = current()] { renew(h); });
+  }
+
+  void stop_renewal() noexcept {
+    {
+      std::lock_guard<std::mutex> g(renew_mutex_);
+      renew_stop_ = true;
+    }
+    renew_cv_.notify_all();
+    if (!renewer_.joinable()) return;
+    if (renewer_.get_id() == std::this_thread::get_id()) renewer_.detach();  // on_lost released it: it returns next
+    else renewer_.join();
+  }
+
+  // Extends at lease/3 after each confirmed extension; retries every lease/10 on failure
+  // until the validity runs out, then declares the hold lost.
+  void renew(hold h) {
+    steady::time_point next = h.valid_until + drift_ - options_.lease + options_.lease / 3;
+    std::unique_lock<std::mutex> g(renew_mutex_);
+    for (;;) {
+      if (renew_cv_.wait_until(g, next, [&] { return renew_stop_; })) return;
+      g.unlock();
+      const steady::time_point sent = steady::now();
+      bool renewed = false;
+      try {
+        renewed = extend_hold(h, options_.lease);
+      } catch (...) {  // too few answered: try again while the validity lasts
+      }
+      {
+        std::lock_guard<std::mutex> s(state_mutex_);
+        if (hold_.token == h.token) h.valid_until = hold_.valid_until;
+      }
+      const steady::time_point now = steady::now();
+      if (!renewed && (lost() || now >= h.valid_until)) {
+        mark_lost_if_current(h.token);
+        if (options_.on_lost) {
+          try {
+            options_.on_lost(name_);
+          } catch (...) {
+          }
+        }
+        return;
+      }
+      next = renewed ? sent + options_.lease / 3 : std::min(h.valid_until, now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1)));
+      g.lock();
+    }
+  }
+
+  // ---- local state ----
+
+  hold current() const {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    return hold_;
+  }
+
+  void mark_lost_if_current(const std::string& token) {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    if (hold_.token == token) lost_.store(true, std::memory_order_release);
+  }
+
+  void require_held(const char* what) const {
+    if (!held_.load(std::memory_order_acquire))
+      throw lock_error(std::string(what) + ": lock '" + name_ + "' is not held by this object");
+  }
+
+  void drop_local_hold(release_status status) noexcept {
+    {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      hold_ = hold{};
+    }
+    held_.store(false, std::memory_order_release);
+    record(status);
+    gate_.unlock();
+  }
+
+  release_status record(release_status s) noexcept {
+    last_release_.store(s, std::memory_order_release);
+    return s;
+  }
+
+  std::string name_;
+  lock_options options_;
+  redlock_options redlock_;
+  std::chrono::milliseconds drift_{0};
+  std::string key_, fence_key_, lease_ms_;
+  mutable std::mutex state_mutex_;
+  hold hold_;  // under state_mutex_
+  std::mutex fence_mutex_;
+  detail::local_gate gate_;
+  std::atomic<bool> held_{false}, lost_{false};
+  std::atomic<release_status> last_release_{release_status::not_held};
+  std::mutex renew_mutex_;
+  std::condition_variable renew_cv_;
+  bool renew_stop_ = false;  // under renew_mutex_
+  std::thread renewer_;
+  std::unique_ptr<detail::quorum<Client>> quorum_;  // last: its threads are joined first
+};
+
+using redlock = basic_redlock<client>;
+
+}  // namespace redislock

@@ -1,0 +1,415 @@
+// Redlock over 3 and 5 real local servers: exclusion, majorities, masters killed (kill -9),
+// stalled (SIGSTOP) and restarted empty, clean-up of failed attempts, renewal, fencing.
+#include "eventually.hpp"
+#include "process.hpp"
+#include "redis_server.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::child_process;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+/// N servers of its own (they may be killed, paused or restarted), a client and an admin
+/// connection per server.
+struct masters {
+  explicit masters(std::size_t n, milliseconds command_timeout = seconds(5)) {
+    for (std::size_t i = 0; i < n; ++i) {
+      servers.push_back(std::make_unique<redis_server>());
+      client_options o{servers.back()->options()};
+      o.connection.command_timeout = command_timeout;
+      clients.push_back(std::make_unique<client>(o));
+      admins.push_back(std::make_unique<connection>(servers.back()->options()));
+    }
+  }
+  std::vector<std::reference_wrapper<client>> refs() const {
+    std::vector<std::reference_wrapper<client>> out;
+    for (auto& c : clients) out.emplace_back(*c);
+    return out;
+  }
+  std::string get(std::size_t i, const std::string& key) {
+    reply_ptr r = admins[i]->command({"GET", key});
+    return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
+  }
+  /// Waits until every master holds r's key (an acquisition returns with a majority; the
+  /// others' answers may still be on the way), so a test can change keys without racing them.
+  void settled(const redlock& r) {
+    const std::string token = r.token();
+    for (std::size_t i = 0; i < servers.size(); ++i)
+      EXPECT_TRUE(redislock_test::eventually([&] { return get(i, r.key()) == token; })) << "master " << i;
+  }
+  long long dbsize(std::size_t i) { return admins[i]->command({"DBSIZE"})->integer; }
+  void kill9(std::size_t i) {
+    ::kill(servers[i]->pid(), SIGKILL);
+    admins[i]->close();
+  }
+  std::vector<std::unique_ptr<redis_server>> servers;
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::unique_ptr<connection>> admins;
+};
+
+lock_options lease(milliseconds ms) {
+  lock_options o;
+  o.lease = ms;
+  return o;
+}
+
+double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+}  // namespace
+
+TEST(Redlock, BadInputIsRejectedWithTypedErrorsAndSendsNothing) {
+  masters m(3);
+  auto refs = m.refs();
+  EXPECT_THROW(redlock({}, "x"), invalid_argument);
+  EXPECT_THROW(redlock({*m.clients[0], *m.clients[1], *m.clients[0]}, "x"), invalid_argument);
+  EXPECT_THROW(redlock(refs, ""), invalid_argument);
+  EXPECT_THROW(redlock(refs, "x", lease(milliseconds(0))), invalid_argument);
+  EXPECT_THROW(redlock(refs, "}x"), invalid_argument);
+  lock_options fair;
+  fair.fair = true;
+  EXPECT_THROW(redlock(refs, "x", fair), invalid_argument);
+  redlock_options drift;
+  drift.drift_factor = 1.5;
+  EXPECT_THROW(redlock(refs, "x", {}, drift), invalid_argument);
+  redlock_options slow;
+  slow.instance_timeout = milliseconds(100);
+  EXPECT_THROW(redlock(refs, "x", lease(milliseconds(100)), slow), invalid_argument);  // no validity left
+  redlock r(refs, "x");
+  EXPECT_THROW(r.extend(), lock_error);
+  EXPECT_THROW(r.fencing_token(), lock_error);
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::not_held);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(m.dbsize(i), 0);
+}
+
+class RedlockN : public ::testing::TestWithParam<std::size_t> {};
+INSTANTIATE_TEST_SUITE_P(Masters, RedlockN, ::testing::Values(3, 5));
+
+TEST_P(RedlockN, HoldsItsKeyOnEveryMasterAndReleasesEverywhere) {
+  const std::size_t n = GetParam();
+  masters m(n);
+  redlock r(m.refs(), "basic", lease(seconds(10)));
+  EXPECT_EQ(r.quorum(), n / 2 + 1);
+  {
+    std::unique_lock<redlock> guard(r, std::defer_lock);
+    ASSERT_TRUE(guard.try_lock_for(seconds(5)));
+    EXPECT_EQ(r.token().size(), 32u);
+    m.settled(r);
+    EXPECT_GT(r.validity(), milliseconds(0));
+    EXPECT_LE(r.validity(), seconds(10) - r.drift());
+    EXPECT_TRUE(r.still_held());
+  }
+  EXPECT_EQ(r.last_release(), release_status::released);
+  EXPECT_EQ(r.validity(), milliseconds(0));
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(m.get(i, r.key()), "(nil)");
+  // A fresh random token per acquisition.
+  r.lock();
+  const std::string first = r.token();
+  r.unlock();
+  r.lock();
+  EXPECT_NE(r.token(), first);
+  r.unlock();
+}
+
+TEST_P(RedlockN, ThreadsWithTheirOwnObjectsNeverOverlap) {
+  const std::size_t n = GetParam();
+  masters m(n);
+  std::atomic<int> inside{0}, overlaps{0};
+  long counter = 0;  // guarded by the redlock only
+  constexpr int threads = 4, rounds = 20;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      lock_options o;
+      o.retry_max = milliseconds(20);
+      redlock r(m.refs(), "exclusion", o);
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<redlock> guard(r);
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        ++counter;
+        inside.fetch_sub(1);
+      }
+    });
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(counter, threads * rounds);
+}
+
+TEST(Redlock, ProcessesNeverOverlap) {
+  masters m(3);
+  std::string ports;
+  for (auto& s : m.servers) ports += (ports.empty() ? "" : ",") + std::to_string(s->port());
+  std::vector<child_process> children;
+  for (int i = 0; i < 3; ++i)
+    children.emplace_back(std::vector<std::string>{REDISLOCK_TEST_WORKER, "count-redlock", ports, "procs",
+                                                   "procs:counter", "20"});
+  for (auto& c : children) EXPECT_EQ(c.wait_for(seconds(60)), 0) << "worker saw an overlap or failed";
+  EXPECT_EQ(m.get(0, "procs:counter"), "60");
+}
+
+TEST(Redlock, AnotherObjectIsRefusedWhileHeld) {
+  masters m(3);
+  redlock a(m.refs(), "busy"), b(m.refs(), "busy");
+  ASSERT_TRUE(a.try_lock());
+  m.settled(a);
+  EXPECT_FALSE(b.try_lock());
+  const auto t0 = clk::now();
+  EXPECT_FALSE(b.try_lock_for(milliseconds(150)));
+  EXPECT_LT(seconds_since(t0), 5.0);
+  m.settled(a);  // b's failed attempts left a's keys alone
+  a.unlock();
+  EXPECT_TRUE(b.try_lock());
+  b.unlock();
+}
+
+TEST(Redlock, AMinorityAcquisitionIsDeletedOnEveryMaster) {
+  masters m(3);
+  redlock r(m.refs(), "minority");
+  // Another holder owns 2 of the 3 keys: we can only set the third.
+  m.admins[0]->command({"SET", r.key(), "other", "PX", "60000"});
+  m.admins[1]->command({"SET", r.key(), "other", "PX", "60000"});
+  EXPECT_FALSE(r.try_lock());
+  EXPECT_EQ(m.get(0, r.key()), "other");
+  EXPECT_EQ(m.get(1, r.key()), "other");
+  EXPECT_EQ(m.get(2, r.key()), "(nil)");  // ours was set, then deleted before try_lock returned
+  // The same with one "held" answer and a dead master: the answers decide against us.
+  m.kill9(0);
+  EXPECT_FALSE(r.try_lock());
+  EXPECT_FALSE(r.owns_lock());
+  EXPECT_EQ(m.get(2, r.key()), "(nil)");
+}
+
+TEST(Redlock, ReleaseWithAStaleTokenDoesNothing) {
+  masters m(3);
+  redlock r(m.refs(), "stale", lease(seconds(10)));
+  r.lock();
+  const std::string token = r.token();
+  // Our lease "ran out" and someone else holds it on every master now.
+  for (std::size_t i = 0; i < 3; ++i) m.admins[i]->command({"SET", r.key(), "next-holder", "PX", "60000"});
+  EXPECT_FALSE(r.extend());
+  EXPECT_TRUE(r.lost());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::lease_expired);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(m.get(i, r.key()), "next-holder");
+  // The delete script itself, called with the old token.
+  EXPECT_EQ(detail::as_integer(*detail::mutex_scripts::release_owned().run(*m.admins[0], {r.key()}, {token})), 0);
+  EXPECT_EQ(m.get(0, r.key()), "next-holder");
+}
+
+TEST(Redlock, OneKilledMasterOfThreeStillWorks) {
+  masters m(3);
+  redlock r(m.refs(), "one-dead", lease(seconds(10)));
+  m.kill9(2);
+  ASSERT_TRUE(r.try_lock_for(seconds(5)));
+  EXPECT_EQ(m.get(0, r.key()), r.token());
+  EXPECT_EQ(m.get(1, r.key()), r.token());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+}
+
+TEST(Redlock, TwoKilledMastersOfThreeFailCleanlyWithinABound) {
+  masters m(3);
+  redlock r(m.refs(), "two-dead", lease(seconds(10)));
+  r.lock();  // held, then the masters die
+  m.kill9(0);
+  m.kill9(1);
+  auto t0 = clk::now();
+  EXPECT_THROW(r.extend(), connection_error);
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::failed);
+  EXPECT_THROW(r.try_lock(), connection_error);
+  EXPECT_THROW(r.lock(), connection_error);
+  EXPECT_THROW(r.try_lock_for(seconds(30)), connection_error);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_FALSE(r.owns_lock());
+  EXPECT_EQ(m.get(2, r.key()), "(nil)");  // the one survivor keeps nothing of the failed attempts
+}
+
+TEST(Redlock, AStalledMasterCostsAtMostAboutOneInstanceTimeout) {
+  masters m(3, seconds(10));  // the clients' own timeout: far longer than the attempt may take
+  redlock_options ro;
+  ro.instance_timeout = milliseconds(50);
+  redlock r(m.refs(), "stalled", lease(seconds(10)), ro);
+  r.lock();  // connections made (and the eviction check done) while all are up
+  r.unlock();
+  m.servers[0]->pause();
+  auto t0 = clk::now();
+  ASSERT_TRUE(r.try_lock());
+  const double took = seconds_since(t0);
+  t0 = clk::now();
+  r.unlock();
+  const double release_took = seconds_since(t0);
+  m.servers[0]->resume();
+  EXPECT_EQ(r.last_release(), release_status::released);
+  EXPECT_LT(took, 2.0) << "the stalled master delayed the attempt by its client's 10 s timeout";
+  EXPECT_LT(release_took, 2.0);
+  // Once it is back, the stalled master is used again.
+  ASSERT_TRUE(r.try_lock_for(seconds(10)));
+  r.unlock();
+}
+
+// A master slower than the per-instance timeout (every reply delayed 300 ms by a proxy): the
+// lock keeps working on the other two, and the slow master's thread does not pile up one
+// command per missed round (they are skipped once stale), so destroying the lock is quick.
+TEST(Redlock, ASlowMasterDoesNotAccumulateWork) {
+  masters m(3);
+  redislock_test::tcp_proxy proxy(m.servers[0]->port());
+  client_options via_proxy{m.servers[0]->options()};
+  via_proxy.connection.port = proxy.port();
+  client slow(via_proxy);
+  redlock_options ro;
+  ro.instance_timeout = milliseconds(50);
+  auto r = std::make_unique<redlock>(std::vector<std::reference_wrapper<client>>{slow, *m.clients[1], *m.clients[2]},
+                                     "slow", lease(seconds(10)), ro);
+  r->lock();  // connections made while fast
+  r->unlock();
+  proxy.set_delay(milliseconds(300));
+  const auto t0 = clk::now();
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(r->try_lock());
+    r->unlock();
+    ASSERT_EQ(r->last_release(), release_status::released);
+  }
+  EXPECT_LT(seconds_since(t0), 10.0);
+  const auto t1 = clk::now();
+  r.reset();  // waits for the slow master's thread to finish what is queued
+  EXPECT_LT(seconds_since(t1), 1.0) << "the slow master's thread replayed every missed round";
+}
+
+TEST(Redlock, AMasterRestartedEmptyDoesNotHandOutTheLock) {
+  masters m(3);
+  redlock a(m.refs(), "restart", lease(seconds(10))), b(m.refs(), "restart", lease(seconds(10)));
+  a.lock();
+  m.settled(a);
+  m.servers[0]->restart();  // comes back without our key
+  EXPECT_FALSE(b.try_lock());  // gets only the restarted master: a minority
+  EXPECT_EQ(m.get(1, a.key()), a.token());
+  a.unlock();
+  EXPECT_EQ(a.last_release(), release_status::released);  // two of three confirmed
+  ASSERT_TRUE(b.try_lock_for(seconds(5)));
+  b.unlock();
+}
+
+TEST(Redlock, AutoRenewKeepsItPastTheLease) {
+  masters m(3);
+  lock_options o = lease(milliseconds(600));
+  o.auto_renew = true;
+  redlock r(m.refs(), "renewed", o);
+  r.lock();
+  const auto until = clk::now() + milliseconds(1800);  // three leases
+  while (clk::now() < until) {
+    ASSERT_GT(r.validity(), milliseconds(0));
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(r.still_held());
+  EXPECT_FALSE(r.lost());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+}
+
+TEST(Redlock, AutoRenewReportsALostMajority) {
+  masters m(3);
+  std::promise<std::string> lost;
+  lock_options o = lease(milliseconds(600));
+  o.auto_renew = true;
+  o.on_lost = [&](const std::string& name) { lost.set_value(name); };
+  redlock r(m.refs(), "renew-lost", o);
+  r.lock();
+  m.settled(r);
+  m.admins[0]->command({"DEL", r.key()});
+  m.admins[1]->command({"DEL", r.key()});
+  auto seen = lost.get_future();
+  ASSERT_EQ(seen.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(seen.get(), "renew-lost");
+  EXPECT_TRUE(r.lost());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::lease_expired);
+  EXPECT_EQ(m.get(2, r.key()), "(nil)");  // the remaining key was deleted too
+}
+
+TEST(Redlock, ExtendNeedsAMajority) {
+  masters m(3);
+  redlock r(m.refs(), "extend", lease(seconds(5)));
+  r.lock();
+  m.settled(r);
+  EXPECT_TRUE(r.extend(seconds(20)));
+  EXPECT_GT(r.validity(), seconds(10));
+  // Rounds return with a majority; wait for the last master's answers before changing keys.
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(redislock_test::eventually([&] { return m.admins[i]->command({"PTTL", r.key()})->integer > 10000; }));
+  m.admins[0]->command({"DEL", r.key()});
+  EXPECT_TRUE(r.extend());  // two of three
+  m.admins[1]->command({"DEL", r.key()});
+  EXPECT_FALSE(r.extend());  // one of three
+  EXPECT_TRUE(r.lost());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::lease_expired);
+}
+
+// Each holder reaches a different majority (a foreign key blocks one master in turn). With
+// the maximum of per-master INCRs, the third holder would get the second's token again.
+TEST(Redlock, FencingTokensIncreaseAcrossDifferentMajorities) {
+  masters m(3);
+  redlock r(m.refs(), "fenced", lease(seconds(10)));
+  std::uint64_t previous = 0;
+  for (std::size_t round = 0; round < 6; ++round) {
+    const std::size_t blocked = round % 3;
+    m.admins[blocked]->command({"SET", r.key(), "someone-else", "PX", "60000"});
+    ASSERT_TRUE(r.try_lock_for(seconds(5)));
+    const std::uint64_t token = r.fencing_token();
+    EXPECT_GT(token, previous) << "round " << round;
+    EXPECT_EQ(r.fencing_token(), token);  // the same for the whole hold
+    previous = token;
+    r.unlock();
+    m.admins[blocked]->command({"DEL", r.key()});
+  }
+  // A holder that lost its majority gets no token.
+  r.lock();
+  m.settled(r);
+  m.admins[0]->command({"DEL", r.key()});
+  m.admins[1]->command({"DEL", r.key()});
+  EXPECT_THROW(r.fencing_token(), lock_error);
+  EXPECT_TRUE(r.lost());
+  r.unlock();
+}
+
+TEST(Redlock, ConcurrentHoldersNeverShareAFencingToken) {
+  masters m(3);
+  std::mutex seen_mutex;
+  std::vector<std::uint64_t> seen;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t)
+    workers.emplace_back([&] {
+      redlock r(m.refs(), "fence-threads");
+      for (int i = 0; i < 10; ++i) {
+        std::lock_guard<redlock> guard(r);
+        const std::uint64_t f = r.fencing_token();
+        std::lock_guard<std::mutex> g(seen_mutex);
+        seen.push_back(f);
+      }
+    });
+  for (auto& w : workers) w.join();
+  ASSERT_EQ(seen.size(), 30u);
+  for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i], seen[i - 1]);  // in the order of the holds
+}
