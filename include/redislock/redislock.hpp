@@ -14,3 +14,4 @@
 #include <redislock/mutex.hpp>
 #include <redislock/reentrant_mutex.hpp>
 #include <redislock/shared_mutex.hpp>
+#include <redislock/lock_info.hpp>
