@@ -39,7 +39,8 @@ const std::chrono::milliseconds bound = 20s;  // generous: the machine is shared
 /// One run of the tool: stdout (COMMAND's too) and stderr on pipes, stdin from /dev/null.
 class tool {
  public:
-  explicit tool(const std::vector<std::string>& args, const std::string& url) {
+  /// stdin_path: what the tool reads as stdin (default /dev/null; a pty's name for a terminal).
+  explicit tool(const std::vector<std::string>& args, const std::string& url, const std::string& stdin_path = "/dev/null") {
     std::vector<std::string> argv{REDISLOCK_CLI};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env;
@@ -55,7 +56,7 @@ class tool {
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, stdin_path.c_str(), O_RDWR | O_NOCTTY, 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
     const int rc = posix_spawn(&pid_, a[0], &fa, nullptr, a.data(), e.data());
@@ -408,6 +409,7 @@ TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {
   EXPECT_EQ("\"" + get("redislock:{job}") + "\"", owner);
   EXPECT_EQ(owner.rfind(object.substr(0, object.size() - 1), 0), 0u) << owner << " " << object;
   EXPECT_GT(std::stoll(json_field(during.out, "remaining_ms")), 0);
+  EXPECT_EQ(run({"status", "--prefix", "elsewhere:", "job"}).status, 1) << "another prefix, another lock";
   const result text = run({"status", "job"});
   EXPECT_EQ(text.status, 0);
   EXPECT_EQ(text.out.rfind("job: held (mutex)\n", 0), 0u) << text.out;
@@ -489,6 +491,28 @@ TEST_F(cli_test, BreakHandsAMutexToItsWaiterAndStopsTheRun) {
   const result nothing = run({"break", "--yes", "job"});
   EXPECT_EQ(nothing.status, 1);
   EXPECT_NE(nothing.err.find("nothing removed"), std::string::npos);
+}
+
+TEST_F(cli_test, BreakOnATerminalWantsYes) {
+  redislock::mutex m(*pool, "job");
+  m.lock();
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const std::string terminal = ::ptsname(master);
+  {
+    tool t({"break", "job"}, url(), terminal);
+    EXPECT_EQ(t.wait(), 2);
+    EXPECT_NE(t.err().find("--yes"), std::string::npos) << t.err();
+  }
+  EXPECT_TRUE(m.still_held()) << "refused: nothing removed";
+  {
+    tool t({"break", "--yes", "job"}, url(), terminal);
+    EXPECT_EQ(t.wait(), 0) << t.err();
+  }
+  EXPECT_FALSE(m.still_held());
+  ::close(master);
 }
 
 TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {

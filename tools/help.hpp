@@ -74,7 +74,10 @@ DESCRIPTION
       REDISLOCK_LEASE_MS        the lease in milliseconds
 
     SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group.
-    Interrupted while still waiting for the lock, redislock exits with 128+N.
+    Interrupted while still waiting for the lock, redislock exits with 128+N. Since COMMAND
+    has its own process group it is not the terminal's foreground job: it may write to the
+    terminal, but a COMMAND that reads from it is stopped (SIGTTIN); give it input by a pipe
+    or a file.
 
     If the lease is lost while COMMAND runs (Redis unreachable for longer than the lease,
     redislock itself stopped or paused past it, the lock broken by an administrator), a line

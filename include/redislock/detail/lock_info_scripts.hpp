@@ -45,7 +45,8 @@
 
 namespace redislock::detail::lock_info_scripts {
 
-/// Defines kind_of_lock(): the kind of KEYS[1], as described above; and now_ms().
+/// Defines kind_of_lock() (the kind of KEYS[1], as described above), now_ms(), fence_value()
+/// and add_holder() (appends one holder's group of 4 to a reply).
 inline const char* kind_lua() {
   return R"lua(
 local function kind_of_lock()
@@ -64,6 +65,10 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function fence_value() return tonumber(redis.call('GET', KEYS[2]) or '0') end
+local function add_holder(r, owner, role, count, ms)
+  local n = #r
+  r[n + 1], r[n + 2], r[n + 3], r[n + 4] = owner, role, count, ms
+end
 )lua";
 }
 
@@ -81,7 +86,7 @@ local function info()
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live, 0}
   if kind == 'mutex' then
-    for _, v in ipairs({redis.call('GET', KEYS[1]), 'holder', 1, pttl}) do r[#r + 1] = v end
+    add_holder(r, redis.call('GET', KEYS[1]), 'holder', 1, pttl)
   end
   return r
 end
@@ -99,7 +104,7 @@ local function info()
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do
     if h[i] ~= '@kind' then
-      for _, v in ipairs({h[i], 'holder', tonumber(h[i + 1]) or 0, pttl}) do r[#r + 1] = v end
+      add_holder(r, h[i], 'holder', tonumber(h[i + 1]) or 0, pttl)
     end
   end
   return r
@@ -121,14 +126,14 @@ local function info()
   local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), -1, wq}
   local wexp = tonumber(f['@wx'] or '0') or 0
   if f['@w'] and wexp > now then
-    for _, v in ipairs({f['@w'], 'writer', 1, wexp - now}) do r[#r + 1] = v end
+    add_holder(r, f['@w'], 'writer', 1, wexp - now)
   end
   for field, count in pairs(f) do
     if string.sub(field, 1, 2) == 'r:' then
       local o = string.sub(field, 3)
       local x = tonumber(f['x:' .. o] or '0') or 0
       if x > now then
-        for _, v in ipairs({o, 'reader', tonumber(count) or 0, x - now}) do r[#r + 1] = v end
+        add_holder(r, o, 'reader', tonumber(count) or 0, x - now)
       end
     end
   end
