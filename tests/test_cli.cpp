@@ -251,6 +251,8 @@ TEST_F(cli_test, CommandGetsNameTokenAndLeaseAndItsStatusIsReturned) {
   const result missing = run({"run", "job", "--", "/nonexistent/command"});
   EXPECT_EQ(missing.status, 127) << missing.err;
   EXPECT_NE(missing.err.find("cannot run"), std::string::npos);
+  EXPECT_EQ(run({"run", "job", "--", "no-such-command-in-path"}).status, 127);
+  EXPECT_EQ(run({"run", "job", "--", "/dev/null"}).status, 126) << "not executable";
   EXPECT_FALSE(exists("redislock:{job}")) << "released when the command could not start";
 }
 
@@ -384,6 +386,28 @@ TEST_F(cli_test, LostLeaseKillAfterAndIgnore) {
     EXPECT_EQ(t.wait(), 6) << t.err();
     EXPECT_EQ(get("redislock:{job}"), "someone-else") << "the new holder's lock is left alone";
   }
+}
+
+// redislock killed: its COMMAND dies with it (it must not run on unprotected), and the lock
+// stays taken until its lease runs out; then the next run gets it.
+TEST_F(cli_test, KilledToolTakesItsCommandAlongAndTheLeaseRunsOut) {
+  const std::string pid_file = temp_file("pid");
+  tool t({"run", "--lease", "800ms", "job", "--", "sh", "-c",
+          "echo $$ > " + pid_file + "; echo ready; while :; do sleep 0.02; done"},
+         url());
+  ASSERT_EQ(t.line(), "ready");
+  const pid_t command = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, command, 0));
+  ASSERT_GE(pidfd, 0);
+  t.signal(SIGKILL);
+  EXPECT_EQ(t.wait(), 128 + SIGKILL);
+  pollfd p{pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, static_cast<int>(bound.count())), 1) << "the command outlived redislock";
+  ::close(pidfd);
+  EXPECT_TRUE(exists("redislock:{job}")) << "not released: the lease runs out by itself";
+  const result next = run({"run", "--wait", "20s", "job", "--", "echo", "next"});
+  EXPECT_EQ(next.status, 0) << next.err;
+  EXPECT_EQ(next.out, "next\n");
 }
 
 TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {

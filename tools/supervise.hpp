@@ -1,20 +1,22 @@
 #pragma once
 // The child side of `redislock run`: the signals redislock handles itself (blocked in every
-// thread and read from a signalfd), spawning COMMAND in its own process group, and the loop
+// thread and read from a signalfd), starting COMMAND in its own process group (fork/exec), and the loop
 // that forwards signals, reacts to a lost lease and waits for COMMAND to exit.
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -23,6 +25,9 @@
 extern char** environ;
 
 namespace redislock_cli {
+
+/// A child whose redislock died before it could exec exits with this (it never runs COMMAND).
+constexpr int exit_code_lost_parent = 125;
 
 /// The signals redislock forwards to COMMAND.
 inline bool forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
@@ -76,28 +81,83 @@ inline std::vector<std::string> child_environment(const std::vector<std::string>
   return env;
 }
 
-/// Spawns argv (searched in PATH) in a new process group, with default signal dispositions and
-/// an empty signal mask. Returns the pid, or -errno when it could not be started.
+/// Where execvp would find `command`: the name itself when it has a '/', else the first
+/// executable file of that name in $PATH. Empty with `error` set (ENOENT, EACCES) otherwise.
+inline std::string find_command(const std::string& command, int& error) {
+  error = 0;
+  if (command.find('/') != std::string::npos) return command;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  error = ENOENT;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + command;
+    struct stat st {};
+    const bool file = ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    if (file && ::access(candidate.c_str(), X_OK) == 0) {
+      error = 0;
+      return candidate;
+    }
+    if (file) error = EACCES;
+    if (colon == std::string::npos) return {};
+    start = colon + 1;
+  }
+}
+
+/// Starts argv (searched in PATH) in a new process group, with default signal dispositions and
+/// an empty signal mask. The child is SIGKILLed by the kernel if redislock dies before it
+/// (PR_SET_PDEATHSIG): a COMMAND must not run on unprotected once the lock is no longer
+/// renewed. Returns the pid, or -errno when it could not be started.
 inline pid_t spawn_in_own_group(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  std::vector<char*> args, envp;
+  int error = 0;
+  const std::string path = find_command(argv[0], error);
+  if (error != 0) return -error;
+  std::vector<char*> args, envp;  // prepared before fork(): the child only calls async-signal-safe functions
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], nullptr, &attr, args.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  return rc == 0 ? pid : -rc;
+  int report[2];  // the child writes exec's errno here; a successful exec closes it (CLOEXEC)
+  if (::pipe2(report, O_CLOEXEC) != 0) return -errno;
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return -e;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(exit_code_lost_parent);  // redislock died already
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(path.c_str(), args.data(), envp.data());
+    const int e = errno;
+    (void)!::write(report[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so the group exists before we signal it (EACCES after exec: fine)
+  ::close(report[1]);
+  int e = 0;
+  ssize_t n;
+  do {
+    n = ::read(report[0], &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof e)) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return -e;
+  }
+  return pid;
 }
 
 enum class on_lost_action { term, kill, ignore };
