@@ -83,7 +83,9 @@ DESCRIPTION
     redislock itself stopped or paused past it, the lock broken by an administrator), a line
     goes to stderr and, by --on-lost, COMMAND's process group gets SIGTERM and, if it is still
     running --kill-after later, SIGKILL. redislock then exits with 76.
-    If redislock itself dies, the lock is not released: its lease runs out (nothing renews it).
+    If redislock itself dies (kill -9, a crash), COMMAND gets SIGKILL from the kernel at once
+    (processes COMMAND started itself are not reached), and the lock is not released: its
+    lease runs out, as nothing renews it.
 
 OPTIONS
     --wait DUR                 give up after waiting DUR for the lock (default: wait forever)
