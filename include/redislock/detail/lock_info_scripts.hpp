@@ -25,8 +25,10 @@
 /// Layout fields each kind's script reads (keep in step with the kind's *_scripts.hpp):
 ///   mutex      P{N} (string: the holder's token "<object id>:<n>"), PTTL P{N};
 ///              P{N}:queue (members), P{N}:waiters (token -> "<place expires ms>:<lease>");
-///              P{N}:fence.
-///   reentrant  P{N} hash: @kind, <owner> = count; PTTL P{N}; P{N}:fence.
+///              P{N}:fence. Counting live waiters reads the whole queue: O(waiters), an
+///              administrator's call, never on a lock's path.
+///   reentrant  P{N} hash: @kind, <owner> = count (every field not starting with '@' is an
+///              owner); PTTL P{N}; P{N}:fence.
 ///   shared     P{N} hash: @kind, @w, @wx, @wq, r:<owner>, x:<owner>; P{N}:fence.
 ///              Holds whose lease end has passed are left out (the lock scripts purge them on
 ///              their next call); nothing is written.
@@ -103,7 +105,7 @@ local function info()
   local r = {kind, pttl, fence_value(), -1, 0}
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do
-    if h[i] ~= '@kind' then
+    if string.sub(h[i], 1, 1) ~= '@' then  -- '@' fields are the lock's own (@kind)
       add_holder(r, h[i], 'holder', tonumber(h[i + 1]) or 0, pttl)
     end
   end
