@@ -262,7 +262,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     say("could not release the lock '" + o.name + "' (its lease will run out): " + e.what());
   }
   if (released == redislock::release_status::lease_expired && !out.lost) {
-    say("the lock '" + o.name + "' had been lost when the command finished (its lease ran out)");
+    say("the lock '" + o.name + "' had been lost when the command finished (its lease ran out, or it was broken or taken)");
     out.lost = true;
   }
   if (out.lost && o.on_lost != on_lost_action::ignore) return exit_lost;
