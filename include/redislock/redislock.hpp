@@ -15,3 +15,4 @@
 #include <redislock/reentrant_mutex.hpp>
 #include <redislock/shared_mutex.hpp>
 #include <redislock/redlock.hpp>
+#include <redislock/lock_info.hpp>

@@ -1,0 +1,192 @@
+#pragma once
+/// @file detail/lock_info_scripts.hpp
+/// @brief Read-only introspection scripts, one per lock kind, and the force-release scripts
+/// built on them (redislock::inspect() and redislock::force_release(), lock_info.hpp).
+///
+/// Every script: KEYS = {lock, fence, queue, waiters} (queue and waiters are the mutex's and
+/// are only read by its script; the others pass them unused), ARGV[1] = waiter channel prefix
+/// "P{N}:w:" (mutex hand-off) or the release channel "P{N}:released" (hash kinds).
+///
+/// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
+/// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
+/// that finds another kind than its own replies {kind} alone, and the caller runs that kind's
+/// script; so each reply is one atomic snapshot of one kind. (The mutex script also answers
+/// for "none" and "foreign": there is nothing else to read.)
+///
+/// Reply: {kind, pttl, fence, waiters, writer_waiting_ms, holders...}
+///   pttl               the lock key's remaining time in ms (-2 absent, -1 no expiry)
+///   fence              the fencing counter's value (GET P{N}:fence; 0 when absent)
+///   waiters            mutex: live places in P{N}:queue; hash kinds: -1 (their waiters do
+///                      not queue on the server)
+///   writer_waiting_ms  shared: how long the waiting-writer marker @wq still lasts (0: none)
+///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
+///                      count, remaining ms of that hold
+///
+/// Layout fields each kind's script reads (keep in step with the kind's *_scripts.hpp):
+///   mutex      P{N} (string: the holder's token "<object id>:<n>"), PTTL P{N};
+///              P{N}:queue (members), P{N}:waiters (token -> "<place expires ms>:<lease>");
+///              P{N}:fence. Counting live waiters reads the whole queue: O(waiters), an
+///              administrator's call, never on a lock's path.
+///   reentrant  P{N} hash: @kind, <owner> = count (every field not starting with '@' is an
+///              owner); PTTL P{N}; P{N}:fence.
+///   shared     P{N} hash: @kind, @w, @wx, @wq, r:<owner>, x:<owner>; P{N}:fence.
+///              Holds whose lease end has passed are left out (the lock scripts purge them on
+///              their next call); nothing is written.
+///
+/// The force-release scripts reply what the kind's info script would have replied just before
+/// they removed it, and then, when the lock was held:
+///   mutex      delete P{N} and hand the lock to the longest waiting live waiter, exactly as a
+///              release does (mutex_scripts::hand_off_lua);
+///   hash kinds delete P{N} and publish "all" on P{N}:released (every waiter tries again).
+/// The fencing counter is kept: the next holder's token is still higher than the removed one's.
+
+#include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/script.hpp>
+
+#include <string>
+
+namespace redislock::detail::lock_info_scripts {
+
+/// Defines kind_of_lock() (the kind of KEYS[1], as described above), now_ms(), fence_value()
+/// and add_holder() (appends one holder's group of 4 to a reply).
+inline const char* kind_lua() {
+  return R"lua(
+local function kind_of_lock()
+  local t = redis.call('TYPE', KEYS[1])['ok']
+  if t == 'none' then return 'none' end
+  if t == 'string' then return 'mutex' end
+  if t == 'hash' then
+    local k = redis.call('HGET', KEYS[1], '@kind')
+    if k == 'reentrant' or k == 'shared' then return k end
+    return 'foreign hash'
+  end
+  return 'foreign ' .. t
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function fence_value() return tonumber(redis.call('GET', KEYS[2]) or '0') end
+local function add_holder(r, owner, role, count, ms)
+  local n = #r
+  r[n + 1], r[n + 2], r[n + 3], r[n + 4] = owner, role, count, ms
+end
+)lua";
+}
+
+/// Defines info(): the reply above for the mutex (or for a free / foreign key), or {kind}.
+inline const char* mutex_info_lua() {
+  return R"lua(
+local function info()
+  local kind = kind_of_lock()
+  if kind == 'reentrant' or kind == 'shared' then return {kind} end
+  local now, live = now_ms(), 0
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local expiry = string.match(redis.call('HGET', KEYS[4], w) or '', '^(%d+):')
+    if expiry and tonumber(expiry) > now then live = live + 1 end
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  local r = {kind, pttl, fence_value(), live, 0}
+  if kind == 'mutex' then
+    add_holder(r, redis.call('GET', KEYS[1]), 'holder', 1, pttl)
+  end
+  return r
+end
+)lua";
+}
+
+/// Defines info() for the reentrant mutex (or {kind}).
+inline const char* reentrant_info_lua() {
+  return R"lua(
+local function info()
+  local kind = kind_of_lock()
+  if kind ~= 'reentrant' then return {kind} end
+  local pttl = redis.call('PTTL', KEYS[1])
+  local r = {kind, pttl, fence_value(), -1, 0}
+  local h = redis.call('HGETALL', KEYS[1])
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 1) ~= '@' then  -- '@' fields are the lock's own (@kind)
+      add_holder(r, h[i], 'holder', tonumber(h[i + 1]) or 0, pttl)
+    end
+  end
+  return r
+end
+)lua";
+}
+
+/// Defines info() for the shared mutex (or {kind}); holds already ended are left out.
+inline const char* shared_info_lua() {
+  return R"lua(
+local function info()
+  local kind = kind_of_lock()
+  if kind ~= 'shared' then return {kind} end
+  local now = now_ms()
+  local f = {}
+  local h = redis.call('HGETALL', KEYS[1])
+  for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+  local wq = math.max((tonumber(f['@wq'] or '0') or 0) - now, 0)
+  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), -1, wq}
+  local wexp = tonumber(f['@wx'] or '0') or 0
+  if f['@w'] and wexp > now then
+    add_holder(r, f['@w'], 'writer', 1, wexp - now)
+  end
+  for field, count in pairs(f) do
+    if string.sub(field, 1, 2) == 'r:' then
+      local o = string.sub(field, 3)
+      local x = tonumber(f['x:' .. o] or '0') or 0
+      if x > now then
+        add_holder(r, o, 'reader', tonumber(count) or 0, x - now)
+      end
+    end
+  end
+  return r
+end
+)lua";
+}
+
+/// The snapshot of one kind: "return info()".
+inline const script& mutex_info() {
+  static const script s(std::string(kind_lua()) + mutex_info_lua() + "return info()\n");
+  return s;
+}
+inline const script& reentrant_info() {
+  static const script s(std::string(kind_lua()) + reentrant_info_lua() + "return info()\n");
+  return s;
+}
+inline const script& shared_info() {
+  static const script s(std::string(kind_lua()) + shared_info_lua() + "return info()\n");
+  return s;
+}
+
+/// Force release of a mutex: the snapshot, then, if held, delete and hand off like a release.
+inline const script& mutex_break() {
+  static const script s(std::string(kind_lua()) + mutex_info_lua() + mutex_scripts::hand_off_lua() + R"lua(
+local r = info()
+if r[1] ~= 'mutex' then return r end
+-- hand_off() drops the removed holder's own place (if it queued again) instead of handing to it.
+token = redis.call('GET', lock)
+redis.call('DEL', lock)
+hand_off(server_now(), ARGV[1], false)
+return r
+)lua");
+  return s;
+}
+
+// Hash kinds: the snapshot, then, if held, delete and wake every waiter.
+inline std::string hash_break_lua(const char* info_lua, const char* kind) {
+  return std::string(kind_lua()) + info_lua + "local r = info()\nif r[1] ~= '" + kind + R"lua(' then return r end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'all')
+return r
+)lua";
+}
+inline const script& reentrant_break() {
+  static const script s(hash_break_lua(reentrant_info_lua(), "reentrant"));
+  return s;
+}
+inline const script& shared_break() {
+  static const script s(hash_break_lua(shared_info_lua(), "shared"));
+  return s;
+}
+
+}  // namespace redislock::detail::lock_info_scripts

@@ -1,0 +1,160 @@
+#pragma once
+/// @file lock_info.hpp
+/// @brief redislock::inspect() — what the server holds for a lock name, of any kind — and
+/// redislock::force_release(), the administrator's way to take a lock away from its holder.
+///
+/// Both read one consistent snapshot with one script per kind (detail/lock_info_scripts.hpp):
+/// the mutex's script runs first and tells the kind; a hash kind's script follows when the
+/// name is a reentrant or shared lock (2 round trips then). inspect() changes nothing.
+
+#include <redislock/connection.hpp>
+#include <redislock/detail/lock_info_scripts.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/reply.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redislock {
+
+enum class lock_kind {
+  none,       ///< no key: the lock is free (and was never held, or was released)
+  mutex,      ///< redislock::mutex (a string key)
+  reentrant,  ///< redislock::reentrant_mutex (a hash, @kind = reentrant)
+  shared,     ///< redislock::shared_mutex (a hash, @kind = shared)
+  foreign,    ///< the key holds something else (lock_info::foreign_type says what)
+};
+
+inline const char* to_string(lock_kind k) noexcept {
+  switch (k) {
+    case lock_kind::none: return "none";
+    case lock_kind::mutex: return "mutex";
+    case lock_kind::reentrant: return "reentrant";
+    case lock_kind::shared: return "shared";
+    case lock_kind::foreign: return "foreign";
+  }
+  return "?";
+}
+
+/// One hold of a lock.
+struct lock_holder {
+  /// mutex: the owner token ("<object id>:<acquisition>"); reentrant/shared: the owner id.
+  std::string owner;
+  std::string role;  ///< "holder" (mutex, reentrant), "writer" or "reader" (shared)
+  std::int64_t count = 1;  ///< nested holds (reentrant, shared readers); 1 for the mutex
+  /// What is left of this hold's lease (-1 ms: the key has no expiry).
+  std::chrono::milliseconds remaining{0};
+
+  /// The holding object's id: the owner up to its last ':' (the whole owner if it has none).
+  std::string object_id() const {
+    const auto colon = owner.rfind(':');
+    return colon == std::string::npos ? owner : owner.substr(0, colon);
+  }
+};
+
+struct lock_info {
+  std::string name;
+  std::string key;  ///< the lock's key, e.g. "redislock:{name}"
+  lock_kind kind = lock_kind::none;
+  std::string foreign_type;  ///< kind == foreign: "hash", "list", ... (TYPE of the key)
+  std::vector<lock_holder> holders;  ///< empty: free
+  /// When the key goes if nobody renews (PTTL): -2 ms absent, -1 ms no expiry.
+  std::chrono::milliseconds key_ttl{-2};
+  std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
+  /// mutex: live waiters queued on the server; -1 for the hash kinds, whose waiters do not
+  /// queue on the server (they listen on P{N}:released).
+  std::int64_t waiters = -1;
+  /// shared: a writer waits (new readers are held back) for this much longer; 0: none.
+  std::chrono::milliseconds writer_waiting{0};
+
+  bool held() const noexcept { return !holders.empty(); }
+};
+
+namespace detail {
+
+inline lock_info parse_lock_info(const redisReply& r, std::string name, std::string key) {
+  lock_info info;
+  info.name = std::move(name);
+  info.key = std::move(key);
+  const std::string kind(as_string(element(r, 0)));
+  if (kind == "none") {
+    info.kind = lock_kind::none;
+  } else if (kind == "mutex") {
+    info.kind = lock_kind::mutex;
+  } else if (kind == "reentrant") {
+    info.kind = lock_kind::reentrant;
+  } else if (kind == "shared") {
+    info.kind = lock_kind::shared;
+  } else {
+    info.kind = lock_kind::foreign;
+    info.foreign_type = kind.substr(kind.find(' ') + 1);
+  }
+  info.key_ttl = std::chrono::milliseconds(as_integer(element(r, 1)));
+  info.last_fence = static_cast<std::uint64_t>(as_integer(element(r, 2)));
+  info.waiters = as_integer(element(r, 3));
+  info.writer_waiting = std::chrono::milliseconds(as_integer(element(r, 4)));
+  for (std::size_t i = 5; i + 3 < r.elements; i += 4) {
+    lock_holder h;
+    h.owner = std::string(as_string(element(r, i)));
+    h.role = std::string(as_string(element(r, i + 1)));
+    h.count = as_integer(element(r, i + 2));
+    h.remaining = std::chrono::milliseconds(as_integer(element(r, i + 3)));
+    info.holders.push_back(std::move(h));
+  }
+  return info;
+}
+
+// Runs the mutex's script (or its break), then the kind's own one while the reply names
+// another kind. A name that changes kind between two calls is looked at again (bounded).
+template <class Client>
+lock_info run_lock_info(Client& client, std::string_view name, const lock_options& options, bool force) {
+  validate(name, options);
+  const std::string key = base_key(name, options);
+  const std::string fence = key + ":fence", queue = key + ":queue", waiters = key + ":waiters";
+  const std::string waiter_prefix = key + ":w:", released = key + ":released";
+  std::string kind = "mutex";
+  for (int round = 0; round < 4; ++round) {
+    const script* s = nullptr;
+    std::string_view channel = waiter_prefix;
+    if (kind == "reentrant") {
+      s = force ? &lock_info_scripts::reentrant_break() : &lock_info_scripts::reentrant_info();
+      channel = released;
+    } else if (kind == "shared") {
+      s = force ? &lock_info_scripts::shared_break() : &lock_info_scripts::shared_info();
+      channel = released;
+    } else {
+      s = force ? &lock_info_scripts::mutex_break() : &lock_info_scripts::mutex_info();
+    }
+    reply_ptr r = client.run(key, [&](connection& c) { return s->run(c, {key, fence, queue, waiters}, {channel}); });
+    const std::string found(as_string(element(*r, 0)));
+    if (r->elements > 1) return parse_lock_info(*r, std::string(name), key);
+    kind = found;
+  }
+  throw reply_error("inspect: the lock '" + std::string(name) + "' kept changing its kind");
+}
+
+}  // namespace detail
+
+/// What the server holds for `name` (any lock kind; options: key_prefix). Changes nothing.
+/// Throws invalid_argument for a bad name or prefix, connection_error / reply_error as usual.
+template <class Client>
+lock_info inspect(Client& client, std::string_view name, const lock_options& options = {}) {
+  return detail::run_lock_info(client, name, options, false);
+}
+
+/// Administrator's force release: removes every hold of `name`, whoever holds it, and lets
+/// the waiters move on at once (mutex: the release's hand-off to the longest waiting live
+/// waiter; hash kinds: a message on P{N}:released). Returns what was removed (held() false:
+/// the lock was free, nothing changed). The fencing counter is kept, so the next holder's token
+/// still exceeds the removed holder's: fence your writes and the old holder is rejected.
+/// A key of a foreign type is left alone (kind == foreign).
+template <class Client>
+lock_info force_release(Client& client, std::string_view name, const lock_options& options = {}) {
+  return detail::run_lock_info(client, name, options, true);
+}
+
+}  // namespace redislock

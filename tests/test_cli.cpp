@@ -1,0 +1,566 @@
+// The redislock command-line tool, driven as a real binary (posix_spawn) against a real
+// redis-server: exclusion between runs, exit statuses, the environment, lease loss, signal
+// forwarding, status and break. Waits are on pipes and process exits, each bounded.
+
+#include "eventually.hpp"
+#include "server_fixture.hpp"
+
+#include <redislock/lock_info.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iterator>
+#include <memory>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using redislock_test::server_test;
+
+const std::chrono::milliseconds bound = 20s;  // generous: the machine is shared
+
+/// One run of the tool: stdout (COMMAND's too) and stderr on pipes, stdin from /dev/null.
+class tool {
+ public:
+  /// stdin_path: what the tool reads as stdin (default /dev/null; a pty's name for a terminal).
+  explicit tool(const std::vector<std::string>& args, const std::string& url, const std::string& stdin_path = "/dev/null") {
+    std::vector<std::string> argv{REDISLOCK_CLI};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e)
+      if (std::string(*e).rfind("REDISLOCK_URL=", 0) != 0) env.emplace_back(*e);
+    if (!url.empty()) env.push_back("REDISLOCK_URL=" + url);
+    std::vector<char*> a, e;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : env) e.push_back(s.data());
+    e.push_back(nullptr);
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, stdin_path.c_str(), O_RDWR | O_NOCTTY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
+    const int rc = posix_spawn(&pid_, a[0], &fa, nullptr, a.data(), e.data());
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_ = out[0];
+    err_ = err[0];
+    if (rc != 0) throw std::runtime_error("cannot spawn the tool");
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  }
+  ~tool() {
+    if (status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      wait(bound);
+    }
+    ::close(out_);
+    ::close(err_);
+    if (pidfd_ >= 0) ::close(pidfd_);
+  }
+  tool(const tool&) = delete;
+  tool& operator=(const tool&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const { ::kill(pid_, sig); }
+  /// One line of stdout, waiting at most `timeout`.
+  std::string line(std::chrono::milliseconds timeout = bound) { return redislock_test::read_line(out_, timeout); }
+  /// One line of stderr, waiting at most `timeout`.
+  std::string err_line(std::chrono::milliseconds timeout = bound) { return redislock_test::read_line(err_, timeout); }
+
+  /// The exit status (128+N for signal N), or -1 when it did not exit within `timeout`.
+  int wait(std::chrono::milliseconds timeout = bound) {
+    if (status_ >= 0) return status_;
+    pollfd p{pidfd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
+    int st = 0;
+    if (::waitpid(pid_, &st, 0) != pid_) return -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    out_text_ += drain(out_);
+    err_text_ += drain(err_);
+    return status_;
+  }
+  const std::string& out() const { return out_text_; }
+  const std::string& err() const { return err_text_; }
+
+ private:
+  static std::string drain(int fd) {
+    std::string s;
+    char buf[4096];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      s.append(buf, static_cast<std::size_t>(n));
+    }
+    return s;
+  }
+  pid_t pid_ = -1;
+  int pidfd_ = -1, out_ = -1, err_ = -1;
+  int status_ = -1;
+  std::string out_text_, err_text_;
+};
+
+struct cli_test : server_test {
+  std::string url() const { return server->uri(); }
+  /// Runs the tool to its end; the test fails if it takes longer than `bound`.
+  struct result {
+    int status;
+    std::string out, err;
+  };
+  result run(const std::vector<std::string>& args, const std::string& with_url = "") {
+    tool t(args, with_url.empty() ? url() : with_url);
+    const int status = t.wait();
+    EXPECT_GE(status, 0) << "the tool did not finish";
+    return {status, t.out(), t.err()};
+  }
+  long long connections() {
+    auto r = admin->command({"INFO", "stats"});
+    const std::string text(r->str, r->len);
+    const auto pos = text.find("total_connections_received:");
+    return std::stoll(text.substr(pos + 27));
+  }
+  std::string temp_file(const std::string& tag) {
+    const std::string path = ::testing::TempDir() + "redislock_cli_" + std::to_string(::getpid()) + "_" + tag;
+    std::remove(path.c_str());
+    return path;
+  }
+  static std::string slurp(const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  bool exists(const std::string& key) { return admin->command({"EXISTS", key})->integer == 1; }
+};
+
+// A minimal look into the JSON of `status --json`: the text after "key": up to , } or ].
+std::string json_field(const std::string& json, const std::string& key, std::size_t from = 0) {
+  const std::string needle = "\"" + key + "\":";
+  const auto pos = json.find(needle, from);
+  if (pos == std::string::npos) return "(absent)";
+  const auto start = pos + needle.size();
+  const auto end = json.find_first_of(",}]", start);
+  return json.substr(start, end - start);
+}
+
+// A shell child that says "ready" on stdout and then loops until a signal ends it.
+std::vector<std::string> ready_loop(const std::string& traps = "") {
+  return {"sh", "-c", traps + "echo ready; while :; do sleep 0.02; done"};
+}
+
+TEST_F(cli_test, BadInputIsOneLineAndExitTwoBeforeRedisIsTouched) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},
+      {"frobnicate"},
+      {"run"},
+      {"run", "job"},
+      {"run", "job", "true"},
+      {"run", "job", "--"},
+      {"run", "", "--", "true"},
+      {"run", "}job", "--", "true"},
+      {"run", "--bogus", "job", "--", "true"},
+      {"run", "--lease", "5parsecs", "job", "--", "true"},
+      {"run", "--lease", "0s", "job", "--", "true"},
+      {"run", "--wait", "-1s", "job", "--", "true"},
+      {"run", "--lease", "", "job", "--", "true"},
+      {"run", "--kill-after", "1..5s", "job", "--", "true"},
+      {"run", "--conflict-exit-code", "256", "job", "--", "true"},
+      {"run", "--on-lost", "sulk", "job", "--", "true"},
+      {"run", "--url", "http://127.0.0.1:1", "job", "--", "true"},
+      {"run", "--lease"},
+      {"run", "--fair", "--shared", "job", "--", "true"},
+      {"status"},
+      {"status", "--bogus", "job"},
+      {"status", "--url", "redis://127.0.0.1:notaport", "job"},
+      {"break"},
+      {"break", "a", "b", "--yes"},
+  };
+  const long long before = connections();
+  for (const auto& args : bad) {
+    std::string shown;
+    for (const auto& a : args) shown += "'" + a + "' ";
+    const result r = run(args);
+    EXPECT_EQ(r.status, 2) << shown << r.err;
+    EXPECT_EQ(r.err.rfind("redislock: ", 0), 0u) << shown << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << shown << r.err;
+    EXPECT_TRUE(r.out.empty()) << shown;
+  }
+  EXPECT_EQ(connections(), before) << "a bad command line reached Redis";
+  EXPECT_FALSE(exists("redislock:{job}"));
+}
+
+TEST_F(cli_test, BadUrlFromTheEnvironmentIsAUsageError) {
+  const result r = run({"status", "job"}, "redis://:pw@127.0.0.1:1/notadb");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.err.find("pw"), std::string::npos) << "the password must not be shown: " << r.err;
+}
+
+TEST_F(cli_test, HelpPagesHaveExamples) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"help", "run"}, {"run", "--help"}, {"status", "--help"}, {"break", "-h"}}) {
+    const result r = run(args);
+    EXPECT_EQ(r.status, 0) << args[0];
+    EXPECT_NE(r.out.find("SYNOPSIS"), std::string::npos) << args[0];
+    EXPECT_NE(r.out.find("EXIT STATUS"), std::string::npos) << args[0];
+    EXPECT_NE(r.out.find("EXAMPLES"), std::string::npos) << args[0];
+    EXPECT_TRUE(r.err.empty());
+  }
+}
+
+TEST_F(cli_test, UnreachableRedisIsOneLineAndExit69) {
+  const std::string nowhere = "redis://127.0.0.1:" + std::to_string(redislock_test::free_port());
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"run", "job", "--", "true"}, {"status", "job"}, {"break", "--yes", "job"}}) {
+    const result r = run(args, nowhere);
+    EXPECT_EQ(r.status, 69) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("cannot reach Redis"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST_F(cli_test, CommandGetsNameTokenAndLeaseAndItsStatusIsReturned) {
+  const result r = run({"run", "--lease", "1.5s", "job", "--", "sh", "-c",
+                        "echo \"$REDISLOCK_NAME|$REDISLOCK_FENCING_TOKEN|$REDISLOCK_LEASE_MS\"; exit 3"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.out, "job|1|1500\n");
+  EXPECT_FALSE(exists("redislock:{job}")) << "released after the command";
+  const result again = run({"run", "job", "--", "sh", "-c", "echo $REDISLOCK_FENCING_TOKEN"});
+  EXPECT_EQ(again.out, "2\n") << "tokens increase per acquisition";
+
+  EXPECT_EQ(run({"run", "job", "--", "sh", "-c", "kill -KILL $$"}).status, 128 + SIGKILL);
+  EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);
+  const result missing = run({"run", "job", "--", "/nonexistent/command"});
+  EXPECT_EQ(missing.status, 127) << missing.err;
+  EXPECT_NE(missing.err.find("cannot run"), std::string::npos);
+  EXPECT_EQ(run({"run", "job", "--", "no-such-command-in-path"}).status, 127);
+  EXPECT_EQ(run({"run", "job", "--", "/dev/null"}).status, 126) << "not executable";
+  EXPECT_FALSE(exists("redislock:{job}")) << "released when the command could not start";
+}
+
+TEST_F(cli_test, NotObtainedGivesTheConflictCode) {
+  redislock::mutex holder(*pool, "job");
+  holder.lock();
+  const result r = run({"run", "--no-wait", "job", "--", "echo", "ran"});
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "the command must not run";
+  EXPECT_NE(r.err.find("held by someone else"), std::string::npos);
+  EXPECT_EQ(run({"run", "--no-wait", "--conflict-exit-code", "0", "job", "--", "echo", "ran"}).status, 0);
+  EXPECT_EQ(run({"run", "--wait", "150ms", "--conflict-exit-code", "9", "job", "--", "echo", "ran"}).status, 9);
+  holder.unlock();
+  EXPECT_EQ(run({"run", "--no-wait", "job", "--", "echo", "ran"}).out, "ran\n");
+}
+
+// Children record when they start and end; no two intervals of the same NAME may overlap.
+TEST_F(cli_test, ConcurrentRunsOfOneNameNeverOverlap) {
+  constexpr int runs = 4;
+  std::vector<std::string> files;
+  std::vector<std::unique_ptr<tool>> tools;
+  for (int i = 0; i < runs; ++i) {
+    files.push_back(temp_file("overlap" + std::to_string(i)));
+    tools.push_back(std::make_unique<tool>(
+        std::vector<std::string>{"run", "--lease", "2s", "job", "--", "sh", "-c",
+                                 "date +%s%N > " + files.back() + "; sleep 0.15; date +%s%N >> " + files.back()},
+        url()));
+  }
+  for (auto& t : tools) ASSERT_EQ(t->wait(), 0) << t->err();
+  std::vector<std::pair<long long, long long>> spans;
+  for (const auto& f : files) {
+    long long start = 0, end = 0;
+    std::ifstream in(f);
+    ASSERT_TRUE(in >> start >> end) << f;
+    spans.emplace_back(start, end);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    EXPECT_LT(spans[i - 1].second, spans[i].first) << "runs " << i - 1 << " and " << i << " overlapped";
+}
+
+TEST_F(cli_test, SharedRunsHoldTogetherAndExcludeTheWriter) {
+  auto args = ready_loop();
+  args.insert(args.begin(), {"run", "--shared", "cat", "--"});
+  tool a(args, url());
+  tool b(args, url());
+  ASSERT_EQ(a.line(), "ready");
+  ASSERT_EQ(b.line(), "ready");
+  const result w = run({"run", "--write", "--no-wait", "cat", "--", "true"});
+  EXPECT_EQ(w.status, 75) << w.err;
+  const result s = run({"status", "--json", "cat"});
+  EXPECT_EQ(s.status, 0);
+  EXPECT_EQ(json_field(s.out, "kind"), "\"shared\"");
+  EXPECT_NE(s.out.find("\"role\":\"reader\""), s.out.rfind("\"role\":\"reader\"")) << "two readers: " << s.out;
+  a.signal(SIGTERM);
+  b.signal(SIGTERM);
+  EXPECT_EQ(a.wait(), 128 + SIGTERM);
+  EXPECT_EQ(b.wait(), 128 + SIGTERM);
+  EXPECT_EQ(run({"run", "--write", "--no-wait", "cat", "--", "true"}).status, 0);
+}
+
+TEST_F(cli_test, SignalsAreForwardedToTheCommand) {
+  {
+    tool t({"run", "job", "--", "sh", "-c", "trap 'exit 4' INT; echo ready; while :; do sleep 0.02; done"}, url());
+    ASSERT_EQ(t.line(), "ready");
+    t.signal(SIGINT);
+    EXPECT_EQ(t.wait(), 4) << t.err();
+  }
+  for (int sig : {SIGTERM, SIGHUP}) {
+    auto args = ready_loop();
+    args.insert(args.begin(), {"run", "job", "--"});
+    tool t(args, url());
+    ASSERT_EQ(t.line(), "ready");
+    t.signal(sig);
+    EXPECT_EQ(t.wait(), 128 + sig) << t.err();
+    EXPECT_FALSE(exists("redislock:{job}")) << "released after the forwarded signal ended the command";
+  }
+}
+
+TEST_F(cli_test, InterruptedWhileWaitingExitsWithoutRunning) {
+  redislock::mutex holder(*pool, "job");
+  holder.lock();
+  tool t({"run", "job", "--", "echo", "ran"}, url());
+  // The tool is waiting once it queued on the server.
+  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1; }, bound));
+  t.signal(SIGINT);
+  EXPECT_EQ(t.wait(), 128 + SIGINT);
+  EXPECT_TRUE(t.out().empty());
+  holder.unlock();
+  EXPECT_FALSE(exists("redislock:{job}")) << "nobody left to hand the lock to";
+}
+
+// The tool is stopped past its lease (its renewals stop with it), another client takes the
+// lock, and the tool resumes: its next renewal finds the lock gone and the command is stopped.
+TEST_F(cli_test, LostLeaseTerminatesTheCommand) {
+  const std::string marker = temp_file("lost");
+  tool t({"run", "--lease", "600ms", "--kill-after", "10s", "job", "--", "sh", "-c",
+          "trap 'echo TERM > " + marker + "; exit 5' TERM; echo ready; while :; do sleep 0.02; done"},
+         url());
+  ASSERT_EQ(t.line(), "ready");
+  t.signal(SIGSTOP);
+  ASSERT_TRUE(redislock_test::eventually([&] { return !exists("redislock:{job}"); }, bound)) << "lease never ran out";
+  redislock::mutex other(*pool, "job");
+  ASSERT_TRUE(other.try_lock());
+  t.signal(SIGCONT);
+  EXPECT_EQ(t.wait(), 76) << t.err();
+  EXPECT_EQ(slurp(marker), "TERM\n") << "the command got SIGTERM";
+  EXPECT_NE(t.err().find("lost the lock 'job'"), std::string::npos) << t.err();
+  EXPECT_TRUE(other.still_held()) << "the tool must not release the new holder's lock";
+}
+
+TEST_F(cli_test, LostLeaseKillAfterAndIgnore) {
+  {  // a command that ignores SIGTERM gets SIGKILL after --kill-after
+    tool t({"run", "--lease", "600ms", "--kill-after", "200ms", "job", "--", "sh", "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.02; done"},
+           url());
+    ASSERT_EQ(t.line(), "ready");
+    admin->command({"SET", "redislock:{job}", "someone-else"});  // taken from under it
+    EXPECT_EQ(t.wait(), 76) << t.err();
+    admin->command({"DEL", "redislock:{job}"});
+  }
+  {  // --on-lost ignore: only the message; the command runs on and its status is the tool's
+    const std::string go = temp_file("ignore");
+    tool t({"run", "--lease", "600ms", "--on-lost", "ignore", "job", "--", "sh", "-c",
+            "echo ready; while [ ! -e " + go + " ]; do sleep 0.02; done; exit 6"},
+           url());
+    ASSERT_EQ(t.line(), "ready");
+    admin->command({"SET", "redislock:{job}", "someone-else"});
+    EXPECT_NE(t.err_line().find("lost the lock 'job'"), std::string::npos);
+    std::ofstream(go) << "go\n";  // the command was still running: it ends only now
+    EXPECT_EQ(t.wait(), 6) << t.err();
+    EXPECT_EQ(get("redislock:{job}"), "someone-else") << "the new holder's lock is left alone";
+  }
+}
+
+// redislock killed: its COMMAND dies with it (it must not run on unprotected), and the lock
+// stays taken until its lease runs out; then the next run gets it.
+TEST_F(cli_test, KilledToolTakesItsCommandAlongAndTheLeaseRunsOut) {
+  const std::string pid_file = temp_file("pid");
+  tool t({"run", "--lease", "800ms", "job", "--", "sh", "-c",
+          "echo $$ > " + pid_file + "; echo ready; while :; do sleep 0.02; done"},
+         url());
+  ASSERT_EQ(t.line(), "ready");
+  const pid_t command = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, command, 0));
+  ASSERT_GE(pidfd, 0);
+  t.signal(SIGKILL);
+  EXPECT_EQ(t.wait(), 128 + SIGKILL);
+  pollfd p{pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, static_cast<int>(bound.count())), 1) << "the command outlived redislock";
+  ::close(pidfd);
+  EXPECT_TRUE(exists("redislock:{job}")) << "not released: the lease runs out by itself";
+  const result next = run({"run", "--wait", "20s", "job", "--", "echo", "next"});
+  EXPECT_EQ(next.status, 0) << next.err;
+  EXPECT_EQ(next.out, "next\n");
+}
+
+TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {
+  result before = run({"status", "--json", "job"});
+  EXPECT_EQ(before.status, 1);
+  EXPECT_EQ(json_field(before.out, "held"), "false");
+  EXPECT_EQ(json_field(before.out, "kind"), "\"none\"");
+  EXPECT_EQ(json_field(before.out, "name"), "\"job\"");
+
+  EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);  // token 1
+  auto args = ready_loop();
+  args.insert(args.begin(), {"run", "job", "--"});
+  tool holder(args, url());
+  ASSERT_EQ(holder.line(), "ready");
+  const result during = run({"status", "--json", "job"});
+  EXPECT_EQ(during.status, 0);
+  EXPECT_EQ(json_field(during.out, "held"), "true");
+  EXPECT_EQ(json_field(during.out, "kind"), "\"mutex\"");
+  EXPECT_EQ(json_field(during.out, "last_fencing_token"), "2");
+  EXPECT_EQ(json_field(during.out, "waiters"), "0");
+  EXPECT_EQ(json_field(during.out, "role"), "\"holder\"");
+  const std::string owner = json_field(during.out, "owner"), object = json_field(during.out, "object");
+  EXPECT_EQ("\"" + get("redislock:{job}") + "\"", owner);
+  EXPECT_EQ(owner.rfind(object.substr(0, object.size() - 1), 0), 0u) << owner << " " << object;
+  EXPECT_GT(std::stoll(json_field(during.out, "remaining_ms")), 0);
+  EXPECT_EQ(run({"status", "--prefix", "elsewhere:", "job"}).status, 1) << "another prefix, another lock";
+  const result text = run({"status", "job"});
+  EXPECT_EQ(text.status, 0);
+  EXPECT_EQ(text.out.rfind("job: held (mutex)\n", 0), 0u) << text.out;
+
+  holder.signal(SIGTERM);
+  EXPECT_EQ(holder.wait(), 128 + SIGTERM);
+  const result after = run({"status", "--json", "job", "other"});
+  EXPECT_EQ(after.status, 1);
+  EXPECT_EQ(json_field(after.out, "held"), "false");
+  EXPECT_EQ(json_field(after.out, "last_fencing_token"), "2");
+  EXPECT_EQ(json_field(after.out, "name", after.out.find("},{")), "\"other\"") << after.out;
+}
+
+TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
+  redislock::reentrant_mutex r(*pool, "re");
+  r.lock();
+  r.lock();
+  redislock::shared_mutex s(*pool, "sh");
+  s.lock_shared();
+  s.lock_shared();
+  redislock::mutex m(*pool, "mx");
+  m.lock();
+
+  const redislock::lock_info ri = redislock::inspect(*pool, "re");
+  EXPECT_EQ(ri.kind, redislock::lock_kind::reentrant);
+  ASSERT_EQ(ri.holders.size(), 1u);
+  EXPECT_EQ(ri.holders[0].count, 2);
+  EXPECT_EQ(ri.last_fence, 1u);
+  EXPECT_EQ(ri.waiters, -1);
+  const redislock::lock_info si = redislock::inspect(*pool, "sh");
+  EXPECT_EQ(si.kind, redislock::lock_kind::shared);
+  ASSERT_EQ(si.holders.size(), 1u);
+  EXPECT_EQ(si.holders[0].role, "reader");
+  EXPECT_EQ(si.holders[0].owner, s.owner_id());
+  EXPECT_EQ(si.holders[0].count, 2);
+  const redislock::lock_info mi = redislock::inspect(*pool, "mx");
+  EXPECT_EQ(mi.kind, redislock::lock_kind::mutex);
+  ASSERT_EQ(mi.holders.size(), 1u);
+  EXPECT_EQ(mi.holders[0].owner, get("redislock:{mx}"));
+  admin->command({"RPUSH", "redislock:{list}", "x"});
+  const redislock::lock_info li = redislock::inspect(*pool, "list");
+  EXPECT_EQ(li.kind, redislock::lock_kind::foreign);
+  EXPECT_EQ(li.foreign_type, "list");
+  EXPECT_FALSE(li.held());
+
+  // EVALSHA_RO refuses a script that writes: every info script runs under it.
+  namespace scripts = redislock::detail::lock_info_scripts;
+  for (const redislock::script* sc : {&scripts::mutex_info(), &scripts::reentrant_info(), &scripts::shared_info()}) {
+    sc->load(*admin);
+    for (const char* name : {"re", "sh", "mx", "list", "free"}) {
+      const std::string key = std::string("redislock:{") + name + "}";
+      auto reply = admin->command({"EVALSHA_RO", sc->sha1(), "4", key, key + ":fence", key + ":queue",
+                                   key + ":waiters", key + ":released"});
+      EXPECT_NE(reply->type, REDIS_REPLY_ERROR) << name << ": " << std::string(reply->str, reply->len);
+    }
+  }
+}
+
+TEST_F(cli_test, BreakHandsAMutexToItsWaiterAndStopsTheRun) {
+  auto args = ready_loop();
+  args.insert(args.begin(), {"run", "--lease", "900ms", "job", "--"});
+  tool holder(args, url());
+  ASSERT_EQ(holder.line(), "ready");
+  redislock::mutex waiter(*pool, "job");
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(60s); });
+  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1; }, bound));
+  const std::string removed_token = get("redislock:{job}");
+
+  const result b = run({"break", "--yes", "job"});
+  EXPECT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find(removed_token), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("handed to the longest waiting live waiter"), std::string::npos) << b.out;
+  ASSERT_EQ(waited.wait_for(bound), std::future_status::ready);
+  EXPECT_TRUE(waited.get()) << "the waiter got the lock from the break, not by timing out";
+  EXPECT_EQ(holder.wait(), 76) << holder.err();
+  EXPECT_TRUE(waiter.still_held());
+  EXPECT_EQ(run({"status", "job"}).status, 0);
+  waiter.unlock();
+  const result nothing = run({"break", "--yes", "job"});
+  EXPECT_EQ(nothing.status, 1);
+  EXPECT_NE(nothing.err.find("nothing removed"), std::string::npos);
+}
+
+TEST_F(cli_test, BreakOnATerminalWantsYes) {
+  redislock::mutex m(*pool, "job");
+  m.lock();
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const std::string terminal = ::ptsname(master);
+  {
+    tool t({"break", "job"}, url(), terminal);
+    EXPECT_EQ(t.wait(), 2);
+    EXPECT_NE(t.err().find("--yes"), std::string::npos) << t.err();
+  }
+  EXPECT_TRUE(m.still_held()) << "refused: nothing removed";
+  {
+    tool t({"break", "--yes", "job"}, url(), terminal);
+    EXPECT_EQ(t.wait(), 0) << t.err();
+  }
+  EXPECT_FALSE(m.still_held());
+  ::close(master);
+}
+
+TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
+  redislock::shared_mutex reader(*pool, "sh");
+  reader.lock_shared();
+  redislock::client other(options());
+  redislock::shared_mutex writer(other, "sh");
+  auto waited = std::async(std::launch::async, [&] { return writer.try_lock_for(60s); });
+  // The writer waits once its marker is set.
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] { return admin->command({"HEXISTS", "redislock:{sh}", "@wq"})->integer == 1; }, bound));
+  const result b = run({"break", "--yes", "sh"});
+  EXPECT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find(reader.owner_id()), std::string::npos) << b.out;
+  ASSERT_EQ(waited.wait_for(bound), std::future_status::ready) << "the writer was not woken";
+  EXPECT_TRUE(waited.get());
+  writer.unlock();
+  EXPECT_EQ(reader.release_shared(), redislock::release_status::lease_expired);
+
+  redislock::reentrant_mutex r(*pool, "re");
+  r.lock();
+  EXPECT_EQ(run({"break", "--yes", "re"}).status, 0);
+  EXPECT_FALSE(exists("redislock:{re}"));
+  EXPECT_EQ(r.release(), redislock::release_status::lease_expired);
+}
+
+}  // namespace

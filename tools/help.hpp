@@ -1,0 +1,196 @@
+#pragma once
+// The --help pages of the redislock tool (one per subcommand, man-page style).
+
+namespace redislock_cli {
+
+inline const char* main_help() {
+  return R"(NAME
+    redislock - run commands under a distributed lock on Redis; inspect and break locks
+
+SYNOPSIS
+    redislock run [OPTIONS] NAME -- COMMAND [ARGS...]
+    redislock status [OPTIONS] NAME...
+    redislock break [OPTIONS] NAME
+    redislock help [SUBCOMMAND] | --help | --version
+
+DESCRIPTION
+    The locks are the ones of the redislock C++ library, so programs using the library and
+    shell scripts using this tool exclude each other on the same NAME.
+
+    run     hold NAME while COMMAND runs (the lease is renewed in the background)
+    status  show who holds NAME, how long its lease lasts, waiters, the last fencing token
+    break   force-release NAME (administrator action)
+
+    "redislock SUBCOMMAND --help" describes each one.
+
+COMMON OPTIONS
+    --url URL         the Redis server: redis://[[user]:password@]host[:port][/db] or
+                      unix:///path/to.sock[?db=N]. Default: $REDISLOCK_URL, else
+                      redis://127.0.0.1:6379. Prefer $REDISLOCK_URL for passwords (the
+                      command line is visible in ps).
+    --prefix PREFIX   key prefix of the locks (default "redislock:", as in the library)
+    --timeout DUR     connect and command timeout (default 1s)
+
+DURATIONS
+    A number with a unit: 500ms, 30s, 5m, 1h (fractions allowed: 1.5s). No unit means seconds.
+
+EXIT STATUS
+    run       the command's exit status (128+N when it was killed by signal N), or:
+              75 (--conflict-exit-code) the lock was not obtained (--no-wait, --wait ran out)
+              76 the lease was lost while the command ran (it was terminated, --on-lost)
+              126 COMMAND could not be executed, 127 COMMAND was not found
+    status    0 every NAME is held, 1 some NAME is free (or not a lock)
+    break     0 a hold was removed, 1 NAME was free (nothing removed)
+    all       2 bad usage (nothing was sent to Redis), 69 Redis unreachable or it refused
+              (wrong password, NAME used by another kind of lock, ...)
+
+EXAMPLES
+    redislock run nightly-report -- /usr/local/bin/report --since yesterday
+    redislock run --no-wait --lease 5m backup -- ./backup.sh || echo "backup already running"
+    redislock status --json nightly-report backup
+    redislock break --yes nightly-report
+)";
+}
+
+inline const char* run_help() {
+  return R"(NAME
+    redislock run - run a command while holding a distributed lock
+
+SYNOPSIS
+    redislock run [OPTIONS] NAME -- COMMAND [ARGS...]
+
+DESCRIPTION
+    Acquires the lock NAME (an exclusive redislock::mutex; with --shared a read hold, with
+    --write the write hold of a redislock::shared_mutex), then runs COMMAND as a child
+    process in its own process group while the lease is renewed every lease/3. When COMMAND
+    exits, the lock is released and redislock exits with COMMAND's status (128+N when it was
+    killed by signal N).
+
+    COMMAND gets in its environment:
+      REDISLOCK_NAME            NAME
+      REDISLOCK_FENCING_TOKEN   this hold's fencing token: strictly increasing per NAME;
+                                pass it to the storage you write so it can reject a late
+                                writer (a shared hold gets the latest writer's token)
+      REDISLOCK_LEASE_MS        the lease in milliseconds
+
+    SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group.
+    Interrupted while still waiting for the lock, redislock exits with 128+N. Since COMMAND
+    has its own process group it is not the terminal's foreground job: it may write to the
+    terminal, but a COMMAND that reads from it is stopped (SIGTTIN); give it input by a pipe
+    or a file.
+
+    If the lease is lost while COMMAND runs (Redis unreachable for longer than the lease,
+    redislock itself stopped or paused past it, the lock broken by an administrator), a line
+    goes to stderr and, by --on-lost, COMMAND's process group gets SIGTERM and, if it is still
+    running --kill-after later, SIGKILL. redislock then exits with 76.
+    If redislock itself dies (kill -9, a crash), COMMAND gets SIGKILL from the kernel at once
+    (processes COMMAND started itself are not reached), and the lock is not released: its
+    lease runs out, as nothing renews it.
+
+OPTIONS
+    --wait DUR                 give up after waiting DUR for the lock (default: wait forever)
+    --no-wait                  give up at once if the lock is held (same as --wait 0)
+    --conflict-exit-code N     exit status when the lock was not obtained (default 75)
+    --lease DUR                the lease (default 30s): how long the lock outlives a crashed
+                               redislock. Renewed every DUR/3 while COMMAND runs.
+    --shared                   take a read hold of a shared lock (redislock::shared_mutex):
+                               any number of --shared runs at once, none with a --write one
+    --write                    take the write hold of a shared lock: alone, like the default
+                               mutex, but on the same lock as the --shared runs of NAME (a
+                               NAME is one kind of lock: mixing a plain run with --shared
+                               runs of it fails with exit status 69, "wrong kind")
+    --fair                     fair mode of the mutex: a lock whose holder's lease ran out
+                               goes to the longest waiter (all users of NAME must agree)
+    --on-lost term|kill|ignore what to do when the lease is lost (default term):
+                               term   SIGTERM to COMMAND's process group, SIGKILL after
+                                      --kill-after; exit status 76
+                               kill   SIGKILL at once; exit status 76
+                               ignore only the message; COMMAND runs on and its status is
+                                      redislock's
+    --kill-after DUR           with --on-lost term: SIGKILL this long after SIGTERM (default 10s)
+    --url, --prefix, --timeout see "redislock --help"
+
+EXIT STATUS
+    COMMAND's status; 75 (or --conflict-exit-code) not obtained; 76 lease lost; 126 COMMAND
+    not executable; 127 COMMAND not found; 2 bad usage; 69 Redis unreachable or refused.
+
+EXAMPLES
+    # crontab: run the report on one host of the fleet; the others skip quietly
+    */10 * * * * REDISLOCK_URL=redis://redis.internal:6379 redislock run --no-wait --conflict-exit-code 0 report -- /opt/report.sh
+
+    # wait at most two minutes, fence the writes with the token
+    redislock run --wait 2m --lease 1m migrate -- sh -c 'migrate --fence "$REDISLOCK_FENCING_TOKEN"'
+
+    # several readers at once, and a writer that excludes them
+    redislock run --shared catalog -- ./read-catalog.sh
+    redislock run --write catalog -- ./rebuild-catalog.sh
+)";
+}
+
+inline const char* status_help() {
+  return R"(NAME
+    redislock status - show the state of locks
+
+SYNOPSIS
+    redislock status [--json] [OPTIONS] NAME...
+
+DESCRIPTION
+    For each NAME, whatever kind of lock it is (mutex, reentrant, shared): free or held, the
+    holders (mutex: the owner token "<object id>:<acquisition>"; reentrant: owner and hold
+    count; shared: the writer and each reader with its count), each hold's remaining lease,
+    the waiters queued on the server (mutex only: the other kinds' waiters do not queue on the
+    server), whether a writer waits (shared), and the last fencing token given out. Reads one
+    consistent snapshot per lock with a read-only script; changes nothing.
+
+OPTIONS
+    --json      print a JSON array with one object per NAME:
+                {"name", "key", "kind" ("none", "mutex", "reentrant", "shared", "foreign"),
+                 "held", "ttl_ms" (-2 no key, -1 no expiry), "last_fencing_token",
+                 "waiters" (-1: not known for this kind), "writer_waiting_ms",
+                 "holders": [{"owner", "object", "role", "count", "remaining_ms"}]}
+    --url, --prefix, --timeout  see "redislock --help"
+
+EXIT STATUS
+    0 every NAME is held; 1 at least one is free or not a lock; 2 bad usage; 69 Redis
+    unreachable or refused.
+
+EXAMPLES
+    redislock status nightly-report
+    redislock status --json backup | jq '.[0].holders'
+    if redislock status backup >/dev/null; then echo "backup running"; fi
+)";
+}
+
+inline const char* break_help() {
+  return R"(NAME
+    redislock break - force-release a lock (administrator action)
+
+SYNOPSIS
+    redislock break [--yes] [OPTIONS] NAME
+
+DESCRIPTION
+    Removes every hold of NAME, whoever holds it, prints what it removed, and lets the lock
+    move on at once: a mutex is handed to its longest waiting live waiter, as a release
+    would; the waiters of a reentrant or shared lock are woken. The fencing counter is kept,
+    so the next holder's token is higher than the removed holder's, and storage that checks
+    tokens rejects the removed holder's late writes. A holder using "redislock run" notices at
+    its next renewal (within a third of its lease) and stops its command (--on-lost).
+
+    Use it for a holder that is stuck but alive (a crashed one needs nothing: its lease runs
+    out). When stdin is a terminal, --yes is required.
+
+OPTIONS
+    --yes       confirm
+    --url, --prefix, --timeout  see "redislock --help"
+
+EXIT STATUS
+    0 a hold was removed; 1 NAME was free (nothing removed) or is not a lock; 2 bad usage or
+    no --yes on a terminal; 69 Redis unreachable or refused.
+
+EXAMPLES
+    redislock break --yes nightly-report
+    redislock status nightly-report && redislock break --yes nightly-report
+)";
+}
+
+}  // namespace redislock_cli

@@ -1,0 +1,468 @@
+// redislock — the command-line tool: `run` a command under a lock, `status`, `break`.
+// Every usage mistake is found before anything is sent to Redis (exit 2); see help.hpp for
+// the exit statuses.
+
+#include "cli_args.hpp"
+#include "help.hpp"
+#include "supervise.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace redislock_cli {
+namespace {
+
+constexpr int exit_usage = 2;
+constexpr int exit_unavailable = 69;  // sysexits EX_UNAVAILABLE: Redis unreachable or refused
+constexpr int exit_conflict = 75;     // sysexits EX_TEMPFAIL: the lock was not obtained
+constexpr int exit_lost = 76;         // the lease was lost while COMMAND ran
+constexpr int exit_cannot_execute = 126, exit_not_found = 127;  // as the shell's
+
+void say(const std::string& line) { std::fprintf(stderr, "redislock: %s\n", line.c_str()); }
+
+// Options every subcommand takes.
+struct common_options {
+  redislock::connection_options connection;
+  redislock::lock_options lock;
+  std::string url;
+  std::chrono::milliseconds timeout{1000};
+
+  bool parse(arg_cursor& a) {
+    std::string v;
+    if (a.option("--url", &v)) {
+      url = v;
+    } else if (a.option("--prefix", &v)) {
+      lock.key_prefix = v;
+    } else if (a.option("--timeout", &v)) {
+      timeout = parse_duration(v, "--timeout");
+      if (timeout.count() <= 0) throw usage_error("bad --timeout '" + v + "': must be positive");
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // After parsing: the URL (option, $REDISLOCK_URL, default) is checked here, before any I/O.
+  void finish() {
+    if (url.empty()) {
+      const char* env = std::getenv("REDISLOCK_URL");
+      url = env != nullptr && *env != '\0' ? env : "redis://127.0.0.1:6379";
+    }
+    try {
+      connection = redislock::parse_uri(url);
+    } catch (const redislock::invalid_argument& e) {
+      throw usage_error(std::string("bad --url / REDISLOCK_URL: ") + e.what());
+    }
+    connection.connect_timeout = connection.command_timeout = timeout;
+  }
+
+  redislock::client_options client() const {
+    redislock::client_options o;
+    o.connection = connection;
+    o.on_warning = [](const std::string& m) { say(m); };
+    return o;
+  }
+};
+
+// A lock name, checked as the library checks it (empty, brace rules) before any I/O.
+std::string checked_name(const std::string& name, const redislock::lock_options& o) {
+  try {
+    redislock::detail::validate(name, o);
+    (void)redislock::detail::base_key(name, o);
+  } catch (const redislock::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  return name;
+}
+
+[[noreturn]] void unknown_option(const std::string& sub, const std::string& opt) {
+  throw usage_error("unknown option '" + opt + "' for '" + sub + "' (see 'redislock " + sub + " --help')");
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------- run
+
+struct run_options {
+  common_options common;
+  std::string name;
+  enum class kind { mutex, read, write } lock_kind = kind::mutex;
+  std::optional<std::chrono::milliseconds> wait;  // nullopt: forever
+  int conflict_code = exit_conflict;
+  on_lost_action on_lost = on_lost_action::term;
+  std::chrono::milliseconds kill_after{10000};
+  std::vector<std::string> command;
+};
+
+run_options parse_run(arg_cursor a) {
+  run_options o;
+  o.common.lock.lease = std::chrono::milliseconds(30000);
+  std::string v;
+  while (a.at_option()) {
+    if (o.common.parse(a)) continue;
+    if (a.option("--wait", &v)) {
+      o.wait = parse_duration(v, "--wait");
+    } else if (a.option("--no-wait")) {
+      o.wait = std::chrono::milliseconds(0);
+    } else if (a.option("--conflict-exit-code", &v)) {
+      o.conflict_code = parse_int(v, "--conflict-exit-code", 0, 255);
+    } else if (a.option("--lease", &v)) {
+      o.common.lock.lease = parse_duration(v, "--lease");
+      if (o.common.lock.lease.count() <= 0) throw usage_error("bad --lease '" + v + "': must be positive");
+    } else if (a.option("--shared")) {
+      o.lock_kind = run_options::kind::read;
+    } else if (a.option("--write")) {
+      o.lock_kind = run_options::kind::write;
+    } else if (a.option("--fair")) {
+      o.common.lock.fair = true;
+    } else if (a.option("--on-lost", &v)) {
+      if (v == "term") {
+        o.on_lost = on_lost_action::term;
+      } else if (v == "kill") {
+        o.on_lost = on_lost_action::kill;
+      } else if (v == "ignore") {
+        o.on_lost = on_lost_action::ignore;
+      } else {
+        throw usage_error("bad --on-lost '" + v + "': want term, kill or ignore");
+      }
+    } else if (a.option("--kill-after", &v)) {
+      o.kill_after = parse_duration(v, "--kill-after");
+    } else {
+      unknown_option("run", a.peek());
+    }
+  }
+  if (a.done() || a.peek() == "--") throw usage_error("run: missing NAME (usage: redislock run [OPTIONS] NAME -- COMMAND)");
+  o.name = a.take();
+  if (a.done() || a.peek() != "--") {
+    throw usage_error(a.done() ? "run: missing '--' before COMMAND (usage: redislock run [OPTIONS] NAME -- COMMAND)"
+                               : "run: expected '--' after NAME, got '" + a.peek() + "' (options go before NAME)");
+  }
+  a.take();
+  o.command = a.rest();
+  if (o.command.empty()) throw usage_error("run: missing COMMAND after '--'");
+  if (o.common.lock.fair && o.lock_kind != run_options::kind::mutex)
+    throw usage_error("run: --fair applies to the exclusive lock only, not with --shared or --write");
+  o.common.lock.auto_renew = true;
+  o.common.finish();
+  o.name = checked_name(o.name, o.common.lock);
+  return o;
+}
+
+// While the lock is being waited for, a signal ends redislock at once: nothing runs yet, a
+// place in the queue is skipped as soon as our connection closes, and a lock granted at that
+// very moment is left to its lease.
+class interrupt_while_waiting {
+ public:
+  interrupt_while_waiting(int sigfd, const std::string& name)
+      : thread_([this, sigfd, name] {
+          for (;;) {
+            pollfd fds[2] = {{sigfd, POLLIN, 0}, {stop_.fd(), POLLIN, 0}};
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+            if (fds[1].revents != 0) return;
+            while (const int sig = read_signal(sigfd)) {
+              if (!forwarded(sig)) continue;
+              say("interrupted (signal " + std::to_string(sig) + ") while waiting for the lock '" + name + "'");
+              std::_Exit(128 + sig);
+            }
+          }
+        }) {}
+  ~interrupt_while_waiting() {
+    stop_.raise();
+    thread_.join();
+  }
+
+ private:
+  event_flag stop_;  // before thread_: the thread reads it
+  std::thread thread_;
+};
+
+// The three ways `run` holds a lock, behind one face.
+template <class Lock, bool Read>
+struct held {
+  Lock& lock;
+  bool acquire(const std::optional<std::chrono::milliseconds>& wait) {
+    if constexpr (Read) {
+      if (!wait) {
+        lock.lock_shared();
+        return true;
+      }
+      return wait->count() == 0 ? lock.try_lock_shared() : lock.try_lock_shared_for(*wait);
+    } else {
+      if (!wait) {
+        lock.lock();
+        return true;
+      }
+      return wait->count() == 0 ? lock.try_lock() : lock.try_lock_for(*wait);
+    }
+  }
+  std::uint64_t token() { return lock.fencing_token(); }
+  redislock::release_status release() {
+    if constexpr (Read) {
+      return lock.release_shared();
+    } else {
+      return lock.release();
+    }
+  }
+};
+
+template <class Hold>
+int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lost) {
+  bool acquired = false;
+  {
+    interrupt_while_waiting interrupt(sigfd, o.name);
+    acquired = hold.acquire(o.wait);
+  }
+  if (!acquired) {
+    say("the lock '" + o.name + "' is held by someone else" +
+        (o.wait && o.wait->count() > 0 ? " (waited " + std::to_string(o.wait->count()) + " ms)" : ""));
+    return o.conflict_code;
+  }
+  std::uint64_t token = 0;
+  try {
+    token = hold.token();
+  } catch (const redislock::lock_error&) {
+    say("lost the lock '" + o.name + "' before the command started");
+    hold.release();
+    return exit_lost;
+  }
+  const pid_t pid = spawn_in_own_group(
+      o.command, child_environment({"REDISLOCK_NAME=" + o.name, "REDISLOCK_FENCING_TOKEN=" + std::to_string(token),
+                                    "REDISLOCK_LEASE_MS=" + std::to_string(o.common.lock.lease.count())}));
+  if (pid < 0) {
+    say("cannot run '" + o.command[0] + "': " + std::strerror(-pid));
+    hold.release();
+    return -pid == ENOENT ? exit_not_found : exit_cannot_execute;
+  }
+  const char* what = o.on_lost == on_lost_action::term   ? "; sending SIGTERM to the command"
+                     : o.on_lost == on_lost_action::kill ? "; sending SIGKILL to the command"
+                                                         : "; the command runs on (--on-lost ignore)";
+  child_outcome out = supervise(pid, sigfd, lost, o.on_lost, o.kill_after, [&] {
+    say("lost the lock '" + o.name + "' (its lease ran out or it was broken or taken)" + what);
+  });
+  redislock::release_status released = redislock::release_status::failed;
+  try {
+    released = hold.release();
+  } catch (const redislock::error& e) {
+    say("could not release the lock '" + o.name + "' (its lease will run out): " + e.what());
+  }
+  if (released == redislock::release_status::lease_expired && !out.lost) {
+    say("the lock '" + o.name + "' had been lost when the command finished (its lease ran out, or it was broken or taken)");
+    out.lost = true;
+  }
+  if (out.lost && o.on_lost != on_lost_action::ignore) return exit_lost;
+  return out.status;
+}
+
+int run(const std::vector<std::string>& args) {
+  const run_options o = parse_run(arg_cursor(args));
+  const int sigfd = block_signals();  // before the client starts any thread
+  event_flag lost;
+  redislock::lock_options lock_options = o.common.lock;
+  lock_options.on_lost = [&lost](const std::string&) { lost.raise(); };  // watchdog thread: no blocking
+  redislock::client client(o.common.client());
+  if (o.lock_kind == run_options::kind::mutex) {
+    redislock::mutex m(client, o.name, lock_options);
+    return run_holding(o, held<redislock::mutex, false>{m}, sigfd, lost);
+  }
+  redislock::shared_mutex m(client, o.name, lock_options);
+  if (o.lock_kind == run_options::kind::read)
+    return run_holding(o, held<redislock::shared_mutex, true>{m}, sigfd, lost);
+  return run_holding(o, held<redislock::shared_mutex, false>{m}, sigfd, lost);
+}
+
+// ------------------------------------------------------------------------------ status, break
+
+std::string json_string(const std::string& s) {
+  std::string r = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      r += '\\';
+      r += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      r += buf;
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  return r + "\"";
+}
+
+std::string json(const redislock::lock_info& i) {
+  std::ostringstream s;
+  s << "{\"name\":" << json_string(i.name) << ",\"key\":" << json_string(i.key) << ",\"kind\":\""
+    << redislock::to_string(i.kind) << "\",\"held\":" << (i.held() ? "true" : "false")
+    << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence
+    << ",\"waiters\":" << i.waiters << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"holders\":[";
+  for (std::size_t k = 0; k < i.holders.size(); ++k) {
+    const auto& h = i.holders[k];
+    s << (k ? "," : "") << "{\"owner\":" << json_string(h.owner) << ",\"object\":" << json_string(h.object_id())
+      << ",\"role\":\"" << h.role << "\",\"count\":" << h.count << ",\"remaining_ms\":" << h.remaining.count() << "}";
+  }
+  s << "]}";
+  return s.str();
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  if (ms.count() < 0) return "no expiry";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s left", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+std::string text(const redislock::lock_info& i) {
+  std::ostringstream s;
+  s << i.name << ": ";
+  if (i.kind == redislock::lock_kind::foreign) {
+    s << "not a lock (the key " << i.key << " holds a " << i.foreign_type << ")\n";
+    return s.str();
+  }
+  s << (i.held() ? "held" : "free");
+  if (i.kind != redislock::lock_kind::none) s << " (" << redislock::to_string(i.kind) << ")";
+  s << "\n";
+  for (const auto& h : i.holders) {
+    s << "  " << h.role << " " << h.owner;
+    if (i.kind == redislock::lock_kind::mutex) s << " (object " << h.object_id() << ")";
+    if (h.count != 1 || i.kind != redislock::lock_kind::mutex) s << ", count " << h.count;
+    s << ", " << seconds(h.remaining) << "\n";
+  }
+  if (i.waiters >= 0) s << "  waiters queued: " << i.waiters << "\n";
+  if (i.writer_waiting.count() > 0) s << "  a writer waits (new readers held back for " << seconds(i.writer_waiting) << ")\n";
+  s << "  last fencing token: " << i.last_fence << "\n";
+  return s.str();
+}
+
+int status(const std::vector<std::string>& args) {
+  arg_cursor a(args);
+  common_options common;
+  bool as_json = false;
+  while (a.at_option()) {
+    if (common.parse(a)) continue;
+    if (a.option("--json")) {
+      as_json = true;
+    } else {
+      unknown_option("status", a.peek());
+    }
+  }
+  if (!a.done() && a.peek() == "--") a.take();
+  std::vector<std::string> names = a.rest();
+  if (names.empty()) throw usage_error("status: missing NAME (usage: redislock status [--json] NAME...)");
+  common.finish();
+  for (const auto& n : names) checked_name(n, common.lock);
+  redislock::client client(common.client());
+  std::vector<redislock::lock_info> infos;
+  for (const auto& n : names) infos.push_back(redislock::inspect(client, n, common.lock));
+  bool all_held = true;
+  std::string out = as_json ? "[" : "";
+  for (std::size_t k = 0; k < infos.size(); ++k) {
+    all_held = all_held && infos[k].held();
+    out += as_json ? (k ? "," : "") + json(infos[k]) : text(infos[k]);
+  }
+  std::fputs((out + (as_json ? "]\n" : "")).c_str(), stdout);
+  return all_held ? 0 : 1;
+}
+
+int break_lock(const std::vector<std::string>& args) {
+  arg_cursor a(args);
+  common_options common;
+  bool yes = false;
+  while (a.at_option()) {
+    if (common.parse(a)) continue;
+    if (a.option("--yes") || a.option("-y")) {
+      yes = true;
+    } else {
+      unknown_option("break", a.peek());
+    }
+  }
+  if (!a.done() && a.peek() == "--") a.take();
+  std::vector<std::string> names = a.rest();
+  if (names.size() != 1) throw usage_error("break: want exactly one NAME (usage: redislock break [--yes] NAME)");
+  common.finish();
+  const std::string name = checked_name(names[0], common.lock);
+  if (!yes && ::isatty(STDIN_FILENO))
+    throw usage_error("break takes '" + name + "' away from whoever holds it; confirm with --yes");
+  redislock::client client(common.client());
+  const redislock::lock_info removed = redislock::force_release(client, name, common.lock);
+  if (!removed.held()) {
+    std::fputs(text(removed).c_str(), stdout);
+    say(removed.kind == redislock::lock_kind::foreign ? "'" + name + "' is not a lock: left alone"
+                                                      : "'" + name + "' is free: nothing removed");
+    return 1;
+  }
+  std::string out = "removed " + text(removed);
+  if (removed.kind == redislock::lock_kind::mutex) {
+    out += removed.waiters > 0 ? "  handed to the longest waiting live waiter\n" : "  nobody was waiting\n";
+  } else {
+    out += "  waiters woken (published on " + removed.key + ":released)\n";
+  }
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+int dispatch(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) throw usage_error("missing subcommand: run, status or break (see 'redislock --help')");
+  const std::string sub = args[0];
+  args.erase(args.begin());
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    const std::string topic = args.empty() ? "" : args[0];
+    std::fputs(topic == "run" ? run_help() : topic == "status" ? status_help() : topic == "break" ? break_help() : main_help(),
+               stdout);
+    return 0;
+  }
+  if (sub == "--version") {
+    std::printf("redislock %d.%d.%d\n", REDISLOCK_VERSION_MAJOR, REDISLOCK_VERSION_MINOR, REDISLOCK_VERSION_PATCH);
+    return 0;
+  }
+  const char* help = sub == "run" ? run_help() : sub == "status" ? status_help() : sub == "break" ? break_help() : nullptr;
+  if (help == nullptr) throw usage_error("unknown subcommand '" + sub + "': want run, status or break (see 'redislock --help')");
+  if (wants_help(args)) {
+    std::fputs(help, stdout);
+    return 0;
+  }
+  if (sub == "run") return run(args);
+  if (sub == "status") return status(args);
+  return break_lock(args);
+}
+
+}  // namespace
+}  // namespace redislock_cli
+
+int main(int argc, char** argv) {
+  using namespace redislock_cli;
+  try {
+    return dispatch(argc, argv);
+  } catch (const usage_error& e) {
+    say(e.what());
+    return exit_usage;
+  } catch (const redislock::wrong_type_error& e) {
+    say(std::string("the name is used by another kind of lock: ") + e.what());
+    return exit_unavailable;
+  } catch (const redislock::connection_error& e) {
+    say(std::string("cannot reach Redis: ") + e.what());
+    return exit_unavailable;
+  } catch (const redislock::error& e) {
+    say(std::string("Redis refused: ") + e.what());
+    return exit_unavailable;
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return exit_unavailable;
+  }
+}
