@@ -51,6 +51,14 @@ class own_thread_holder {
 
 struct KindsTest : redislock_test::server_test {
 
+  /// A waiter that looks again only when notified within these tests (recheck_interval is
+  /// far beyond their holds), so what they count is the notification alone.
+  static lock_options no_recheck(milliseconds lease_ms) {
+    lock_options o = lease(lease_ms);
+    o.recheck_interval = seconds(60);
+    return o;
+  }
+
   /// Waits (bounded) until a waiter of `key`'s lock subscribed, then keeps the lock held for
   /// 1.5 s: a polling waiter (retry_max 100 ms) would send well over a dozen attempts.
   void hold_while_subscribed(const std::string& key) {
@@ -119,7 +127,7 @@ void keeps_failing(milliseconds lease, Attempt attempt) {
 TEST_F(KindsTest, AReentrantWaiterIsWokenByTheLastReleaseNotByPolling) {
   client waiter_client(options());
   reentrant_mutex holder(*pool, "r-wake", lease(seconds(20)));
-  reentrant_mutex waiter(waiter_client, "r-wake", lease(seconds(20)));
+  reentrant_mutex waiter(waiter_client, "r-wake", no_recheck(seconds(20)));
   holder.lock();  // a first cycle loads the scripts: the counts below are EVALSHA only
   holder.unlock();
   holder.lock();
@@ -134,7 +142,7 @@ TEST_F(KindsTest, AReentrantWaiterIsWokenByTheLastReleaseNotByPolling) {
 TEST_F(KindsTest, ASharedReaderIsWokenWhenTheWriterLeaves) {
   client waiter_client(options());
   shared_mutex writer(*pool, "s-wake-r", lease(seconds(20)));
-  shared_mutex reader(waiter_client, "s-wake-r", lease(seconds(20)));
+  shared_mutex reader(waiter_client, "s-wake-r", no_recheck(seconds(20)));
   reader.lock_shared();  // loads the scripts
   reader.unlock_shared();
   writer.lock();
@@ -148,7 +156,7 @@ TEST_F(KindsTest, ASharedReaderIsWokenWhenTheWriterLeaves) {
 
 TEST_F(KindsTest, ASharedWriterIsWokenWhenTheLastReaderLeaves) {
   client waiter_client(options());
-  lock_options patient = lease(seconds(20));
+  lock_options patient = no_recheck(seconds(20));
   patient.wait_lease = seconds(60);  // its marker refresh (every wait_lease / 3) stays out of the count
   shared_mutex r1(*pool, "s-wake-w", lease(seconds(20))), r2(*pool, "s-wake-w", lease(seconds(20)));
   shared_mutex writer(waiter_client, "s-wake-w", patient);
