@@ -2,17 +2,21 @@
 # The whole test suite on a fresh Debian/Ubuntu machine: installs missing packages, then
 #   1. build/test  plain RelWithDebInfo build: every test, examples and consumer projects;
 #   2. build/asan  AddressSanitizer + UndefinedBehaviorSanitizer (findings abort the test);
-#   3. build/tsan  ThreadSanitizer.
+#   3. build/tsan  ThreadSanitizer;
+#   4. build/hiredis1  plain build against hiredis 1.2.0 with TLS support (REDISLOCK_WITH_TLS),
+#      built from ../shared/deps/hiredis-1.2.0.tar.gz (or $REDISLOCK_HIREDIS1_TARBALL) into a
+#      prefix in the build tree; every test, the consumers included. Skipped, saying so, when
+#      the tarball is absent (a user's clone has none).
 # Sanitizer builds skip the consumer/example tests and run shorter torture scenarios.
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
-# Usage: scripts/test.sh [plain|asan|tsan ...]      (default: all three)
+# Usage: scripts/test.sh [plain|asan|tsan|hiredis1 ...]      (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 variants=("$@")
-[ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan)
+[ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1)
 
 sanitized() {  # <dir> <sanitizers>
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_BUILD_EXAMPLES=OFF \
@@ -46,7 +50,27 @@ for v in "${variants[@]}"; do
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         "${run[@]}" ctest --test-dir build/tsan -j "$jobs" --output-on-failure --timeout 300
       ;;
-    *) echo "unknown variant $v (plain, asan, tsan)" >&2; exit 2 ;;
+    hiredis1)
+      tarball="${REDISLOCK_HIREDIS1_TARBALL:-$PWD/../shared/deps/hiredis-1.2.0.tar.gz}"
+      if [ ! -f "$tarball" ]; then
+        echo "=== hiredis1 variant skipped: $tarball not found (set REDISLOCK_HIREDIS1_TARBALL to test hiredis 1.x)"
+        exit 0
+      fi
+      prefix="$PWD/build/hiredis1-prefix"
+      rm -rf build/hiredis1-src && mkdir -p build/hiredis1-src
+      tar xzf "$tarball" -C build/hiredis1-src --strip-components=1
+      cmake -S build/hiredis1-src -B build/hiredis1-build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_SSL=ON \
+        -DDISABLE_TESTS=ON -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib > /dev/null
+      cmake --build build/hiredis1-build -j "$jobs" > /dev/null
+      cmake --install build/hiredis1-build > /dev/null
+      cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
+        -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_TORTURE_SECONDS=8
+      cmake --build build/hiredis1 -j "$jobs"
+      # The consumers must be built against hiredis 1.x too (consumer.cpp checks HIREDIS_MAJOR).
+      LD_LIBRARY_PATH="$prefix/lib" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" REDISLOCK_EXPECT_HIREDIS_MAJOR=1 \
+        ctest --test-dir build/hiredis1 -j "$jobs" --output-on-failure --timeout 300
+      ;;
+    *) echo "unknown variant $v (plain, asan, tsan, hiredis1)" >&2; exit 2 ;;
   esac
   )
   rc=$?

@@ -9,7 +9,8 @@
 /// detail/reentrant_scripts.hpp.
 ///
 /// Owners are threads: each thread that uses an object is a distinct owner on the server
-/// ("<object's random id>:<thread serial>"), so threads sharing one object exclude each other
+/// ("<object's random id>:<thread serial>:<generation>", a new name for each outermost
+/// acquisition: detail/owners.hpp), so threads sharing one object exclude each other
 /// through Redis exactly like threads sharing a std::recursive_mutex, and the hold count,
 /// owns_lock(), fencing_token() and lost() are the calling thread's. (There is no local queue:
 /// a waiting thread waits on Redis like a waiter in another process.) A thread that unlocks a
@@ -60,11 +61,11 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
 
   /// Releases every hold any thread still has through this object (never throws).
   ~basic_reentrant_mutex() {
-    owners_.for_each([&](std::uint64_t serial, hold& h) {
+    owners_.for_each([&](const std::string& owner, hold& h) {
       if (h.count == 0) return;
       h.lease->stop();
       try {
-        run_release(owners_.owner_id(serial), 0);
+        run_release(owner, 0);
       } catch (...) {  // the lease runs out on its own
       }
     });
@@ -130,7 +131,8 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
     const hold h = owners_.mine();
     return h.lease && h.lease->lost();
   }
-  /// The calling thread's owner id, as stored in the lock's hash.
+  /// The calling thread's owner id, as stored in the lock's hash (a new one for each of its
+  /// outermost acquisitions).
   std::string owner_id() const { return owners_.owner_id(); }
 
   const std::string& name() const noexcept { return name_; }
@@ -142,6 +144,7 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   friend class detail::timed_lockable<basic_reentrant_mutex>;
 
   struct hold {
+    bool idle() const noexcept { return count == 0; }
     std::int64_t count = 0;
     std::uint64_t fence = 0;
     // Made by the owner's first acquisition, then kept: the watchdog points into it.

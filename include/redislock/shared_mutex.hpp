@@ -11,7 +11,8 @@
 /// - Many readers or one writer. Every reader has its own lease on the server's clock: a reader
 ///   that crashes stops blocking writers when its own lease ends, even while other readers keep
 ///   renewing theirs.
-/// - Owners are threads: each thread that uses an object is a distinct owner on the server, so
+/// - Owners are threads: each thread that uses an object is a distinct owner on the server (with
+///   a new name once all its holds ended: detail/owners.hpp), so
 ///   threads sharing one object may read together and exclude each other when writing.
 /// - Reads are reentrant per owner (each lock_shared() needs one unlock_shared()); an owner has
 ///   one read lease, renewed by each of its lock_shared() calls and by extend_shared().
@@ -90,8 +91,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   /// Releases every hold any thread still has through this object (never throws).
   ~basic_shared_mutex() {
-    owners_.for_each([&](std::uint64_t serial, hold& h) {
-      const std::string owner = owners_.owner_id(serial);
+    owners_.for_each([&](const std::string& owner, hold& h) {
       if (h.lease) h.lease->write.stop(), h.lease->read.stop();
       try {
         if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
@@ -183,7 +183,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   /// The same for the calling thread's read hold (extend_shared(); reset by its next
   /// outermost lock_shared()).
   bool lost_shared() const { return side_lost(&leases::read); }
-  /// The calling thread's owner id, as stored in the lock's hash.
+  /// The calling thread's owner id, as stored in the lock's hash (a new one once all of its
+  /// holds ended: detail/owners.hpp).
   std::string owner_id() const { return owners_.owner_id(); }
 
   const std::string& name() const noexcept { return name_; }
@@ -201,6 +202,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   };
 
   struct hold {
+    bool idle() const noexcept { return reads == 0 && !writing; }
     std::int64_t reads = 0;
     bool writing = false;
     std::uint64_t fence = 0;

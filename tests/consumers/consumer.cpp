@@ -12,6 +12,12 @@ int main() {
     std::fprintf(stderr, "REDISLOCK_URI is not set\n");
     return 2;
   }
+  // The hiredis this program was built against; the hiredis-1.x test variant insists on it.
+  std::printf("built with hiredis %d.%d.%d\n", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+  if (const char* major = std::getenv("REDISLOCK_EXPECT_HIREDIS_MAJOR"); major && std::atoi(major) != HIREDIS_MAJOR) {
+    std::fprintf(stderr, "expected hiredis %s.x\n", major);
+    return 3;
+  }
   redislock::client client(uri);
   redislock::mutex lock(client, "consumer");
   {

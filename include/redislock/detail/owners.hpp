@@ -3,9 +3,15 @@
 /// @brief Per-thread owners of one lock object (reentrant and shared locks).
 ///
 /// A reentrant or shared lock object may be used by several threads at once; each thread is
-/// a distinct owner on the server, named "<instance>:<thread serial>": 128 random bits drawn
-/// when the object is made, and a serial number that no other thread of this process ever
-/// gets (thread ids are reused after a thread exits; serials are not).
+/// a distinct owner on the server. Its name is "<instance>:<thread serial>:<generation>":
+/// 128 random bits drawn when the object is made, a serial number that no other thread of this
+/// process ever gets (thread ids are reused after a thread exits; serials are not), and a
+/// generation that goes up each time the thread's holds on the object all end. So every
+/// outermost acquisition has a name no earlier one had: a release or renewal of an earlier
+/// hold that reaches the server late (its reply was lost, the call failed) finds nothing of
+/// that name and changes nothing. The name changes only once the thread holds nothing, never
+/// after an acquisition that failed: an attempt whose reply was lost is still recognised as
+/// the thread's own by the next attempt, as for the mutex's token.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/random.hpp>
@@ -55,36 +61,51 @@ inline std::chrono::milliseconds to_remaining(std::int64_t ms) noexcept {
 
 /// Each thread's local view of its holds on one lock object, keyed by thread serial.
 /// Entries stay after release (they keep the last fencing token); one per thread that used
-/// the object.
+/// the object. State has `bool idle() const`: the thread holds nothing.
 template <class State>
 class owner_table {
  public:
   owner_table() : instance_(random_token()) {}
 
-  std::string owner_id() const { return owner_id(thread_serial()); }
-  std::string owner_id(std::uint64_t serial) const { return instance_ + ":" + std::to_string(serial); }
+  /// The calling thread's current owner name (see the file comment).
+  std::string owner_id() const {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = states_.find(thread_serial());
+    return name(thread_serial(), it == states_.end() ? 0 : it->second.generation);
+  }
 
   /// A copy of the calling thread's state (default-constructed when it never used the object).
   State mine() const {
     std::lock_guard<std::mutex> g(m_);
     auto it = states_.find(thread_serial());
-    return it == states_.end() ? State{} : it->second;
+    return it == states_.end() ? State{} : it->second.state;
   }
+  /// Replaces the calling thread's state. When its last hold ends here, its next outermost
+  /// acquisition gets a new owner name.
   void set_mine(const State& s) {
     std::lock_guard<std::mutex> g(m_);
-    states_[thread_serial()] = s;
+    entry& e = states_[thread_serial()];
+    if (!e.state.idle() && s.idle()) ++e.generation;
+    e.state = s;
   }
-  /// f(serial, state&) for every thread's state (under the table's lock).
+  /// f(owner name, state&) for every thread's state (under the table's lock).
   template <class F>
   void for_each(F&& f) {
     std::lock_guard<std::mutex> g(m_);
-    for (auto& [serial, state] : states_) f(serial, state);
+    for (auto& [serial, e] : states_) f(name(serial, e.generation), e.state);
   }
 
  private:
+  struct entry {
+    State state;
+    std::uint64_t generation = 0;
+  };
+  std::string name(std::uint64_t serial, std::uint64_t generation) const {
+    return instance_ + ":" + std::to_string(serial) + ":" + std::to_string(generation);
+  }
   std::string instance_;
   mutable std::mutex m_;
-  std::unordered_map<std::uint64_t, State> states_;
+  std::unordered_map<std::uint64_t, entry> states_;
 };
 
 /// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
@@ -119,9 +140,10 @@ template <class State, class Drop, class Send>
 release_status release_one(owner_table<State>& owners, std::atomic<release_status>& last, Drop&& drop, Send&& send) {
   State s = owners.mine();
   if (!drop(s)) return record(last, release_status::not_held);
+  const std::string owner = owners.owner_id();  // the hold's name, before set_mine may renew it
   owners.set_mine(s);
   try {
-    return record(last, send(owners.owner_id(), s));
+    return record(last, send(owner, s));
   } catch (...) {
     record(last, release_status::failed);
     throw;

@@ -5,7 +5,8 @@
 /// Key layout for a lock named N with key prefix P (default "redislock:"):
 ///
 ///   P{N}         hash    @kind   = "reentrant" (tells this lock from a shared lock, also a hash)
-///                        <owner> = hold count of the one owner; owner = "<instance hex>:<thread serial>"
+///                        <owner> = hold count of the one owner; owner = "<instance hex>:<thread serial>:<generation>"
+///                        (a new name per outermost acquisition: detail/owners.hpp)
 ///                        PX = lease, refreshed by every acquisition of the owner. Deleted
 ///                        when the count reaches zero. Absent when the lock is free.
 ///   P{N}:fence   integer fencing counter, INCRed when an owner takes the free lock (not on

@@ -23,7 +23,9 @@
 ///                until the first blocking hold (or the marker) may lapse: waiters sleep no
 ///                longer than that (detail/wake_wait.hpp).
 ///
-/// Owners are "<instance hex>:<thread serial>" (one per object and thread).
+/// Owners are "<instance hex>:<thread serial>:<generation>": one per object and thread, renamed
+/// whenever the thread's holds have all ended (detail/owners.hpp), so a late release or renewal
+/// of an earlier hold never touches a later one.
 ///
 /// Every lease is kept per holder, as an absolute time on the server's clock (TIME inside the
 /// script): a reader that crashes loses only its own hold when its lease ends, however often

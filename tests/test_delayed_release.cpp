@@ -1,0 +1,133 @@
+// A release whose reply was lost (unlock() recorded `failed`) may still reach the server
+// later. Every outermost acquisition must have an identity no earlier one had, so that such a
+// late release can never remove a later hold of the same object and thread: otherwise a
+// second owner gets in while this one believes it holds a valid lease.
+//
+// The late release is the exact script call the library sends (same script, KEYS and ARGV),
+// replayed on an admin connection after the re-acquisition.
+#include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace redislock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+struct DelayedRelease : redislock_test::server_test {
+  // A client whose connections go through `proxy`, with short timeouts.
+  client_options through(const redislock_test::tcp_proxy& proxy) {
+    client_options o = options();
+    o.connection.port = proxy.port();
+    o.connection.connect_timeout = milliseconds(300);
+    o.connection.command_timeout = milliseconds(300);
+    return o;
+  }
+  // The release cannot reach the server: the connection is cut and new ones are refused.
+  template <class Unlock>
+  void release_lost(redislock_test::tcp_proxy& proxy, Unlock unlock) {
+    proxy.set_refusing(true);
+    proxy.cut_all();
+    unlock();
+    proxy.set_refusing(false);
+  }
+  // Replays a script call as the library sent it.
+  long long replay(const script& s, std::vector<std::string> keys, std::vector<std::string> args) {
+    s.load(*admin);  // the release never ran, so its script may not be cached yet
+    std::vector<std::string> argv = {"EVALSHA", s.sha1(), std::to_string(keys.size())};
+    argv.insert(argv.end(), keys.begin(), keys.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string_view> views(argv.begin(), argv.end());
+    reply_ptr r = admin->command(views);
+    return r->integer;
+  }
+  std::vector<std::string> fields(const std::string& key) {
+    reply_ptr r = admin->command({"HKEYS", key});
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
+    return out;
+  }
+};
+
+TEST_F(DelayedRelease, ALateReleaseOfAnEarlierReentrantHoldCannotRemoveALaterOne) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  reentrant_mutex r(c, "late-r", lease(milliseconds(400)));
+  ASSERT_TRUE(r.try_lock());
+  const std::string first_owner = r.owner_id();
+  release_lost(proxy, [&] { r.unlock(); });
+  ASSERT_EQ(r.last_release(), release_status::failed);
+  // The same thread takes the lock again (once the lost hold's lease has run out, if the new
+  // hold is a different owner).
+  ASSERT_TRUE(r.try_lock_for(seconds(5)));
+  // Now the lost release arrives.
+  replay(detail::reentrant_scripts::release(), {r.key(), r.key() + ":fence"}, {first_owner, r.key() + ":released", "0"});
+  // The later hold is intact: nobody else gets in.
+  reentrant_mutex other(*pool, "late-r", lease(seconds(5)));
+  EXPECT_FALSE(other.try_lock()) << "a second owner got in while the first still holds the lock";
+  EXPECT_TRUE(r.still_held());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+}
+
+TEST_F(DelayedRelease, ALateReleaseOfAnEarlierWriteHoldCannotRemoveALaterOne) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  shared_mutex s(c, "late-s", lease(milliseconds(400)));
+  ASSERT_TRUE(s.try_lock());
+  const std::string first_owner = s.owner_id();
+  release_lost(proxy, [&] { s.unlock(); });
+  ASSERT_EQ(s.last_release(), release_status::failed);
+  ASSERT_TRUE(s.try_lock_for(seconds(5)));
+  replay(detail::shared_scripts::release(), {s.key(), s.key() + ":fence"}, {first_owner, s.key() + ":released"});
+  shared_mutex other(*pool, "late-s", lease(seconds(5)));
+  EXPECT_FALSE(other.try_lock_shared()) << "a reader got in while the writer still holds the lock";
+  EXPECT_FALSE(other.try_lock()) << "a second writer got in";
+  EXPECT_TRUE(s.still_held());
+  s.unlock();
+  EXPECT_EQ(s.last_release(), release_status::released);
+}
+
+TEST_F(DelayedRelease, ALateReleaseOfAnEarlierReadHoldCannotRemoveALaterOne) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  shared_mutex s(c, "late-sr", lease(milliseconds(400)));
+  ASSERT_TRUE(s.try_lock_shared());
+  const std::string first_owner = s.owner_id();
+  release_lost(proxy, [&] { s.unlock_shared(); });
+  ASSERT_EQ(s.last_release(), release_status::failed);
+  ASSERT_TRUE(s.try_lock_shared_for(seconds(5)));
+  replay(detail::shared_scripts::release_shared(), {s.key(), s.key() + ":fence"}, {first_owner, s.key() + ":released", "0"});
+  shared_mutex writer(*pool, "late-sr", lease(seconds(5)));
+  EXPECT_FALSE(writer.try_lock()) << "a writer got in while a reader still holds the lock";
+  EXPECT_TRUE(s.still_held_shared());
+  s.unlock_shared();
+  EXPECT_EQ(s.last_release(), release_status::released);
+}
+
+TEST_F(DelayedRelease, ALateReleaseOfAnEarlierMutexHoldCannotRemoveALaterOne) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  mutex m(c, "late-m", lease(milliseconds(400)));
+  ASSERT_TRUE(m.try_lock());
+  const std::string first_token = get(m.key());
+  release_lost(proxy, [&] { m.unlock(); });
+  ASSERT_EQ(m.last_release(), release_status::failed);
+  ASSERT_TRUE(m.try_lock_for(seconds(5)));
+  replay(detail::mutex_scripts::release(), {m.key(), m.key() + ":fence", m.key() + ":queue", m.key() + ":waiters"},
+         {first_token, m.key() + ":w:"});
+  mutex other(*pool, "late-m", lease(seconds(5)));
+  EXPECT_FALSE(other.try_lock());
+  EXPECT_TRUE(m.still_held());
+  m.unlock();
+  EXPECT_EQ(m.last_release(), release_status::released);
+}
+
+}  // namespace
