@@ -241,10 +241,13 @@ TEST_F(cli_test, CommandGetsNameTokenAndLeaseAndItsStatusIsReturned) {
   const result r = run({"run", "--lease", "1.5s", "job", "--", "sh", "-c",
                         "echo \"$REDISLOCK_NAME|$REDISLOCK_FENCING_TOKEN|$REDISLOCK_LEASE_MS\"; exit 3"});
   EXPECT_EQ(r.status, 3) << r.err;
-  EXPECT_EQ(r.out, "job|1|1500\n");
+  ASSERT_EQ(r.out.rfind("job|", 0), 0u) << r.out;
+  const std::string token = r.out.substr(4, r.out.find('|', 4) - 4);
+  EXPECT_GT(std::stoull(token), 0u);
+  EXPECT_EQ(r.out, "job|" + token + "|1500\n");
   EXPECT_FALSE(exists("redislock:{job}")) << "released after the command";
   const result again = run({"run", "job", "--", "sh", "-c", "echo $REDISLOCK_FENCING_TOKEN"});
-  EXPECT_EQ(again.out, "2\n") << "tokens increase per acquisition";
+  EXPECT_EQ(again.out, std::to_string(std::stoull(token) + 1) + "\n") << "tokens increase per acquisition";
 
   EXPECT_EQ(run({"run", "job", "--", "sh", "-c", "kill -KILL $$"}).status, 128 + SIGKILL);
   EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);
@@ -417,7 +420,8 @@ TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {
   EXPECT_EQ(json_field(before.out, "kind"), "\"none\"");
   EXPECT_EQ(json_field(before.out, "name"), "\"job\"");
 
-  EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);  // token 1
+  EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);  // draws the first token
+  const std::string next_token = std::to_string(std::stoull(get("redislock:{job}:fence")) + 1);
   auto args = ready_loop();
   args.insert(args.begin(), {"run", "job", "--"});
   tool holder(args, url());
@@ -426,7 +430,7 @@ TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {
   EXPECT_EQ(during.status, 0);
   EXPECT_EQ(json_field(during.out, "held"), "true");
   EXPECT_EQ(json_field(during.out, "kind"), "\"mutex\"");
-  EXPECT_EQ(json_field(during.out, "last_fencing_token"), "2");
+  EXPECT_EQ(json_field(during.out, "last_fencing_token"), next_token);
   EXPECT_EQ(json_field(during.out, "waiters"), "0");
   EXPECT_EQ(json_field(during.out, "role"), "\"holder\"");
   const std::string owner = json_field(during.out, "owner"), object = json_field(during.out, "object");
@@ -443,7 +447,7 @@ TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {
   const result after = run({"status", "--json", "job", "other"});
   EXPECT_EQ(after.status, 1);
   EXPECT_EQ(json_field(after.out, "held"), "false");
-  EXPECT_EQ(json_field(after.out, "last_fencing_token"), "2");
+  EXPECT_EQ(json_field(after.out, "last_fencing_token"), next_token);
   EXPECT_EQ(json_field(after.out, "name", after.out.find("},{")), "\"other\"") << after.out;
 }
 
@@ -461,7 +465,7 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
   EXPECT_EQ(ri.kind, redislock::lock_kind::reentrant);
   ASSERT_EQ(ri.holders.size(), 1u);
   EXPECT_EQ(ri.holders[0].count, 2);
-  EXPECT_EQ(ri.last_fence, 1u);
+  EXPECT_EQ(ri.last_fence, 0u);  // nobody asked for a token: no counter
   EXPECT_EQ(ri.waiters, -1);
   const redislock::lock_info si = redislock::inspect(*pool, "sh");
   EXPECT_EQ(si.kind, redislock::lock_kind::shared);

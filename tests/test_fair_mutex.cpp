@@ -49,7 +49,7 @@ TEST_F(FairTest, UncontendedLockAndUnlockLeaveNoQueueBehind) {
   client c(options());
   mutex m(c, "plain", fair());
   m.lock();
-  EXPECT_EQ(m.fencing_token(), 1u);
+  EXPECT_GT(m.fencing_token(), 0u);
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::released);
   reply_ptr keys = admin->command({"KEYS", "*"});

@@ -58,9 +58,11 @@ void mutex_cycle(client& c, connection& admin) {
   ASSERT_TRUE(m.try_lock());
   EXPECT_GT(m.remaining_lease().count(), 0);
   EXPECT_TRUE(m.extend(seconds(10)));
-  EXPECT_GT(m.fencing_token(), 0u);
+  const std::uint64_t first_token = m.fencing_token();  // from the server clock: no counter yet
+  EXPECT_GT(first_token, 0u);
   EXPECT_EQ(m.release(), release_status::released);
   m.lock();
+  EXPECT_GT(m.fencing_token(), first_token);  // from the counter (INCR)
   mutex other(c, "acl");
   EXPECT_FALSE(other.try_lock_for(milliseconds(20)));  // queues, then leaves the queue
   std::exception_ptr failure;

@@ -201,9 +201,10 @@ TEST_F(WatchdogTest, TenThousandLocksAreRenewedInPipelinedBatchesWithoutFallingB
   EXPECT_EQ(s1.failures, 0u);
   EXPECT_EQ(s1.lost, 0u);
   for (auto& m : locks) EXPECT_FALSE(m->lost());
-  // ... each renewal is one EVALSHA (at most one batch may be in flight at either snapshot) ...
-  EXPECT_GE(evalsha + watchdog::max_batch, renewals);
-  EXPECT_LE(evalsha, renewals + watchdog::max_batch);
+  // ... each renewal is one EVALSHA (batches in flight around either snapshot, or sent between
+  // a snapshot and the server's count, make the two differ by at most two batches) ...
+  EXPECT_GE(evalsha + 2 * watchdog::max_batch, renewals);
+  EXPECT_LE(evalsha, renewals + 2 * watchdog::max_batch);
   // ... and renewals travel pipelined, not one round trip each. How tightly they pack depends
   // on scheduling (renewals falling due during a slow tick go in extra pipelines), so only a
   // generous bound is asserted: 50 renewals per pipeline on average. The packing itself is

@@ -121,9 +121,15 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   bool owns_lock() const { return hold_count() > 0; }
   /// How many times the calling thread has locked without unlocking.
   std::int64_t hold_count() const { return owners_.mine().count; }
-  /// The fencing token of the calling thread's current (or most recent) hold; nested
-  /// acquisitions keep the token of the outermost one. Zero before any.
-  std::uint64_t fencing_token() const { return owners_.mine().fence; }
+  /// The fencing token of the calling thread's current hold, like mutex::fencing_token():
+  /// drawn on the first call per outermost hold (one round trip, only while its lease is
+  /// valid), then the same value for the nested ones. Strictly increasing per lock name across
+  /// all clients and lock kinds (detail/fence_scripts.hpp). Throws lock_error when the thread
+  /// holds nothing, or when its lease has run out (then lost() is true: write nothing).
+  std::uint64_t fencing_token() {
+    return detail::draw_fence(client_, keys_, owners_, detail::reentrant_scripts::fence(), name_,
+                              [](hold& h) { h.lease->mark_lost(); });
+  }
   /// True when the calling thread's current (or most recent) hold was found lost: by the
   /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next outermost
   /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
@@ -162,12 +168,12 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
           auto [ok, value] =
               detail::run_pair(client_, keys_, detail::reentrant_scripts::acquire(), {owner, keys_.lease_ms, count});
           if (ok != 1) return std::chrono::milliseconds(value);  // the holder's PTTL
-          h.fence = static_cast<std::uint64_t>(value);
           return std::nullopt;
         });
     if (!acquired) return false;
     const bool outermost = ++h.count == 1;
     if (outermost) {
+      h.fence = 0;  // drawn on demand (fencing_token())
       if (!h.lease) h.lease = std::make_shared<detail::lease_keeper>();
       h.lease->acquired();
     }

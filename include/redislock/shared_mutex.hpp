@@ -33,9 +33,8 @@
 ///   rwlock, a thread that holds a read hold through one object and asks for another through a
 ///   second object of the same name waits for the waiting writer, which waits for it: take
 ///   nested reads through the same object.)
-/// - Fencing: every write acquisition INCRs the lock's fence counter; fencing_token() is the
-///   calling thread's token of its latest acquisition: for a write, the new value; for a read,
-///   the counter's current value (the latest write it may observe), not incremented.
+/// - Fencing: fencing_token() draws a token for the calling thread's current holds (either
+///   side) on its first call, like mutex::fencing_token(), and keeps it until they all end.
 /// - Waiting does not poll: waiters sleep on the release channel, which is published when the
 ///   writer leaves or the last hold goes, until notified or until the earliest lease among
 ///   the holds that block them may run out (an expiry publishes nothing; detail/wake_wait.hpp).
@@ -174,8 +173,15 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   bool owns_shared() const { return owners_.mine().reads > 0; }
   /// The calling thread's nested read holds.
   std::int64_t shared_count() const { return owners_.mine().reads; }
-  /// The fencing token of the calling thread's latest acquisition (see the file comment).
-  std::uint64_t fencing_token() const { return owners_.mine().fence; }
+  /// The fencing token of the calling thread's current holds: drawn on the first call (one
+  /// round trip, only while one of its leases is valid) and kept until its holds all end;
+  /// strictly increasing per lock name across all clients and lock kinds
+  /// (detail/fence_scripts.hpp). Throws lock_error when the thread holds nothing, or when its
+  /// leases have run out (then lost() or lost_shared() is true: write nothing).
+  std::uint64_t fencing_token() {
+    return detail::draw_fence(client_, keys_, owners_, detail::shared_scripts::fence(), name_,
+                              [](hold& h) { (h.writing ? h.lease->write : h.lease->read).mark_lost(); });
+  }
   /// True when the calling thread's current (or most recent) write hold was found lost: by the
   /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next write
   /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
@@ -243,7 +249,6 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
                      LastArg last_arg, OnAcquired on_acquired, const char* side) {
     const std::string owner = owners_.owner_id();
     detail::steady::time_point sent;  // the lease starts no earlier
-    std::uint64_t fence = 0;
     const bool acquired = detail::wait_for_release(
         client_, keys_.channel, d, options_, max_sleep, [&]() -> std::optional<std::chrono::milliseconds> {
           const std::string_view arg = last_arg(detail::passed(d));
@@ -252,14 +257,13 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
           if (ok == -1)
             throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" + name_ + "'");
           if (ok != 1) return std::chrono::milliseconds(value);  // until a blocking hold may lapse
-          fence = static_cast<std::uint64_t>(value);
           return std::nullopt;
         });
     if (!acquired) return false;
     hold h = owners_.mine();
     if (!h.lease) h.lease = std::make_shared<leases>();
+    if (h.idle()) h.fence = 0;  // a new hold: its token is drawn on demand (fencing_token())
     detail::lease_keeper* began = on_acquired(h);
-    h.fence = fence;
     if (began != nullptr) began->acquired();
     owners_.set_mine(h);
     if (began != nullptr) {

@@ -5,9 +5,10 @@
 /// Key layout for a lock named N with key prefix P (default "redislock:"):
 ///
 ///   P{N}           string  the holder's owner token; PX = its lease. Absent when free.
-///   P{N}:fence     integer fencing counter. basic_mutex::fencing_token() INCRs it, only while
-///                          the caller's lease is valid, so tokens follow the order of the holds.
-///                          No expiry: tokens increase for the life of the data set.
+///   P{N}:fence     integer fencing counter. basic_mutex::fencing_token() draws from it, only
+///                          while the caller's lease is valid, so tokens follow the order of the
+///                          holds. Expires 7 days after the last token; tokens still increase
+///                          (detail/fence_scripts.hpp).
 ///   P{N}:queue     zset    waiting tokens, score = arrival number: the lowest is the head.
 ///                          Absent when nobody waits; expires with the longest place in it.
 ///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
@@ -36,6 +37,7 @@
 /// another type at P{N} makes every command fail with WRONGTYPE before anything changes.
 /// All times are the server's (TIME inside the scripts): clients' clocks never matter.
 
+#include <redislock/detail/fence_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -160,10 +162,10 @@ return 0
 }
 
 /// KEYS: lock, fence. ARGV: token.
-/// Reply: a new fencing token (INCR of the counter) while the lock is ours; 0 when it is not.
+/// Reply: a new fencing token (detail/fence_scripts.hpp) while the lock is ours; 0 when it is not.
 inline const script& fence() {
-  static const script s(R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('INCR', KEYS[2]) end
+  static const script s(next_fence_lua() + R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then return next_fence(KEYS[2]) end
 return 0
 )lua");
   return s;

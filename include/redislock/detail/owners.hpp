@@ -125,6 +125,28 @@ std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& 
   });
 }
 
+/// The fencing token of the calling thread's current hold: drawn from the lock's counter on
+/// the first call per hold (one round trip, script `s` with ARGV owner, channel; it replies 0
+/// when the owner holds nothing on the server) and kept in State::fence until the thread's
+/// holds all end. Throws lock_error when the thread holds nothing, or when its lease has run
+/// out (after on_lost(state): write nothing then).
+template <class Client, class State, class OnLost>
+std::uint64_t draw_fence(Client& client, const lock_keys& k, owner_table<State>& owners, const script& s,
+                         const std::string& name, OnLost&& on_lost) {
+  State h = owners.mine();
+  if (h.idle()) throw lock_error("fencing_token: lock '" + name + "' is not held by this thread");
+  if (h.fence != 0) return h.fence;
+  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), k.channel});
+  if (fence <= 0) {
+    on_lost(h);
+    throw lock_error("fencing_token: the lease on lock '" + name + "' has run out");
+  }
+  h = owners.mine();  // only this thread changes its own state: the same hold
+  h.fence = static_cast<std::uint64_t>(fence);
+  owners.set_mine(h);
+  return h.fence;
+}
+
 /// Records a release outcome in an atomic and returns it.
 inline release_status record(std::atomic<release_status>& last, release_status s) noexcept {
   last.store(s, std::memory_order_release);

@@ -9,8 +9,9 @@
 ///                        (a new name per outermost acquisition: detail/owners.hpp)
 ///                        PX = lease, refreshed by every acquisition of the owner. Deleted
 ///                        when the count reaches zero. Absent when the lock is free.
-///   P{N}:fence   integer fencing counter, INCRed when an owner takes the free lock (not on
-///                re-entry); shared with the other lock kinds of the same name.
+///   P{N}:fence   integer fencing counter, drawn from by fencing_token() while the owner holds
+///                the lock (detail/fence_scripts.hpp: expires, tokens still increase);
+///                shared with the other lock kinds of the same name.
 ///   channel P{N}:released   a message is published when the lock becomes free.
 ///
 /// Counts are sent by the client (the count it will hold after the call), not incremented on
@@ -20,6 +21,7 @@
 /// reentrant lock (a shared lock, or foreign data) fails with a WRONGTYPE error reply. Either
 /// way before anything is changed.
 
+#include <redislock/detail/fence_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -37,8 +39,8 @@ end
 )lua";
 }
 
-/// KEYS: lock, fence. ARGV: owner, lease_ms, count (the count after this acquisition).
-/// Reply: {1, fence} acquired or re-entered (the lease now runs lease_ms from the server's now);
+/// KEYS: lock, fence (unused). ARGV: owner, lease_ms, count (the count after this acquisition).
+/// Reply: {1, 0} acquired or re-entered (the lease now runs lease_ms from the server's now);
 ///        {0, pttl} held by another owner; pttl = its remaining lease (-1: no expiry).
 inline const script& acquire() {
   static const script s(std::string(prelude()) + R"lua(
@@ -46,15 +48,9 @@ local mine = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 if not mine and redis.call('HLEN', KEYS[1]) > 1 then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local fence
-if mine then
-  fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-else
-  fence = redis.call('INCR', KEYS[2])
-end
 redis.call('HSET', KEYS[1], '@kind', 'reentrant', ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, fence}
+return {1, 0}
 )lua");
   return s;
 }
@@ -83,6 +79,16 @@ inline const script& extend() {
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
+)lua");
+  return s;
+}
+
+/// KEYS: lock, fence. ARGV: owner.
+/// Reply: a new fencing token (detail/fence_scripts.hpp) while the owner holds the lock; 0 otherwise.
+inline const script& fence() {
+  static const script s(std::string(prelude()) + next_fence_lua() + R"lua(
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+return next_fence(KEYS[2])
 )lua");
   return s;
 }

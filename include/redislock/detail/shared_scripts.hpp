@@ -12,8 +12,9 @@
 ///                        @wq          = "a writer is waiting" until this server time (ms)
 ///                        The key's PEXPIRE is the latest of the lease ends above, so Redis
 ///                        drops it exactly when the last hold has run out. Absent when free.
-///   P{N}:fence   integer fencing counter, INCRed by every write acquisition; shared with the
-///                other lock kinds of the same name. A read hold gets its current value.
+///   P{N}:fence   integer fencing counter, drawn from by fencing_token() while the owner holds
+///                the lock (detail/fence_scripts.hpp: expires, tokens still increase); shared
+///                with the other lock kinds of the same name.
 ///   channel P{N}:released   the message "all" (wake every local waiter: several readers may
 ///                enter at once) is published when the writer leaves or the last hold
 ///                goes (release or expiry noticed by a script): waiters may now get in. These
@@ -48,6 +49,7 @@
 ///
 /// Every script: KEYS = {lock, fence}; ARGV[1] = owner, ARGV[2] = channel, then its own.
 
+#include <redislock/detail/fence_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -127,8 +129,7 @@ end
 }
 
 /// Write acquisition. ARGV: owner, channel, lease_ms, marker_ms.
-/// Reply: {1, fence} acquired (fence INCRed; also when the owner already is the writer: a
-///        retry after a lost reply);
+/// Reply: {1, 0} acquired;
 ///        {0, ms} busy: @wq set to now + marker_ms (unless marker_ms is 0: a caller that will
 ///        not wait); ms = the time to the earliest lease end among the holds that block it
 ///        (the soonest the lock may change without a message; > 0);
@@ -154,12 +155,11 @@ if writer and writer ~= owner or next(leases) then
   end
   return {0, first - now}
 end
-local fence = redis.call('INCR', KEYS[2])
 writer, wexp, wq = owner, now + tonumber(ARGV[3]), 0
 redis.call('HSET', key, '@kind', 'shared', '@w', owner, '@wx', wexp)
 redis.call('HDEL', key, '@wq')
 finish(true)
-return {1, fence}
+return {1, 0}
 )lua");
   return s;
 }
@@ -167,7 +167,7 @@ return {1, fence}
 /// Read acquisition. ARGV: owner, channel, lease_ms, count (the count after this acquisition).
 /// The owner's lease becomes now + lease_ms. Admitted when there is no other writer and either
 /// no writer waits, or the owner already holds a read hold or is the writer (downgrade).
-/// Reply: {1, fence} acquired (fence: the counter's current value, not incremented);
+/// Reply: {1, 0} acquired;
 ///        {0, ms} refused; ms = how long the blocking writer's lease or the waiting marker lasts
 ///        (> 0: ended ones were purged).
 inline const script& acquire_shared() {
@@ -180,11 +180,10 @@ if wq ~= 0 and not counts[owner] and writer ~= owner then
   finish()
   return {0, wq - now}
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 leases[owner] = now + tonumber(ARGV[3])
 redis.call('HSET', key, '@kind', 'shared', 'r:' .. owner, ARGV[4], 'x:' .. owner, leases[owner])
 finish(true)
-return {1, fence}
+return {1, 0}
 )lua");
   return s;
 }
@@ -244,6 +243,18 @@ else
 end
 finish(true)
 return 1
+)lua");
+  return s;
+}
+
+/// Fencing token. ARGV: owner, channel.
+/// Reply: a new token (detail/fence_scripts.hpp) while the owner holds a hold on either side;
+///        0 when it holds nothing (its leases ran out).
+inline const script& fence() {
+  static const script s(std::string(prelude()) + next_fence_lua() + R"lua(
+finish()
+if writer ~= owner and not counts[owner] then return 0 end
+return next_fence(KEYS[2])
 )lua");
   return s;
 }
