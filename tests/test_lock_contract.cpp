@@ -23,9 +23,10 @@ namespace {
 
 // One way of taking a lock: which class, which side, which options. The holder always takes
 // the side that blocks the waiter (a writer, for a waiting reader).
-struct mutex_kind {
-  using lock_type = mutex;
-  static constexpr bool recursive = false;
+template <class Lock, bool Recursive>
+struct exclusive_kind {
+  using lock_type = Lock;
+  static constexpr bool recursive = Recursive;
   static void adjust(lock_options&) {}
   static void hold(lock_type& l) { l.lock(); }
   static void drop(lock_type& l) { l.unlock(); }
@@ -36,33 +37,12 @@ struct mutex_kind {
   static void drop_waited(lock_type& l) { l.unlock(); }
   static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
 };
+using mutex_kind = exclusive_kind<mutex, false>;
 struct fair_mutex_kind : mutex_kind {
   static void adjust(lock_options& o) { o.fair = true; }
 };
-struct reentrant_kind : mutex_kind {
-  using lock_type = reentrant_mutex;
-  static constexpr bool recursive = true;
-  static void hold(lock_type& l) { l.lock(); }
-  static void drop(lock_type& l) { l.unlock(); }
-  template <class Timeout>
-  static bool wait(lock_type& l, Timeout t) { return l.try_lock_for(t); }
-  template <class Deadline>
-  static bool wait_until(lock_type& l, Deadline t) { return l.try_lock_until(t); }
-  static void drop_waited(lock_type& l) { l.unlock(); }
-  static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
-};
-struct shared_write_kind : reentrant_kind {
-  using lock_type = shared_mutex;
-  static constexpr bool recursive = false;
-  static void hold(lock_type& l) { l.lock(); }
-  static void drop(lock_type& l) { l.unlock(); }
-  template <class Timeout>
-  static bool wait(lock_type& l, Timeout t) { return l.try_lock_for(t); }
-  template <class Deadline>
-  static bool wait_until(lock_type& l, Deadline t) { return l.try_lock_until(t); }
-  static void drop_waited(lock_type& l) { l.unlock(); }
-  static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
-};
+using reentrant_kind = exclusive_kind<reentrant_mutex, true>;
+using shared_write_kind = exclusive_kind<shared_mutex, false>;
 struct shared_read_kind : shared_write_kind {
   static constexpr bool recursive = true;  // reads nest
   template <class Timeout>
