@@ -8,7 +8,8 @@
 /// acquisition, nested ones included, renews the lease. Key layout and scripts:
 /// detail/reentrant_scripts.hpp.
 ///
-/// Owners are threads: each thread that uses an object is a distinct owner on the server
+/// Owners are threads (a thread that exits while holding stops renewing: detail/owners.hpp):
+/// each thread that uses an object is a distinct owner on the server
 /// ("<object's random id>:<thread serial>:<generation>", a new name for each outermost
 /// acquisition: detail/owners.hpp), so threads sharing one object exclude each other
 /// through Redis exactly like threads sharing a std::recursive_mutex, and the hold count,
@@ -151,6 +152,9 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
 
   struct hold {
     bool idle() const noexcept { return count == 0; }
+    void stop_renewals() noexcept {
+      if (lease) lease->stop();
+    }
     std::int64_t count = 0;
     std::uint64_t fence = 0;
     // Made by the owner's first acquisition, then kept: the watchdog points into it.

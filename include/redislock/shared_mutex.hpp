@@ -209,6 +209,9 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   struct hold {
     bool idle() const noexcept { return reads == 0 && !writing; }
+    void stop_renewals() noexcept {
+      if (lease) lease->write.stop(), lease->read.stop();
+    }
     std::int64_t reads = 0;
     bool writing = false;
     std::uint64_t fence = 0;

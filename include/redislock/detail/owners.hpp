@@ -19,6 +19,7 @@
 #include <redislock/reply.hpp>
 #include <redislock/script.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace redislock::detail {
 
@@ -59,13 +61,63 @@ inline std::chrono::milliseconds to_remaining(std::int64_t ms) noexcept {
   return std::chrono::milliseconds(ms > 0 ? ms : 0);
 }
 
+/// Tells every owner table when a thread that used it exits (see owner_table).
+class thread_exits {
+ public:
+  struct listener {
+    virtual void thread_exited(std::uint64_t serial) noexcept = 0;
+
+   protected:
+    ~listener() = default;
+  };
+  static thread_exits& instance() {
+    static thread_exits* hub = new thread_exits();  // never destroyed: threads may exit after main
+    return *hub;
+  }
+  void add(listener* l) {
+    std::lock_guard<std::mutex> g(m_);
+    listeners_.push_back(l);
+  }
+  /// Returns once no thread exit is telling `l` anything.
+  void remove(listener* l) noexcept {
+    std::lock_guard<std::mutex> g(m_);
+    listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), l), listeners_.end());
+  }
+  /// Makes sure the calling thread tells the listeners when it exits.
+  void watch_this_thread() {
+    thread_local const notifier n{*this};
+    (void)n;
+  }
+
+ private:
+  struct notifier {
+    thread_exits& hub;
+    ~notifier() {
+      const std::uint64_t serial = thread_serial();
+      std::lock_guard<std::mutex> g(hub.m_);
+      for (listener* l : hub.listeners_) l->thread_exited(serial);
+    }
+  };
+  std::mutex m_;
+  std::vector<listener*> listeners_;
+};
+
 /// Each thread's local view of its holds on one lock object, keyed by thread serial.
 /// Entries stay after release (they keep the last fencing token); one per thread that used
-/// the object. State has `bool idle() const`: the thread holds nothing.
+/// the object. State has `bool idle() const` (the thread holds nothing) and
+/// `void stop_renewals() noexcept`.
+///
+/// Holds belong to threads, as with std::recursive_mutex: only the thread that locked can
+/// unlock (another thread's unlock() records release_status::not_held and sends nothing). A
+/// thread that exits while it still holds stops renewing its holds (stop_renewals(), on the
+/// exiting thread), so they end with their lease instead of living as long as the object.
 template <class State>
-class owner_table {
+class owner_table : private thread_exits::listener {
  public:
-  owner_table() : instance_(random_token()) {}
+  owner_table() : instance_(random_token()) { thread_exits::instance().add(this); }
+  ~owner_table() { thread_exits::instance().remove(this); }
+  owner_table(const owner_table&) = delete;
+  owner_table& operator=(const owner_table&) = delete;
 
   /// The calling thread's current owner name (see the file comment).
   std::string owner_id() const {
@@ -83,6 +135,7 @@ class owner_table {
   /// Replaces the calling thread's state. When its last hold ends here, its next outermost
   /// acquisition gets a new owner name.
   void set_mine(const State& s) {
+    if (!s.idle()) thread_exits::instance().watch_this_thread();
     std::lock_guard<std::mutex> g(m_);
     entry& e = states_[thread_serial()];
     if (!e.state.idle() && s.idle()) ++e.generation;
@@ -96,6 +149,12 @@ class owner_table {
   }
 
  private:
+  void thread_exited(std::uint64_t serial) noexcept override {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = states_.find(serial);
+    if (it != states_.end() && !it->second.state.idle()) it->second.state.stop_renewals();
+  }
+
   struct entry {
     State state;
     std::uint64_t generation = 0;
