@@ -161,7 +161,9 @@ TEST_F(WatchdogTest, ReleaseRacingRenewalNeverLetsTheReleasedLockBeTouched) {
 TEST_F(WatchdogTest, ClientsStartAndStopTheirWatchdogCleanly) {
   for (int i = 0; i < 10; ++i) {
     client c(client_options{server->options()});
-    mutex m(c, "start-stop", renewed(milliseconds(60)));
+    // A lease long enough that its first renewal (due at lease/3) lands in time even under
+    // TSan on a loaded machine: a lost lease is never renewed and the wait below would fail.
+    mutex m(c, "start-stop", renewed(milliseconds(900)));
     m.lock();
     ASSERT_TRUE(c.watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1; }));
     m.unlock();
