@@ -3,6 +3,7 @@
 // (lost(), on_lost, release_status::lease_expired) and must never disturb the next holder.
 #include "process.hpp"
 #include "redis_server.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -10,9 +11,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace redislock;
 using redislock_test::child_process;
@@ -148,4 +154,80 @@ TEST(LeaseLoss, ExtendAnsweringFalseMarksTheLockLost) {
   m.lock();
   EXPECT_FALSE(m.lost());
   EXPECT_EQ(m.release(), release_status::released);
+}
+
+// Redis stops answering (a black hole: connections stay open, nothing comes back) while
+// 10,000 auto-renewed leases are held. No reply arrives after `stalled`, so no renewal sent
+// after it was confirmed: by stalled + lease every lease may have run out on the server and
+// every lock must say lost(), whatever the number of leases and however long the watchdog's
+// pipelines wait for replies. on_lost follows within a bound that does not grow with the
+// number of leases, and a release is never held up by a renewal stuck in flight: it waits
+// for its own command's timeout only.
+TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRunsOut) {
+  constexpr std::size_t n = 10000, acquirers = 4;
+  const milliseconds lease(3000), command_timeout(2000);
+  redis_server server;
+  redislock_test::tcp_proxy proxy(server.port());
+  client_options o{server.options()};
+  o.connection.port = proxy.port();
+  o.connection.command_timeout = command_timeout;
+  client c(o);
+
+  std::atomic<std::size_t> callbacks{0};
+  std::atomic<steady::rep> last_callback{0};
+  lock_options lo;
+  lo.lease = lease;
+  lo.auto_renew = true;
+  lo.on_lost = [&](const std::string&) {
+    const steady::rep now = steady::now().time_since_epoch().count();
+    steady::rep seen = last_callback.load();
+    while (seen < now && !last_callback.compare_exchange_weak(seen, now)) {
+    }
+    ++callbacks;
+  };
+  std::vector<std::unique_ptr<mutex>> locks(n);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < acquirers; ++t)
+    threads.emplace_back([&, t] {
+      for (std::size_t i = t; i < n; i += acquirers) {
+        locks[i] = std::make_unique<mutex>(c, "hole-" + std::to_string(i), lo);
+        locks[i]->lock();
+      }
+    });
+  for (auto& t : threads) t.join();
+  // Every lease renewed once through the proxy: the path works before it goes silent.
+  ASSERT_TRUE(c.watchdog().wait_for_stats(seconds(120), [&](const watchdog_stats& s) { return s.renewals >= n; }));
+  ASSERT_EQ(c.watchdog().stats().lost, 0u);
+
+  proxy.set_stalled(true);
+  const steady::time_point stalled = steady::now();
+
+  // A release while renewals wait for replies that never come: bounded by its own timeout.
+  ASSERT_TRUE(c.watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.in_flight > 0; }));
+  const steady::time_point before_unlock = steady::now();
+  locks[0]->unlock();
+  const auto unlock_took = steady::now() - before_unlock;
+  EXPECT_EQ(locks[0]->last_release(), release_status::failed);
+  EXPECT_LT(unlock_took, command_timeout + command_timeout / 2)
+      << "unlock() took " << std::chrono::duration_cast<milliseconds>(unlock_took).count() << " ms";
+
+  // lost() needs no reply and no watchdog turn: it is true once the lease may have run out.
+  std::this_thread::sleep_until(stalled + lease + milliseconds(1));  // a clock deadline, not a race
+  std::size_t not_lost = 0;
+  for (std::size_t i = 1; i < n; ++i) not_lost += locks[i]->lost() ? 0 : 1;
+  EXPECT_EQ(not_lost, 0u) << "locks not lost at stalled + lease";
+
+  const bool all_reported = c.watchdog().wait_for_stats(seconds(60), [&](const watchdog_stats&) {
+    return callbacks.load() >= n - 1;
+  }) || callbacks.load() >= n - 1;
+  const auto late = steady::time_point(steady::duration(last_callback.load())) - (stalled + lease);
+  std::cout << callbacks.load() << " on_lost calls, the last "
+            << std::chrono::duration_cast<milliseconds>(late).count() << " ms after stalled + lease; unlock took "
+            << std::chrono::duration_cast<milliseconds>(unlock_took).count() << " ms\n";
+  EXPECT_TRUE(all_reported);
+  // The callbacks' bound: one command timeout (a pipeline in flight when the first lease ran
+  // out gives up by then), however many leases; generous for sanitizer builds.
+  EXPECT_LT(std::chrono::duration_cast<milliseconds>(late).count(), (2 * command_timeout).count());
+
+  proxy.set_stalled(false);  // so that the destructors' releases are answered
 }

@@ -19,6 +19,17 @@
 /// server set the lease when it ran the command, at or after C). A lost lease sets the lock's
 /// lost flag, calls its on_lost callback (on this thread) and is no longer renewed.
 ///
+/// A silent server (a black hole: nothing answers, nothing is refused) must not delay that:
+///  - each lock's valid_until is C + lease, so its lost() turns true on time by the clock
+///    alone, whatever this thread is doing;
+///  - a pipeline waits for replies at most until the earliest C + lease of all leases (never
+///    longer than the command timeout), so this thread is free to report that lease then;
+///  - a server that failed a pipeline is not sent to again for lease/10: the rest of its due
+///    renewals fail at once instead of each batch waiting out a timeout in turn;
+///  - a release does not wait for a renewal in flight (only for a callback running).
+/// So on_lost runs at C + lease plus at most one connect timeout (a reconnect in progress)
+/// and the time to run the callbacks before it, however many leases there are.
+///
 /// Locking: the deadline heap and every entry's state are guarded by one mutex; network I/O
 /// and callbacks run outside it, on entries marked in flight.
 
@@ -53,6 +64,7 @@ struct watchdog_stats {
   std::uint64_t failures = 0;  ///< renewals not answered 1 or 0 (connection errors, error replies)
   std::uint64_t lost = 0;      ///< leases found lost
   std::size_t registered = 0;  ///< locks currently renewed
+  std::size_t in_flight = 0;   ///< renewals sent (or about to be) and not yet answered
   std::chrono::microseconds last_tick{0};  ///< duration of the latest finished tick
   std::chrono::microseconds max_tick{0};   ///< longest tick so far
   std::chrono::microseconds max_late{0};   ///< worst delay of a renewal's send after its due time (lease/3)
@@ -70,6 +82,10 @@ struct renewal_request {
   std::chrono::steady_clock::time_point confirmed{};
   /// Set to true when the lease is found lost. Must stay valid until the registration is reset.
   std::atomic<bool>* lost_flag = nullptr;
+  /// Optional: set to (send time of the last confirmed renewal + lease), as
+  /// steady_clock::time_point::time_since_epoch().count(), after every renewal, so the lock can
+  /// tell by the clock alone when its lease may have run out. Same lifetime as lost_flag.
+  std::atomic<std::chrono::steady_clock::rep>* valid_until = nullptr;
   /// Called on the watchdog thread when the lease is found lost. Must not block, and must not
   /// call into the lock it reports (release/unlock/extend): the watchdog waits for nobody, but
   /// that lock's release waits for renewals in flight.
@@ -109,9 +125,12 @@ class watchdog {
     registration& operator=(const registration&) = delete;
     ~registration() { reset(); }
 
-    /// Stops the renewals. When a renewal of this lock is in flight (or its on_lost runs), waits
-    /// for it to finish, so nothing of this registration happens after reset() returns, not even
-    /// a callback. (On the watchdog thread itself, i.e. from inside a callback, it does not wait.)
+    /// Stops the renewals. Nothing of this registration happens after reset() returns: its
+    /// flags are not touched and its on_lost does not run (when it is running, reset() waits
+    /// for it; on the watchdog thread itself, i.e. from inside a callback, it does not wait).
+    /// A renewal already on its way may still reach the server, where the owner check makes it
+    /// a no-op once the lock is released; reset() does not wait for its reply, so a release is
+    /// never held up by a server that does not answer.
     void reset() noexcept {
       if (owner_ != nullptr) owner_->remove(entry_);
       owner_ = nullptr;
@@ -201,20 +220,21 @@ class watchdog {
     std::vector<std::string_view> keys, args;  // views of req's strings, for script::append
     // Guarded by watchdog::m_.
     steady::time_point confirmed, eligible, due;
-    bool failing = false, cancelled = false, in_flight = false, in_heap = false, lost = false;
+    bool failing = false, cancelled = false, in_flight = false, in_callback = false, in_heap = false, lost = false;
   };
   using entry_ptr = std::shared_ptr<entry>;
 
   // Why a renewal can never act on a released (or released and re-acquired) lock:
   //  1. registration::reset() runs before the lock's release script is sent. It marks the
-  //     entry cancelled under m_, and if a batch holding the entry is in flight, waits until the
-  //     thread has handled its replies (and callbacks). The thread takes entries and applies
-  //     results under m_ and skips cancelled ones, so after reset() returns the entry is never
-  //     sent again and never touches the lock (lost flag, callback).
-  //  2. Even a renewal that had already left when the release was sent cannot renew someone
-  //     else's lease: the script is owner-checked and every acquisition draws a fresh token, so
-  //     after the release (DEL) or a re-acquisition by the same object (new token) it answers 0.
-  //     That 0 lands on the cancelled entry and is ignored; the new acquisition has a new entry.
+  //     entry cancelled under m_ (and waits for its on_lost if that is running). The thread
+  //     takes entries and applies results under m_ and skips cancelled ones, so after reset()
+  //     returns the entry is never taken again and never touches the lock (flags, callback).
+  //     The entry itself (request, keys) is shared with the batch in flight, so the send can
+  //     finish on it after the lock is gone; the script it points to is a static one.
+  //  2. A renewal that is still on its way when the release is sent cannot renew someone
+  //     else's lease: the script is owner-checked and every acquisition draws a fresh owner
+  //     (token or owner name), so after the release or a re-acquisition it answers 0. That 0
+  //     lands on the cancelled entry and is ignored; the new acquisition has a new entry.
   void remove(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
     if (e->cancelled) return;
@@ -224,7 +244,7 @@ class watchdog {
       ++dead_in_heap_;
       if (dead_in_heap_ > 64 && dead_in_heap_ * 2 > heap_.size()) compact();
     }
-    if (std::this_thread::get_id() != thread_.get_id()) done_.wait(g, [&] { return !e->in_flight; });
+    if (std::this_thread::get_id() != thread_.get_id()) done_.wait(g, [&] { return !e->in_callback; });
   }
 
   static bool later(const entry_ptr& a, const entry_ptr& b) { return a->due > b->due; }
@@ -289,7 +309,9 @@ class watchdog {
       }
       std::vector<entry_ptr> batch;
       std::vector<outcome> results;
-      while (batch.size() < max_batch && !heap_.empty()) {
+      const steady::time_point reply_deadline = take_expired(now, batch, results);
+      const std::size_t expired = batch.size();
+      while (batch.size() - expired < max_batch && !heap_.empty()) {
         if (heap_.front()->cancelled) {
           pop();
           continue;
@@ -297,19 +319,20 @@ class watchdog {
         if (heap_.front()->eligible > now) break;
         entry_ptr e = pop();
         e->in_flight = true;
-        // Renewals kept failing until the lease ran out: the server may have expired it.
-        const bool expired = e->failing && now >= e->confirmed + e->req.lease;
-        results.push_back(expired ? outcome::expired : outcome::pending);
+        results.push_back(outcome::pending);
         batch.push_back(std::move(e));
       }
+      stats_.in_flight = batch.size();
       g.unlock();
       std::vector<steady::time_point> sent(batch.size());
-      const std::uint64_t pipelines = send(batch, results, sent);
+      const std::uint64_t pipelines = send(batch, results, sent, reply_deadline);
       g.lock();
+      stats_.in_flight = 0;
       stats_.batches += pipelines;
       std::vector<entry_ptr> report = apply(batch, results, sent);
       for (const entry_ptr& e : report) {
         if (e->cancelled) continue;  // released meanwhile (e.g. by an earlier callback)
+        e->in_callback = true;
         g.unlock();
         try {
           e->req.on_lost(e->req.name);
@@ -317,6 +340,7 @@ class watchdog {
           // a callback's exception has nowhere to go on this thread
         }
         g.lock();
+        e->in_callback = false;
       }
       for (const entry_ptr& e : batch) {
         e->in_flight = false;
@@ -326,10 +350,68 @@ class watchdog {
     }
   }
 
+  // Under m_: moves every lease that ran out unconfirmed (wherever it sits in the heap: the
+  // heap is ordered by due time, not by end) into `batch` as expired, to be reported without
+  // I/O. Returns the earliest end of the leases left: replies are not waited for past it,
+  // since that lease must be reported then. One pass over the heap per batch.
+  steady::time_point take_expired(steady::time_point now, std::vector<entry_ptr>& batch, std::vector<outcome>& results) {
+    steady::time_point earliest = steady::time_point::max();
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < heap_.size(); ++i) {
+      entry_ptr& e = heap_[i];
+      const steady::time_point end = e->confirmed + e->req.lease;
+      if (!e->cancelled && end <= now) {
+        e->in_heap = false;
+        e->in_flight = true;
+        batch.push_back(std::move(e));
+        results.push_back(outcome::expired);
+        continue;
+      }
+      if (!e->cancelled) earliest = std::min(earliest, end);
+      if (kept != i) heap_[kept] = std::move(e);
+      ++kept;
+    }
+    if (kept != heap_.size()) {
+      heap_.resize(kept);
+      std::make_heap(heap_.begin(), heap_.end(), later);
+    }
+    return earliest;
+  }
+
+  // While alive, the connection's reads give up at `deadline` when that comes before its
+  // command timeout. A read that gives up breaks the connection (the pool discards it); one
+  // that succeeds leaves it as it was.
+  class read_deadline {
+   public:
+    read_deadline(connection& c, steady::time_point deadline) : c_(c) {  // c is connected
+      const std::chrono::milliseconds timeout = c.options().command_timeout;
+      const steady::time_point now = steady::now();
+      if (timeout.count() > 0 && deadline >= now + timeout) return;
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+      set(std::max(left, std::chrono::microseconds(1000)));
+      shortened_ = true;
+    }
+    ~read_deadline() {
+      if (shortened_ && !c_.broken()) set(c_.options().command_timeout);
+    }
+    read_deadline(const read_deadline&) = delete;
+    read_deadline& operator=(const read_deadline&) = delete;
+
+   private:
+    void set(std::chrono::microseconds t) noexcept {
+      timeval tv{};
+      tv.tv_sec = static_cast<decltype(tv.tv_sec)>(t.count() / 1000000);
+      tv.tv_usec = static_cast<decltype(tv.tv_usec)>(t.count() % 1000000);
+      (void)redisSetTimeout(c_.native_handle(), tv);  // a failure leaves the longer timeout
+    }
+    connection& c_;
+    bool shortened_ = false;
+  };
+
   // Sends the pending renewals of `batch`, one pipeline per server; fills results and sent.
-  // Runs without m_. Returns the number of pipelines sent.
+  // Runs without m_, on the watchdog thread only. Returns the number of pipelines sent.
   std::uint64_t send(const std::vector<entry_ptr>& batch, std::vector<outcome>& results,
-                     std::vector<steady::time_point>& sent) {
+                     std::vector<steady::time_point>& sent, steady::time_point reply_deadline) {
     std::map<std::string, std::vector<std::size_t>> by_server;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i] != outcome::pending) continue;
@@ -340,11 +422,19 @@ class watchdog {
       }
     }
     std::uint64_t pipelines = 0;
+    const steady::time_point now = steady::now();
     for (const auto& [server, group] : by_server) {
+      auto quiet = silent_until_.find(server);
+      if (quiet != silent_until_.end()) {
+        if (now < quiet->second) continue;  // failed a moment ago: these fail now, retried later
+        silent_until_.erase(quiet);
+      }
       try {
         run_(batch[group.front()]->req.route_key, [&](connection& c) {
           const steady::time_point at = steady::now();  // before the write: conservative
           for (std::size_t i : group) sent[i] = at;
+          c.ensure_ready();  // (re)connects: the deadline is set on the socket in use
+          read_deadline bounded(c, reply_deadline);
           std::vector<std::size_t> refused = pipeline(c, batch, group, results);
           ++pipelines;
           if (refused.empty()) return;
@@ -360,12 +450,20 @@ class watchdog {
           for (std::size_t i : refused) results[i] = outcome::failed;
         });
       } catch (...) {
-        // connection lost or pool exhausted: every renewal without an answer failed
+        // connection lost, timed out or pool exhausted: every renewal without an answer failed,
+        // and the server gets no more pipelines until the group's first retry is due
+        steady::duration retry = steady::duration::max();
+        for (std::size_t i : group) retry = std::min<steady::duration>(retry, retry_interval(batch[i]->req.lease));
+        silent_until_[server] = steady::now() + retry;
       }
       for (std::size_t i : group)
         if (results[i] == outcome::pending) results[i] = outcome::failed;
     }
     return pipelines;
+  }
+
+  static steady::duration retry_interval(std::chrono::milliseconds lease) {
+    return std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
   }
 
   // One round trip: appends the EVALSHAs of `which`, reads their replies. Returns the ones
@@ -395,23 +493,30 @@ class watchdog {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       entry& e = *batch[i];
       if (e.cancelled) continue;  // released while in flight: the answer concerns nobody
+      const steady::time_point end = e.confirmed + e.req.lease;
       bool lost = false;
       switch (results[i]) {
         case outcome::renewed:
+          ++stats_.renewals;
+          // Confirmed only after the lease could have run out: the lock's lost() may already
+          // have said so (by the clock), and a lost lease stays lost.
+          if (now >= end) {
+            lost = true;
+            break;
+          }
           if (sent[i] > e.due)
             stats_.max_late = std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
-          ++stats_.renewals;
           e.renewed(sent[i]);
+          if (e.req.valid_until != nullptr)
+            e.req.valid_until->store((sent[i] + e.req.lease).time_since_epoch().count(), std::memory_order_release);
           break;
         case outcome::failed:
-        case outcome::pending: {
+        case outcome::pending:
           ++stats_.failures;
-          const steady::time_point end = e.confirmed + e.req.lease;
           e.failing = true;
-          e.due = e.eligible = std::min(end, now + std::max<steady::duration>(e.req.lease / 10, std::chrono::milliseconds(1)));
+          e.due = e.eligible = std::min(end, now + retry_interval(e.req.lease));
           lost = now >= end;
           break;
-        }
         case outcome::not_ours:
         case outcome::expired:
           lost = true;
@@ -436,6 +541,7 @@ class watchdog {
   std::size_t registered_ = 0;
   watchdog_stats stats_;
   bool stop_ = false;
+  std::map<std::string, steady::time_point> silent_until_;  // watchdog thread only: servers that just failed
   std::thread thread_;
 };
 

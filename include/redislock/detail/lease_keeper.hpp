@@ -4,8 +4,12 @@
 /// shared by every lock kind.
 ///
 /// Life of a hold: acquired() when the server granted it, start() to hand it to the client's
-/// watchdog, stop() before the release is sent (it waits for a renewal in flight, see
-/// watchdog.hpp), outcome() to turn the release script's answer into a release_status.
+/// watchdog, stop() before the release is sent (see watchdog.hpp), outcome() to turn the
+/// release script's answer into a release_status.
+///
+/// While renewed, the hold is lost by the clock alone once the lease may have run out (send
+/// time of the last confirmed renewal + lease), even when no reply ever comes to say so; a
+/// lease found lost stays lost.
 ///
 /// The watchdog keeps a pointer to the flag while registered: a keeper must not move while
 /// it renews (it is neither copyable nor movable; owners keep it behind a stable pointer).
@@ -17,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +57,10 @@ class lease_keeper {
   lease_keeper& operator=(const lease_keeper&) = delete;
 
   /// A new hold was granted: it is not lost (the previous hold's registration is gone).
-  void acquired() noexcept { lost_.store(false, std::memory_order_release); }
+  void acquired() noexcept {
+    valid_until_.store(never, std::memory_order_release);
+    lost_.store(false, std::memory_order_release);
+  }
 
   /// With o.auto_renew, registers the hold with the client's watchdog. `confirmed` is the local
   /// send time of the command that set the lease. Throws what watchdog::add throws.
@@ -70,17 +78,35 @@ class lease_keeper {
       r.lease = o.lease;
       r.confirmed = confirmed;
       r.lost_flag = &lost_;
+      r.valid_until = &valid_until_;
       r.on_lost = o.on_lost;
-      renewal_ = client.watchdog().add(std::move(r));
+      valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
+      try {
+        renewal_ = client.watchdog().add(std::move(r));
+      } catch (...) {
+        valid_until_.store(never, std::memory_order_release);
+        throw;
+      }
     }
   }
 
-  /// Stops renewing; waits for a renewal in flight (and its on_lost). Call before releasing.
-  void stop() noexcept { renewal_.reset(); }
+  /// Stops renewing (waits for this hold's on_lost if it is running). Call before releasing.
+  /// Whether the lease had run out by then is kept: lost() does not change after this.
+  void stop() noexcept {
+    renewal_.reset();
+    (void)lost();
+    valid_until_.store(never, std::memory_order_release);
+  }
 
   /// An owner-checked command (extend) found the hold gone.
   void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
-  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  bool lost() const noexcept {
+    if (lost_.load(std::memory_order_acquire)) return true;
+    if (std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load(std::memory_order_acquire))
+      return false;
+    lost_.store(true, std::memory_order_release);  // sticky: a later renewal does not undo it
+    return true;
+  }
 
   /// The release's outcome: `ours` is the release script's verdict. Once found lost, never
   /// a clean release: the lease may have lapsed (and been taken) meanwhile.
@@ -89,8 +115,12 @@ class lease_keeper {
   }
 
  private:
-  std::atomic<bool> lost_{false};
-  watchdog::registration renewal_;  // after lost_: it points there until reset
+  using ticks = std::chrono::steady_clock::rep;
+  static constexpr ticks never = std::numeric_limits<ticks>::max();
+
+  mutable std::atomic<bool> lost_{false};
+  std::atomic<ticks> valid_until_{never};  // lease end while renewed (watchdog.hpp); never otherwise
+  watchdog::registration renewal_;         // after the flags: it points there until reset
 };
 
 }  // namespace redislock::detail
