@@ -4,6 +4,7 @@
 #include "process.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
+#include "eventually.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -16,6 +17,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,13 +177,19 @@ TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRu
 
   std::atomic<std::size_t> callbacks{0};
   std::atomic<steady::rep> last_callback{0};
+  std::mutex names_mutex;
+  std::vector<std::string> reported;
   lock_options lo;
   lo.lease = lease;
   lo.auto_renew = true;
-  lo.on_lost = [&](const std::string&) {
+  lo.on_lost = [&](const std::string& name) {
     const steady::rep now = steady::now().time_since_epoch().count();
     steady::rep seen = last_callback.load();
     while (seen < now && !last_callback.compare_exchange_weak(seen, now)) {
+    }
+    {
+      std::lock_guard<std::mutex> g(names_mutex);
+      reported.push_back(name);
     }
     ++callbacks;
   };
@@ -203,7 +211,8 @@ TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRu
   const steady::time_point stalled = steady::now();
 
   // A release while renewals wait for replies that never come: bounded by its own timeout.
-  ASSERT_TRUE(c.watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.in_flight > 0; }));
+  // (Polled: a batch in flight is a state between the watchdog's notifications.)
+  ASSERT_TRUE(redislock_test::eventually([&] { return c.watchdog().stats().in_flight > 0; }, seconds(20)));
   const steady::time_point before_unlock = steady::now();
   locks[0]->unlock();
   const auto unlock_took = steady::now() - before_unlock;
@@ -225,6 +234,13 @@ TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRu
             << std::chrono::duration_cast<milliseconds>(late).count() << " ms after stalled + lease; unlock took "
             << std::chrono::duration_cast<milliseconds>(unlock_took).count() << " ms\n";
   EXPECT_TRUE(all_reported);
+  {
+    std::lock_guard<std::mutex> g(names_mutex);
+    std::sort(reported.begin(), reported.end());
+    EXPECT_EQ(std::adjacent_find(reported.begin(), reported.end()), reported.end()) << "a lease reported twice";
+    EXPECT_FALSE(std::binary_search(reported.begin(), reported.end(), std::string("hole-0")))
+        << "the released lock was reported lost";
+  }
   // The callbacks' bound: one command timeout (a pipeline in flight when the first lease ran
   // out gives up by then), however many leases; generous for sanitizer builds.
   EXPECT_LT(std::chrono::duration_cast<milliseconds>(late).count(), (2 * command_timeout).count());

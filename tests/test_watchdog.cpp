@@ -1,6 +1,7 @@
 // The lease watchdog: one thread per client, started lazily; renewal keeps a lock past its
 // lease; release stops renewal at once (and never lets a callback of a released lock run);
 // 10,000 locks are renewed in pipelined batches without falling behind.
+#include "eventually.hpp"
 #include "redis_server.hpp"
 
 #include <redislock/redislock.hpp>
@@ -212,4 +213,29 @@ TEST_F(WatchdogTest, TenThousandLocksAreRenewedInPipelinedBatchesWithoutFallingB
   // generous bound is asserted: 50 renewals per pipeline on average. The packing itself is
   // measured by bench/watchdog_renewal.cpp.
   EXPECT_LE(batches * 50, renewals);
+}
+
+// A hand-off counts the new hold's lease from the waiter's last "wait" attempt, which can be
+// up to recheck_interval old: with a shorter lease, the hold would start out as lost() by
+// the clock (the watchdog counts from that send time). The mutex confirms such a stale hold
+// with one owner-checked extend before renewing it, so it starts out valid and renewed.
+TEST_F(WatchdogTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
+  mutex holder(*pool, "long-wait");
+  lock_options o = renewed(milliseconds(900));
+  o.recheck_interval = seconds(20);  // the waiter's last "wait" is as old as the hold
+  mutex waiter(*pool, "long-wait", o);
+  holder.lock();
+  std::atomic<bool> acquired{false};
+  std::thread t([&] { acquired = waiter.try_lock_for(seconds(30)); });
+  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{long-wait}:queue"})->integer == 1; },
+                                         seconds(20)));
+  std::this_thread::sleep_for(milliseconds(1500));  // lets the waiter's queue attempt age past its lease
+  holder.unlock();
+  t.join();
+  ASSERT_TRUE(acquired.load());
+  EXPECT_FALSE(waiter.lost());
+  EXPECT_TRUE(waiter.still_held());
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
+  EXPECT_FALSE(waiter.lost());
+  EXPECT_EQ(waiter.release(), release_status::released);
 }

@@ -83,7 +83,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
   release_status release() {
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
-    lease_.stop();  // before the release is sent: waits for a renewal in flight (watchdog.hpp)
+    lease_.stop();  // before the release is sent: no renewal of this hold is sent after it (watchdog.hpp)
     release_status status = release_status::failed;
     try {
       status = lease_.outcome(send_release() == 1);
@@ -359,8 +359,19 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     return std::nullopt;
   }
 
-  // Hands this acquisition (its token) to the client's watchdog.
+  // Hands this acquisition (its token) to the client's watchdog. A hand-off counts its lease
+  // from our last "wait" attempt, which can be up to recheck_interval old: when that leaves
+  // less than a third of the lease, the watchdog (and lost(), by the clock) would count the
+  // fresh hold as about to run out, so one owner-checked extend restarts the count from now.
   void start_renewal() {
+    const detail::steady::time_point now = detail::steady::now();
+    if (acquired_at_ + options_.lease - options_.lease / 3 <= now) {
+      const bool ours = client_.run(key_, [&](connection& c) {
+        return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, lease_ms_}));
+      }) == 1;
+      if (ours) acquired_at_ = now;
+      else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
+    }
     lease_.start(client_, options_, name_, key_, {&detail::mutex_scripts::extend(), {key_}, {token_, lease_ms_}},
                  acquired_at_);
   }

@@ -22,13 +22,15 @@
 /// A silent server (a black hole: nothing answers, nothing is refused) must not delay that:
 ///  - each lock's valid_until is C + lease, so its lost() turns true on time by the clock
 ///    alone, whatever this thread is doing;
-///  - a pipeline waits for replies at most until the earliest C + lease of all leases (never
-///    longer than the command timeout), so this thread is free to report that lease then;
+///  - a pipeline waits for replies at most until the earliest C + lease among its own leases
+///    (never longer than the command timeout, never shorter than their retry interval), so
+///    this thread is free to report that lease then;
 ///  - a server that failed a pipeline is not sent to again for lease/10: the rest of its due
 ///    renewals fail at once instead of each batch waiting out a timeout in turn;
 ///  - a release does not wait for a renewal in flight (only for a callback running).
-/// So on_lost runs at C + lease plus at most one connect timeout (a reconnect in progress)
-/// and the time to run the callbacks before it, however many leases there are.
+/// So on one silent server, on_lost runs at C + lease plus what a reconnect may take (connect
+/// timeout, AUTH/SELECT, a pool wait) and the time to run the callbacks before it, however
+/// many leases there are; a pipeline to another silent server may add one command timeout.
 ///
 /// Locking: the deadline heap and every entry's state are guarded by one mutex; network I/O
 /// and callbacks run outside it, on entries marked in flight.
@@ -88,7 +90,7 @@ struct renewal_request {
   std::atomic<std::chrono::steady_clock::rep>* valid_until = nullptr;
   /// Called on the watchdog thread when the lease is found lost. Must not block, and must not
   /// call into the lock it reports (release/unlock/extend): the watchdog waits for nobody, but
-  /// that lock's release waits for renewals in flight.
+  /// that lock's release waits for its running callback.
   std::function<void(const std::string& name)> on_lost;
 };
 
@@ -100,8 +102,7 @@ class watchdog {
   /// Names the server that owns `key`; renewals of one server share a pipeline. Empty: one server.
   using locator = std::function<std::string(std::string_view key)>;
 
-  /// Most EVALSHAs in one pipeline: bounds the memory of a batch and how long a release may
-  /// wait for a batch in flight.
+  /// Most EVALSHAs in one pipeline: bounds the memory of a batch and the time one takes.
   static constexpr std::size_t max_batch = 1000;
 
  private:
@@ -232,9 +233,13 @@ class watchdog {
   //     The entry itself (request, keys) is shared with the batch in flight, so the send can
   //     finish on it after the lock is gone; the script it points to is a static one.
   //  2. A renewal that is still on its way when the release is sent cannot renew someone
-  //     else's lease: the script is owner-checked and every acquisition draws a fresh owner
-  //     (token or owner name), so after the release or a re-acquisition it answers 0. That 0
-  //     lands on the cancelled entry and is ignored; the new acquisition has a new entry.
+  //     else's lease: the script is owner-checked and every outermost acquisition draws a
+  //     fresh owner (token or owner name), so after the release or a re-acquisition it answers
+  //     0. That 0 lands on the cancelled entry and is ignored; the new acquisition has a new
+  //     entry. (One case keeps the owner: a shared read hold released and taken again while
+  //     the same thread still writes. A late renewal of the earlier read hold then extends the
+  //     later one of the same owner: no one else's hold, only a server lease that runs past
+  //     the client's own conservative count.)
   void remove(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
     if (e->cancelled) return;
@@ -309,7 +314,7 @@ class watchdog {
       }
       std::vector<entry_ptr> batch;
       std::vector<outcome> results;
-      const steady::time_point reply_deadline = take_expired(now, batch, results);
+      take_expired(now, batch, results);
       const std::size_t expired = batch.size();
       while (batch.size() - expired < max_batch && !heap_.empty()) {
         if (heap_.front()->cancelled) {
@@ -323,13 +328,15 @@ class watchdog {
         batch.push_back(std::move(e));
       }
       stats_.in_flight = batch.size();
+      std::vector<steady::time_point> ends(batch.size());
+      for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->confirmed + batch[i]->req.lease;
       g.unlock();
-      std::vector<steady::time_point> sent(batch.size());
-      const std::uint64_t pipelines = send(batch, results, sent, reply_deadline);
+      std::vector<steady::time_point> sent(batch.size()), answered(batch.size());
+      const std::uint64_t pipelines = send(batch, ends, results, sent, answered);
       g.lock();
       stats_.in_flight = 0;
       stats_.batches += pipelines;
-      std::vector<entry_ptr> report = apply(batch, results, sent);
+      std::vector<entry_ptr> report = apply(batch, results, sent, answered);
       for (const entry_ptr& e : report) {
         if (e->cancelled) continue;  // released meanwhile (e.g. by an earlier callback)
         e->in_callback = true;
@@ -352,10 +359,8 @@ class watchdog {
 
   // Under m_: moves every lease that ran out unconfirmed (wherever it sits in the heap: the
   // heap is ordered by due time, not by end) into `batch` as expired, to be reported without
-  // I/O. Returns the earliest end of the leases left: replies are not waited for past it,
-  // since that lease must be reported then. One pass over the heap per batch.
-  steady::time_point take_expired(steady::time_point now, std::vector<entry_ptr>& batch, std::vector<outcome>& results) {
-    steady::time_point earliest = steady::time_point::max();
+  // I/O. One pass over the heap per batch.
+  void take_expired(steady::time_point now, std::vector<entry_ptr>& batch, std::vector<outcome>& results) {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < heap_.size(); ++i) {
       entry_ptr& e = heap_[i];
@@ -367,7 +372,6 @@ class watchdog {
         results.push_back(outcome::expired);
         continue;
       }
-      if (!e->cancelled) earliest = std::min(earliest, end);
       if (kept != i) heap_[kept] = std::move(e);
       ++kept;
     }
@@ -375,43 +379,48 @@ class watchdog {
       heap_.resize(kept);
       std::make_heap(heap_.begin(), heap_.end(), later);
     }
-    return earliest;
   }
 
-  // While alive, the connection's reads give up at `deadline` when that comes before its
-  // command timeout. A read that gives up breaks the connection (the pool discards it); one
-  // that succeeds leaves it as it was.
+  // While alive, the connection's reads give up at `deadline` (but not sooner than `floor`)
+  // when that comes before its command timeout. A read that gives up breaks the connection
+  // (the pool discards it); after one that succeeds the command timeout is restored, and a
+  // connection whose timeout cannot be restored is closed rather than lent out shortened.
   class read_deadline {
    public:
-    read_deadline(connection& c, steady::time_point deadline) : c_(c) {  // c is connected
+    read_deadline(connection& c, steady::time_point deadline, steady::duration floor) : c_(c) {  // c is connected
       const std::chrono::milliseconds timeout = c.options().command_timeout;
       const steady::time_point now = steady::now();
       if (timeout.count() > 0 && deadline >= now + timeout) return;
-      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-      set(std::max(left, std::chrono::microseconds(1000)));
       shortened_ = true;
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(std::max(deadline - now, floor));
+      if (!set(std::max(left, std::chrono::microseconds(1000)))) c_.close();  // ensure_ready() reconnects
     }
     ~read_deadline() {
-      if (shortened_ && !c_.broken()) set(c_.options().command_timeout);
+      if (shortened_ && !c_.broken() && !set(c_.options().command_timeout)) c_.close();
     }
     read_deadline(const read_deadline&) = delete;
     read_deadline& operator=(const read_deadline&) = delete;
+    bool shortened() const noexcept { return shortened_; }
 
    private:
-    void set(std::chrono::microseconds t) noexcept {
+    bool set(std::chrono::microseconds t) noexcept {
       timeval tv{};
       tv.tv_sec = static_cast<decltype(tv.tv_sec)>(t.count() / 1000000);
       tv.tv_usec = static_cast<decltype(tv.tv_usec)>(t.count() % 1000000);
-      (void)redisSetTimeout(c_.native_handle(), tv);  // a failure leaves the longer timeout
+      return redisSetTimeout(c_.native_handle(), tv) == REDIS_OK;
     }
     connection& c_;
     bool shortened_ = false;
   };
 
-  // Sends the pending renewals of `batch`, one pipeline per server; fills results and sent.
+  // Sends the pending renewals of `batch`, one pipeline per server; fills results, sent and
+  // answered (when the group's replies were read). `ends`: each lease's end as of the batch.
+  // A group's replies are not waited for past the earliest end among its leases (that lease
+  // must be reported then), nor cut shorter than the group's retry interval.
   // Runs without m_, on the watchdog thread only. Returns the number of pipelines sent.
-  std::uint64_t send(const std::vector<entry_ptr>& batch, std::vector<outcome>& results,
-                     std::vector<steady::time_point>& sent, steady::time_point reply_deadline) {
+  std::uint64_t send(const std::vector<entry_ptr>& batch, const std::vector<steady::time_point>& ends,
+                     std::vector<outcome>& results, std::vector<steady::time_point>& sent,
+                     std::vector<steady::time_point>& answered) {
     std::map<std::string, std::vector<std::size_t>> by_server;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i] != outcome::pending) continue;
@@ -422,19 +431,24 @@ class watchdog {
       }
     }
     std::uint64_t pipelines = 0;
-    const steady::time_point now = steady::now();
     for (const auto& [server, group] : by_server) {
-      auto quiet = silent_until_.find(server);
-      if (quiet != silent_until_.end()) {
-        if (now < quiet->second) continue;  // failed a moment ago: these fail now, retried later
-        silent_until_.erase(quiet);
+      steady::time_point reply_deadline = steady::time_point::max();
+      steady::duration retry = steady::duration::max();
+      for (std::size_t i : group) {
+        reply_deadline = std::min(reply_deadline, ends[i]);
+        retry = std::min(retry, retry_interval(batch[i]->req.lease));
       }
+      auto failed = failed_at_.find(server);
+      if (failed != failed_at_.end() && steady::now() < failed->second + retry)
+        continue;  // this server failed a pipeline a moment ago: these fail now, retried later
+      bool cut_short = false;
       try {
         run_(batch[group.front()]->req.route_key, [&](connection& c) {
           const steady::time_point at = steady::now();  // before the write: conservative
           for (std::size_t i : group) sent[i] = at;
           c.ensure_ready();  // (re)connects: the deadline is set on the socket in use
-          read_deadline bounded(c, reply_deadline);
+          read_deadline bounded(c, reply_deadline, retry);
+          cut_short = bounded.shortened();
           std::vector<std::size_t> refused = pipeline(c, batch, group, results);
           ++pipelines;
           if (refused.empty()) return;
@@ -449,15 +463,18 @@ class watchdog {
           ++pipelines;
           for (std::size_t i : refused) results[i] = outcome::failed;
         });
+        failed_at_.erase(server);
       } catch (...) {
-        // connection lost, timed out or pool exhausted: every renewal without an answer failed,
-        // and the server gets no more pipelines until the group's first retry is due
-        steady::duration retry = steady::duration::max();
-        for (std::size_t i : group) retry = std::min<steady::duration>(retry, retry_interval(batch[i]->req.lease));
-        silent_until_[server] = steady::now() + retry;
+        // Connection lost, timed out or pool exhausted: every renewal without an answer failed.
+        // Unless it was our own shortened deadline that gave up, the server gets no more
+        // pipelines until a retry is due (each renewal due for it fails at once meanwhile).
+        if (!cut_short) failed_at_[server] = steady::now();
       }
-      for (std::size_t i : group)
+      const steady::time_point now = steady::now();
+      for (std::size_t i : group) {
+        answered[i] = now;
         if (results[i] == outcome::pending) results[i] = outcome::failed;
+      }
     }
     return pipelines;
   }
@@ -487,7 +504,8 @@ class watchdog {
 
   // Under m_: records the results; returns the entries whose on_lost must be called.
   std::vector<entry_ptr> apply(const std::vector<entry_ptr>& batch, const std::vector<outcome>& results,
-                               const std::vector<steady::time_point>& sent) {
+                               const std::vector<steady::time_point>& sent,
+                               const std::vector<steady::time_point>& answered) {
     std::vector<entry_ptr> report;
     const steady::time_point now = steady::now();
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -500,15 +518,19 @@ class watchdog {
           ++stats_.renewals;
           // Confirmed only after the lease could have run out: the lock's lost() may already
           // have said so (by the clock), and a lost lease stays lost.
-          if (now >= end) {
+          if (answered[i] >= end) {
             lost = true;
             break;
           }
           if (sent[i] > e.due)
             stats_.max_late = std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
           e.renewed(sent[i]);
-          if (e.req.valid_until != nullptr)
-            e.req.valid_until->store((sent[i] + e.req.lease).time_since_epoch().count(), std::memory_order_release);
+          if (e.req.valid_until != nullptr) {
+            // seq_cst with lease_keeper::lost(): a reader who saw the old end pass has set the
+            // lost flag, and then we see it here and report the loss (lost() stays true).
+            e.req.valid_until->store((sent[i] + e.req.lease).time_since_epoch().count());
+            lost = e.req.lost_flag != nullptr && e.req.lost_flag->load();
+          }
           break;
         case outcome::failed:
         case outcome::pending:
@@ -541,7 +563,7 @@ class watchdog {
   std::size_t registered_ = 0;
   watchdog_stats stats_;
   bool stop_ = false;
-  std::map<std::string, steady::time_point> silent_until_;  // watchdog thread only: servers that just failed
+  std::map<std::string, steady::time_point> failed_at_;  // watchdog thread only: last failed pipeline per server
   std::thread thread_;
 };
 

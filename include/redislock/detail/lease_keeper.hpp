@@ -101,10 +101,11 @@ class lease_keeper {
   /// An owner-checked command (extend) found the hold gone.
   void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
   bool lost() const noexcept {
-    if (lost_.load(std::memory_order_acquire)) return true;
-    if (std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load(std::memory_order_acquire))
-      return false;
-    lost_.store(true, std::memory_order_release);  // sticky: a later renewal does not undo it
+    if (lost_.load()) return true;
+    if (std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load()) return false;
+    // Sticky: a renewal confirmed later does not undo it. seq_cst (with the watchdog's store
+    // of valid_until and its load of this flag) so that the watchdog then reports the loss.
+    lost_.store(true);
     return true;
   }
 
