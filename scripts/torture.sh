@@ -4,6 +4,9 @@
 # latency / cuts / refusals through a loopback proxy). Prints one summary line; exit 0 = PASS.
 # Usage: scripts/torture.sh [acquisitions] [extra redislock_torture options...]
 #   e.g. scripts/torture.sh 1000000 --kind mutex
+# Redlock: with --kind redlock the faults are the masters' (kill -9 of one and of two, stop,
+# SIGSTOP past the per-instance timeout; back empty after a lease) plus kill -9 / SIGSTOP of
+# holders, e.g. scripts/torture.sh 100000 --kind redlock --masters 5
 # (ctest runs the short scenarios: ctest --test-dir build/test -L torture)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +15,13 @@ acquisitions=${1:-1000000}
 shift || true
 cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/test -j "$(nproc 2>/dev/null || echo 2)" --target redislock_torture
+faults=kill9,restart,client-kill,sigstop,proxy
+prev=
+for a in "$@"; do
+  if [ "$prev" = --kind ] && [ "$a" = redlock ]; then
+    faults=master-kill9,master-sigstop,master-kill9x2,kill9,master-restart,sigstop
+  fi
+  prev=$a
+done
 exec build/test/tests/torture/redislock_torture --processes 8 --threads 4 --acquisitions "$acquisitions" \
-  --seconds 7200 --faults kill9,restart,client-kill,sigstop,proxy --fault-every-ms 2000 "$@"
+  --seconds 7200 --faults "$faults" --fault-every-ms 2000 "$@"

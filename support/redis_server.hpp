@@ -87,10 +87,24 @@ class redis_server {
     if (log_reader_.joinable()) log_reader_.join();
   }
 
+  /// Kills the server with SIGKILL (a crash: no shutdown), bounded wait. Data is gone.
+  void kill() {
+    if (!process_.running()) return;
+    process_.signal(SIGKILL);
+    process_.wait_for(std::chrono::seconds(10));
+    if (log_reader_.joinable()) log_reader_.join();
+  }
+
+  /// Starts a stopped or killed server again on its port (an empty data set and script cache).
+  void start_again() {
+    if (process_.running()) throw std::runtime_error("redis_server: still running on port " + std::to_string(port_));
+    if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
+  }
+
   /// Stops and starts again on the same port (an empty data set and script cache).
   void restart() {
     stop();
-    if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
+    start_again();
   }
 
   /// Suspends / resumes the server process (a stalled server for timeout tests).

@@ -297,6 +297,30 @@ TEST(Redlock, ASlowMasterDoesNotAccumulateWork) {
   EXPECT_LT(seconds_since(t1), 1.0) << "the slow master's thread replayed every missed round";
 }
 
+// A hold on a bare majority (a foreign key refused us on master 2) whose second master stalls:
+// the answers cannot tell whether a majority still holds our key, and it does (master 1 keeps
+// it). still_held() must not say "no" and the release must not say lease_expired ("your lease
+// ran out, someone else may hold it"): the Redlock torture scenario counted that as a lease lost
+// while it was certainly valid. Both are "cannot tell": a timeout_error and failed.
+TEST(Redlock, AStalledMasterOfABareMajorityIsUnknownNotLost) {
+  masters m(3);
+  m.admins[2]->command({"SET", "redislock:{bare}", "other", "PX", "60000"});
+  redlock r(m.refs(), "bare", lease(seconds(10)));
+  ASSERT_TRUE(r.try_lock_for(seconds(5)));
+  const std::string token = r.token();
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(redislock_test::eventually([&] { return m.get(i, r.key()) == token; })) << "master " << i;
+  m.servers[1]->pause();
+  EXPECT_THROW(r.still_held(), timeout_error);
+  r.unlock();
+  m.servers[1]->resume();
+  EXPECT_EQ(r.last_release(), release_status::failed);
+  EXPECT_FALSE(r.owns_lock());
+  EXPECT_EQ(m.get(0, r.key()), "(nil)");
+  // (Master 1 held our key until it stopped; the delete queued for it runs once it resumes.)
+  EXPECT_EQ(m.get(2, r.key()), "other");
+}
+
 TEST(Redlock, AMasterRestartedEmptyDoesNotHandOutTheLock) {
   masters m(3);
   redlock a(m.refs(), "restart", lease(seconds(10))), b(m.refs(), "restart", lease(seconds(10)));

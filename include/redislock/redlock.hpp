@@ -102,12 +102,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     if (held_.load(std::memory_order_acquire)) this->unlock();
   }
 
-  /// Like unlock(), but returns the outcome and throws when fewer than a majority answered
-  /// (the first error, typed). The local hold is dropped either way:
+  /// Like unlock(), but returns the outcome and throws when the answers cannot tell (the first
+  /// error, typed). The local hold is dropped either way:
   ///   released       a majority confirmed deleting our key (it was ours there until then);
-  ///   lease_expired  a majority answered, but fewer than a majority still held our key
-  ///                  (or the lease was found lost before);
-  ///   failed         fewer than a majority answered: our keys run out with the lease.
+  ///   lease_expired  so many masters answered "not ours" that no majority can have held our
+  ///                  key (or the lease was found lost before and a majority answered);
+  ///   failed         neither: too few answers to tell (a master that did not answer may still
+  ///                  hold our key); our keys run out with the lease.
   release_status release() {
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
     stop_renewal();
@@ -117,10 +118,12 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       return c.pending == 0;
     });
     // A master our acquire never reached (skipped) or refused cannot hold our key: it counts as "not held".
-    const std::size_t deleted = t.yes, answered = t.yes + t.no + t.skipped;
+    // One that did not answer may: with a bare majority, one stalled master leaves "cannot tell".
+    const std::size_t deleted = t.yes, not_held = t.no + t.skipped, answered = deleted + not_held;
     release_status status = release_status::failed;
     if (deleted >= quorum_->needed()) status = lost() ? release_status::lease_expired : release_status::released;
-    else if (answered >= quorum_->needed()) status = release_status::lease_expired;
+    else if (not_held > quorum_->size() - quorum_->needed() || (lost() && answered >= quorum_->needed()))
+      status = release_status::lease_expired;
     drop_local_hold(status);
     if (status == release_status::failed) throw_unreachable(*r, "release");
     return status;
@@ -152,7 +155,9 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     return left.count() > 0 ? std::chrono::ceil<std::chrono::milliseconds>(left) : std::chrono::milliseconds(0);
   }
 
-  /// Asks every master (one parallel round): true when a majority still holds our key.
+  /// Asks every master (one parallel round): true when a majority still holds our key, false
+  /// when so many answered "not ours" that no majority can. Throws connection_error /
+  /// timeout_error when the answers cannot tell.
   bool still_held() {
     if (!held_.load(std::memory_order_acquire)) return false;
     const hold h = current();
@@ -163,8 +168,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     const detail::tally t = r->wait(steady::now() + quorum_->instance_timeout(), decided(false));
     r->close();
     if (t.yes >= quorum_->needed()) return true;
-    if (t.answered() < quorum_->needed()) throw_unreachable(*r, "still_held");
-    return false;
+    if (t.no > quorum_->size() - quorum_->needed()) return false;
+    throw_unreachable(*r, "still_held");
   }
 
   /// This object's local belief: an acquisition succeeded and unlock() has not been called.
@@ -373,13 +378,14 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       } catch (const reply_error&) {
         throw;  // an error reply (WRONGTYPE, NOPERM, ...) keeps its type
       } catch (const std::exception& x) {
-        throw connection_error(std::string("redlock ") + what + ": fewer than " + std::to_string(quorum_->needed()) +
-                               " of " + std::to_string(quorum_->size()) + " masters answered (" + x.what() + ")");
+        throw connection_error(std::string("redlock ") + what + ": too few of " + std::to_string(quorum_->size()) +
+                               " masters answered to decide (majority " + std::to_string(quorum_->needed()) + ") (" +
+                               x.what() + ")");
       }
     }
-    throw timeout_error(std::string("redlock ") + what + ": fewer than " + std::to_string(quorum_->needed()) + " of " +
-                        std::to_string(quorum_->size()) + " masters answered within " +
-                        std::to_string(quorum_->instance_timeout().count()) + " ms");
+    throw timeout_error(std::string("redlock ") + what + ": too few of " + std::to_string(quorum_->size()) +
+                        " masters answered within " + std::to_string(quorum_->instance_timeout().count()) +
+                        " ms to decide (majority " + std::to_string(quorum_->needed()) + ")");
   }
 
   // ---- renewal (lock_options::auto_renew): one thread per held lock, every lease/3 ----

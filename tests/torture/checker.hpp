@@ -16,6 +16,11 @@
 // every process here reads the same CLOCK_MONOTONIC. Only overlaps where both holders were
 // certainly valid are violations; everything else (a killed or stopped holder whose lease ran
 // out) is expected and counted as "stale".
+//
+// Redlock mode (--kind redlock): the lock lives on N masters and these keys on one more server of
+// their own (the record, never faulted), so the masters' crashes, restarts and stalls cannot touch
+// the record. The same bound holds: a majority set PX lease after the attempt was sent, and any
+// other majority shares one of those masters.
 
 #include <redislock/redislock.hpp>
 
@@ -111,12 +116,25 @@ struct worker_stats {
   std::atomic<std::uint64_t> lease_expired{0};    ///< releases that found the lease gone
   std::atomic<std::uint64_t> errors{0};           ///< typed errors from the library or data path
   std::atomic<std::uint64_t> violations{0};       ///< two certainly-valid holders at once
+  /// Redlock: releases (or fencing_token calls) that found the majority gone while the lease was
+  /// certainly valid, when a master fault happened during the hold (a killed master takes our key
+  /// with it; a stalled one cannot confirm). Without such a fault it is a violation.
+  std::atomic<std::uint64_t> majority_lost{0};
+  /// Redlock: fenced writes of certainly-valid holders rejected by a higher token after a master
+  /// lost its data (README, "Fencing": a master restarted empty can let a token repeat). Without
+  /// any data loss it is a violation.
+  std::atomic<std::uint64_t> fence_regressions{0};
   std::atomic<std::uint64_t> finished{0};         ///< 1 once the worker exited cleanly
 };
 
 struct shared_state {
   static constexpr std::size_t max_workers = 4096;
   std::atomic<std::uint64_t> stop{0};
+  /// Redlock mode, written by the coordinator: +1 when a master fault starts and when it ends
+  /// (a holder compares it at acquisition and release), and the number of masters that lost
+  /// their data (killed or stopped, then started empty).
+  std::atomic<std::uint64_t> master_fault_events{0};
+  std::atomic<std::uint64_t> master_data_losses{0};
   worker_stats workers[max_workers];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "cross-process counters need lock-free atomics");

@@ -2,12 +2,15 @@
 // The lock kinds the torture checker can drive, chosen by `--kind NAME`. A kind is a factory
 // returning a torture_lock: one would-be holder (one object per thread). To add a kind (e.g. a
 // reentrant or shared mutex), wrap it in a torture_lock and add a line to make_lock().
+// Single-server kinds get one client; the Redlock kinds (multi_master()) one per master.
 
 #include <redislock/redislock.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,10 +93,20 @@ class stealing_lock final : public torture_lock {
   std::uint64_t fence_ = 0;
 };
 
-inline std::vector<std::string> lock_kinds() { return {"mutex", "mutex-waiting", "mutex-fair", "broken-stealing"}; }
+inline std::vector<std::string> lock_kinds() {
+  return {"mutex", "mutex-waiting", "mutex-fair", "broken-stealing", "redlock", "broken-redlock-minority"};
+}
 
-inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, redislock::client& c, const std::string& name,
+/// Kinds that run on N independent masters (--masters) instead of one server.
+inline bool multi_master(const std::string& kind) { return kind == "redlock" || kind == "broken-redlock-minority"; }
+
+using clients = std::vector<std::reference_wrapper<redislock::client>>;
+
+inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, const clients& cs, const std::string& name,
                                                const redislock::lock_options& o) {
+  if (cs.empty() || (!multi_master(kind) && cs.size() != 1))
+    throw std::invalid_argument("lock kind '" + kind + "' got " + std::to_string(cs.size()) + " servers");
+  redislock::client& c = cs.front();
   if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::mutex>>(c, name, o);
   if (kind == "mutex-waiting") return std::make_unique<waiting_adapter>(c, name, o);
   if (kind == "mutex-fair") {
@@ -102,6 +115,15 @@ inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, redisloc
     return std::make_unique<waiting_adapter>(c, name, fair);
   }
   if (kind == "broken-stealing") return std::make_unique<stealing_lock>(c, name, o);
+  if (kind == "redlock") return std::make_unique<exclusive_adapter<redislock::redlock>>(cs, name, o);
+  // The Redlock self-test: each object runs the real basic_redlock on one master of its own
+  // (random) choosing, i.e. it takes the lock with a minority, as a quorum bug would. Objects on
+  // different masters hold at once; the checker must report it.
+  if (kind == "broken-redlock-minority") {
+    std::random_device rd;
+    const std::size_t i = std::uniform_int_distribution<std::size_t>(0, cs.size() - 1)(rd);
+    return std::make_unique<exclusive_adapter<redislock::redlock>>(clients{cs[i]}, name, o);
+  }
   throw std::invalid_argument("unknown lock kind '" + kind + "'");
 }
 

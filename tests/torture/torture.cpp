@@ -4,6 +4,9 @@
 //                     [--acquisitions N] [--lease-ms 1000] [--fault-every-ms 1500]
 //                     [--faults none|kill9,restart,client-kill,sigstop,proxy]
 //                     [--min-faults N]
+//   redislock_torture --kind redlock [--masters 3] [--restart-delay-ms lease*1.1]
+//                     [--faults kill9,sigstop,master-kill9,master-kill9x2,master-restart,master-sigstop]
+//                     [other options as above]
 //
 // Starts its own redis-server (no persistence, free loopback port), then --processes worker
 // processes (this program with --worker) of --threads threads each; every thread owns one lock
@@ -16,6 +19,16 @@
 // first), stops the workers and prints one summary line:
 //
 //   torture: kind=mutex ... acquisitions=N writes=N faults=N (...) violations=0 lost_updates=0 PASS
+//
+// Redlock mode (--kind redlock: basic_redlock with try_lock; broken-redlock-minority: its
+// self-test, each object on one master only) starts --masters more servers for the lock; the
+// first server then holds only the checker's record and is never faulted. Master faults, each
+// on randomly chosen masters: master-kill9 (kill -9 one), master-kill9x2 (kill -9 two at once),
+// master-restart (stop one); each comes back empty after --restart-delay-ms, which must be at
+// least the lease (README, "Redlock": a master that lost its data rejoins only after a lease,
+// or its forgotten keys let a second majority form); master-sigstop stalls one for 1.5 leases
+// (far longer than the per-instance timeout), then SIGCONT. kill9 and sigstop hit holders, as
+// in single-server mode.
 //
 // Exit status 0 only when there was no violation, no lost update, no stall, no unexpected
 // worker exit, at least one acquisition and at least --min-faults faults.
@@ -32,6 +45,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,10 +73,13 @@ struct config {
   long fault_every_ms = 1500;
   std::vector<std::string> faults;
   unsigned long long min_faults = 0;
+  int masters = 0;              // Redlock kinds: lock servers (default 3)
+  long restart_delay_ms = -1;   // master faults: downtime before an empty restart (default lease * 1.1)
   // worker mode
   int slot = -1;
   std::string shm, run_id;
-  int lock_port = 0, data_port = 0;
+  std::vector<int> lock_ports;  // one per lock server (a Redlock master each)
+  int data_port = 0;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -103,13 +120,27 @@ config parse(int argc, char** argv) {
     else if (a == "--worker") c.slot = std::stoi(value());
     else if (a == "--shm") c.shm = value();
     else if (a == "--run-id") c.run_id = value();
-    else if (a == "--lock-port") c.lock_port = std::stoi(value());
+    else if (a == "--lock-ports") for (const auto& p : split(value())) c.lock_ports.push_back(std::stoi(p));
+    else if (a == "--masters") c.masters = std::stoi(value());
+    else if (a == "--restart-delay-ms") c.restart_delay_ms = std::stol(value());
     else if (a == "--data-port") c.data_port = std::stoi(value());
     else usage("unknown argument " + a);
   }
-  static const std::set<std::string> known = {"kill9", "restart", "client-kill", "sigstop", "proxy"};
+  // Holder faults apply to every kind; server faults to the single server; master faults to Redlock.
+  static const std::set<std::string> holder = {"kill9", "sigstop"}, server = {"restart", "client-kill", "proxy"},
+                                     master = {"master-kill9", "master-kill9x2", "master-restart", "master-sigstop"};
+  const bool redlock_mode = multi_master(c.kind);
+  for (const auto& f : c.faults) {
+    if (!holder.count(f) && !server.count(f) && !master.count(f)) usage("unknown fault " + f);
+    if (server.count(f) && redlock_mode) usage("fault " + f + " needs a single-server kind");
+    if (master.count(f) && !redlock_mode) usage("fault " + f + " needs a Redlock kind (--kind redlock)");
+  }
+  if (redlock_mode && c.masters == 0) c.masters = 3;
+  if (!redlock_mode && c.masters != 0) usage("--masters needs a Redlock kind (--kind redlock)");
+  if (c.masters < 0 || c.masters > 15) usage("bad --masters");
   for (const auto& f : c.faults)
-    if (!known.count(f)) usage("unknown fault " + f);
+    if (f == "master-kill9x2" && c.masters < 3) usage("master-kill9x2 needs --masters 3 or more");
+  if (c.restart_delay_ms < 0) c.restart_delay_ms = c.lease_ms + c.lease_ms / 10;
   if (c.processes < 1 || c.threads < 1 || c.lease_ms < 50) usage("bad --processes/--threads/--lease-ms");
   return c;
 }
@@ -148,8 +179,8 @@ struct keys {
 
 class holder_thread {
  public:
-  holder_thread(const config& cfg, client& locks, worker_stats& stats, int index)
-      : cfg_(cfg), stats_(stats), keys_(cfg.run_id), index_(index),
+  holder_thread(const config& cfg, const clients& locks, const shared_state& shared, worker_stats& stats, int index)
+      : cfg_(cfg), shared_(shared), stats_(stats), keys_(cfg.run_id), index_(index),
         lease_ns_(cfg.lease_ms * 1000000LL), margin_ns_(lease_ns_ / 20 + 2000000LL) {
     lock_options o;
     o.lease = milliseconds(cfg.lease_ms);
@@ -166,6 +197,7 @@ class holder_thread {
       try {
         if (!data_) data_ = std::make_unique<connection>(data_options_);
         const std::string epoch(detail::as_string(*epoch_script().run(*data_, {keys_.epoch}, {detail::random_token()})));
+        fault_events_at_ = shared_.master_fault_events.load();
         const std::int64_t sent_at = now_ns();  // before the attempt is sent: the lease starts later
         if (!lock_->try_lock()) {
           std::this_thread::sleep_for(std::chrono::microseconds(jitter_us(rng)));
@@ -200,10 +232,11 @@ class holder_thread {
                            std::to_string(++seq_) + "|" + std::to_string(valid_until);
     std::uint64_t fence = 0;
     try {
-      fence = lock_->fencing_token();  // the mutex asks the server (its lease must still be valid)
+      fence = lock_->fencing_token();  // asks the server(s): the lease must still be valid
     } catch (const redislock::error&) {
       stats_.errors.fetch_add(1);
-      return;  // not entered: nothing to clean up
+      release(epoch, valid_until);  // not entered; the object must not stay held (it would refuse every later try)
+      return;
     }
     // True from before the enter call: if its reply is lost, the marker may be set all the same.
     bool inside = true;
@@ -228,7 +261,9 @@ class holder_thread {
         if (written == 1) stats_.writes.fetch_add(1);
         if (written == -1) stats_.epoch_skips.fetch_add(1);
         if (written == 0) {
-          if (now_ns() < valid_until) {
+          if (now_ns() < valid_until && cfg_.masters > 0 && shared_.master_data_losses.load() > 0) {
+            stats_.fence_regressions.fetch_add(1);
+          } else if (now_ns() < valid_until) {
             stats_.violations.fetch_add(1);
             if (report_violation())
               std::fprintf(stderr, "torture: VIOLATION (fence) token %llu rejected while its lease was valid\n",
@@ -274,6 +309,10 @@ class holder_thread {
     try {
       reply_ptr e = data_->command({"GET", keys_.epoch});
       if (e->type == REDIS_REPLY_STRING && text(*e) == epoch) {
+        if (cfg_.masters > 0 && shared_.master_fault_events.load() != fault_events_at_) {
+          stats_.majority_lost.fetch_add(1);  // a master crashed, stalled or came back during the hold
+          return;
+        }
         stats_.violations.fetch_add(1);
         if (report_violation()) std::fprintf(stderr, "torture: VIOLATION (release) lease lost before it could run out\n");
       }
@@ -283,6 +322,7 @@ class holder_thread {
   }
 
   const config& cfg_;
+  const shared_state& shared_;
   worker_stats& stats_;
   keys keys_;
   int index_;
@@ -291,6 +331,7 @@ class holder_thread {
   connection_options data_options_;
   std::unique_ptr<connection> data_;
   unsigned long seq_ = 0;
+  std::uint64_t fault_events_at_ = 0;  // master fault events seen at the current acquisition
 };
 
 int run_worker(const config& cfg) {
@@ -298,15 +339,21 @@ int run_worker(const config& cfg) {
   if (::getppid() == 1) return 1;
   shared_state* state = map_state(cfg.shm, false);
   worker_stats& stats = state->workers[cfg.slot];
-  client_options o;
-  o.connection.port = cfg.lock_port;
-  o.connection.connect_timeout = milliseconds(1000);
-  o.connection.command_timeout = milliseconds(1000);
-  o.pool_size = static_cast<std::size_t>(cfg.threads);
-  o.pool_wait_timeout = milliseconds(5000);
-  client locks(o);
+  std::vector<std::unique_ptr<client>> servers;  // one per lock server (Redlock: per master)
+  clients locks;
+  for (int port : cfg.lock_ports) {
+    client_options o;
+    o.connection.port = port;
+    o.connection.connect_timeout = milliseconds(1000);
+    o.connection.command_timeout = milliseconds(1000);
+    o.pool_size = static_cast<std::size_t>(cfg.threads);
+    o.pool_wait_timeout = milliseconds(5000);
+    servers.push_back(std::make_unique<client>(o));
+    locks.emplace_back(*servers.back());
+  }
   std::vector<std::unique_ptr<holder_thread>> holders;
-  for (int i = 0; i < cfg.threads; ++i) holders.push_back(std::make_unique<holder_thread>(cfg, locks, stats, i));
+  for (int i = 0; i < cfg.threads; ++i)
+    holders.push_back(std::make_unique<holder_thread>(cfg, locks, *state, stats, i));
   std::vector<std::thread> threads;
   for (auto& h : holders) threads.emplace_back([&, hp = h.get()] { hp->run(state->stop); });
   for (auto& t : threads) t.join();
@@ -328,10 +375,12 @@ class coordinator {
     ::unlink(path);
     cfg_.shm = path;
     state_ = map_state(cfg_.shm, true);
-    server_ = std::make_unique<redislock_test::redis_server>();
+    server_ = std::make_unique<redislock_test::redis_server>();  // Redlock mode: the record only
+    for (int i = 0; i < cfg_.masters; ++i) masters_.push_back(std::make_unique<redislock_test::redis_server>());
     if (has("proxy")) proxy_ = std::make_unique<redislock_test::tcp_proxy>(server_->port());
     cfg_.data_port = server_->port();
-    cfg_.lock_port = proxy_ ? proxy_->port() : server_->port();
+    for (const auto& m : masters_) cfg_.lock_ports.push_back(m->port());
+    if (masters_.empty()) cfg_.lock_ports.push_back(proxy_ ? proxy_->port() : server_->port());
     admin_options_ = server_->options();
   }
   ~coordinator() {
@@ -395,10 +444,13 @@ class coordinator {
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) throw std::runtime_error("readlink /proc/self/exe failed");
     self[n] = 0;
+    std::string ports;
+    for (int p : cfg_.lock_ports) ports += (ports.empty() ? "" : ",") + std::to_string(p);
     std::vector<std::string> argv = {self, "--worker", std::to_string(slot), "--shm", cfg_.shm, "--run-id", cfg_.run_id,
-                                     "--lock-port", std::to_string(cfg_.lock_port), "--data-port",
+                                     "--lock-ports", ports, "--data-port",
                                      std::to_string(cfg_.data_port), "--kind", cfg_.kind, "--threads",
-                                     std::to_string(cfg_.threads), "--lease-ms", std::to_string(cfg_.lease_ms)};
+                                     std::to_string(cfg_.threads), "--lease-ms", std::to_string(cfg_.lease_ms),
+                                     "--masters", std::to_string(cfg_.masters)};
     workers_.push_back(worker{slot, redislock_test::child_process(argv)});
   }
 
@@ -459,6 +511,15 @@ class coordinator {
       w->process.signal(SIGSTOP);
       std::this_thread::sleep_for(lease + lease / 2);  // past its lease
       w->process.signal(SIGCONT);
+    } else if (fault == "master-kill9" || fault == "master-kill9x2" || fault == "master-restart") {
+      master_outage(random_masters(fault == "master-kill9x2" ? 2 : 1), fault != "master-restart");
+    } else if (fault == "master-sigstop") {
+      redislock_test::redis_server& m = *masters_[random_masters(1).front()];
+      state_->master_fault_events.fetch_add(1);
+      m.pause();
+      std::this_thread::sleep_for(lease + lease / 2);  // far past the per-instance timeout, and the lease
+      m.resume();
+      state_->master_fault_events.fetch_add(1);
     } else if (fault == "proxy") {
       // In turn: latency for a while, all connections cut, new connections refused for a while.
       const std::uint64_t step = counts_[fault] % 3;
@@ -476,6 +537,31 @@ class coordinator {
     }
     ++counts_[fault];
     ++faults_;
+  }
+
+  std::vector<std::size_t> random_masters(std::size_t n) {
+    std::vector<std::size_t> all(masters_.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::shuffle(all.begin(), all.end(), rng_);
+    all.resize(n);
+    return all;
+  }
+
+  // Masters crash (kill -9) or stop, stay down for --restart-delay-ms and come back empty. The
+  // delay is the restart rule of README "Redlock": a master that lost its keys may rejoin only
+  // after a lease has passed, when every key it held has run out anyway (with a shorter delay a
+  // holder's majority can lose a member that then votes for a second holder). While down, the
+  // others must carry on when they are a majority (counted in outage_acquisitions).
+  void master_outage(const std::vector<std::size_t>& which, bool crash) {
+    state_->master_fault_events.fetch_add(1);
+    state_->master_data_losses.fetch_add(which.size());
+    for (std::size_t i : which) crash ? masters_[i]->kill() : masters_[i]->stop();
+    const std::uint64_t before = total(&worker_stats::acquisitions);
+    std::this_thread::sleep_for(milliseconds(cfg_.restart_delay_ms));
+    if (masters_.size() - which.size() >= masters_.size() / 2 + 1)
+      outage_acquisitions_ += total(&worker_stats::acquisitions) - before;
+    for (std::size_t i : which) masters_[i]->start_again();
+    state_->master_fault_events.fetch_add(1);
   }
 
   // After a fault, the survivors must acquire again within a few leases.
@@ -523,11 +609,19 @@ class coordinator {
     for (const auto& [name, n] : counts_) fault_list += (fault_list.empty() ? "" : " ") + name + "=" + std::to_string(n);
     const bool pass = read_ok && violations == 0 && lost == 0 && stalls_ == 0 && unexpected_exits_ == 0 &&
                       acquisitions > 0 && faults_ >= cfg_.min_faults;
+    std::string redlock_fields;  // Redlock mode: the masters and what their faults cost
+    if (!masters_.empty())
+      redlock_fields = " masters=" + std::to_string(masters_.size()) + " restart_delay_ms=" +
+                       std::to_string(cfg_.restart_delay_ms) + " outage_acquisitions=" +
+                       std::to_string(outage_acquisitions_) + " majority_lost=" +
+                       std::to_string(total(&worker_stats::majority_lost)) + " fence_regressions=" +
+                       std::to_string(total(&worker_stats::fence_regressions));
     std::printf(
-        "torture: kind=%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
+        "torture: kind=%s%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
         "faults=%llu (%s) stale_rejected=%llu stale_overlaps=%llu lease_expired=%llu epoch_skips=%llu errors=%llu "
         "stalls=%llu unexpected_exits=%llu counter=%lld applied=%lld violations=%llu lost_updates=%lld %s\n",
-        cfg_.kind.c_str(), cfg_.processes, cfg_.threads, cfg_.lease_ms, seconds, (unsigned long long)acquisitions,
+        cfg_.kind.c_str(), redlock_fields.c_str(), cfg_.processes, cfg_.threads, cfg_.lease_ms, seconds,
+        (unsigned long long)acquisitions,
         (unsigned long long)writes, (unsigned long long)faults_, fault_list.empty() ? "none" : fault_list.c_str(),
         (unsigned long long)total(&worker_stats::stale_rejected), (unsigned long long)total(&worker_stats::stale_overlaps),
         (unsigned long long)total(&worker_stats::lease_expired), (unsigned long long)total(&worker_stats::epoch_skips),
@@ -541,14 +635,15 @@ class coordinator {
   config cfg_;
   std::mt19937 rng_;
   shared_state* state_ = nullptr;
-  std::unique_ptr<redislock_test::redis_server> server_;
+  std::unique_ptr<redislock_test::redis_server> server_;               // Redlock mode: the record only
+  std::vector<std::unique_ptr<redislock_test::redis_server>> masters_;  // Redlock mode: the lock
   std::unique_ptr<redislock_test::tcp_proxy> proxy_;
   connection_options admin_options_;
   std::unique_ptr<connection> admin_;
   std::vector<worker> workers_;
   int next_slot_ = 0;
   std::map<std::string, std::uint64_t> counts_;
-  std::uint64_t faults_ = 0, stalls_ = 0, unexpected_exits_ = 0;
+  std::uint64_t faults_ = 0, stalls_ = 0, unexpected_exits_ = 0, outage_acquisitions_ = 0;
 };
 
 }  // namespace
