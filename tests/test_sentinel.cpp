@@ -257,6 +257,88 @@ TEST_F(sentinel_test, unreachable_master_is_an_error_within_the_timeouts) {
   EXPECT_LT(ms_since(t0), 1000);
 }
 
+TEST(min_replicas, options_are_validated) {
+  redislock::client never_used(redislock::client_options{});  // constructors send nothing
+  auto with = [](int n, std::chrono::milliseconds t) {
+    redislock::lock_options o;
+    o.lease = 2s;
+    o.min_replicas = n;
+    o.replica_timeout = t;
+    return o;
+  };
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(-1, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1000, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1, 0ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1, 2s)), redislock::invalid_argument);  // not below the lease
+  EXPECT_THROW(redislock::reentrant_mutex(never_used, "v", with(-1, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::shared_mutex(never_used, "v", with(1, -5ms)), redislock::invalid_argument);
+  EXPECT_NO_THROW(redislock::mutex(never_used, "v", with(0, 0ms)));  // unused without min_replicas
+  EXPECT_NO_THROW(redislock::mutex(never_used, "v", with(2, 1999ms)));
+}
+
+TEST_F(sentinel_test, min_replicas_met_by_the_live_replica_for_every_kind) {
+  redislock::lock_options o;
+  o.min_replicas = 1;
+  o.replica_timeout = 1s;
+  redislock::basic_mutex<redislock::sentinel_client> m(*client, "acked", o);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_TRUE(m.still_held());
+  m.unlock();
+  EXPECT_EQ(m.last_release(), redislock::release_status::released);
+  o.fair = true;
+  redislock::basic_mutex<redislock::sentinel_client> f(*client, "acked-fair", o);
+  ASSERT_TRUE(f.try_lock_for(1s));
+  f.unlock();
+  o.fair = false;
+  redislock::basic_reentrant_mutex<redislock::sentinel_client> r(*client, "acked-r", o);
+  r.lock();
+  r.lock();  // nested: no second WAIT needed
+  r.unlock();
+  r.unlock();
+  EXPECT_EQ(r.last_release(), redislock::release_status::released);
+  redislock::basic_shared_mutex<redislock::sentinel_client> s(*client, "acked-s", o);
+  s.lock_shared();
+  s.unlock_shared();
+  s.lock();
+  s.unlock();
+  EXPECT_EQ(s.last_release(), redislock::release_status::released);
+}
+
+TEST_F(sentinel_test, min_replicas_not_met_releases_and_throws_for_every_kind) {
+  redislock::lock_options o;
+  o.min_replicas = 2;  // there is one replica
+  o.replica_timeout = 100ms;
+  o.auto_renew = true;
+  auto expect_refused = [&](auto&& acquire, const std::string& key) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      acquire();
+      ADD_FAILURE() << key << ": acquired without two replicas";
+    } catch (const redislock::replication_error& e) {
+      EXPECT_EQ(e.required(), 2);
+      EXPECT_EQ(e.acknowledged(), 1) << e.what();
+    }
+    EXPECT_LT(ms_since(t0), 1000) << "bounded by replica_timeout";
+    EXPECT_FALSE(exists(key)) << key << " was left behind";
+  };
+  redislock::basic_mutex<redislock::sentinel_client> m(*client, "unacked", o);
+  expect_refused([&] { m.lock(); }, m.key());
+  EXPECT_FALSE(m.owns_lock());
+  expect_refused([&] { m.try_lock(); }, m.key());
+  // The object is usable afterwards, and a lock refused this way is free for others.
+  redislock::basic_mutex<redislock::sentinel_client> plain(*client, "unacked");
+  ASSERT_TRUE(plain.try_lock());
+  plain.unlock();
+  redislock::basic_reentrant_mutex<redislock::sentinel_client> r(*client, "unacked-r", o);
+  expect_refused([&] { r.lock(); }, r.key());
+  EXPECT_EQ(r.hold_count(), 0);
+  redislock::basic_shared_mutex<redislock::sentinel_client> s(*client, "unacked-s", o);
+  expect_refused([&] { s.lock(); }, s.key());
+  expect_refused([&] { s.try_lock_shared_for(1s); }, s.key());
+  EXPECT_FALSE(s.owns_lock());
+  EXPECT_FALSE(s.owns_shared());
+}
+
 namespace {
 
 // Acquires (try_lock) until an acquisition succeeds on `new_master`'s node, counting calls
