@@ -339,6 +339,46 @@ TEST_F(sentinel_test, min_replicas_not_met_releases_and_throws_for_every_kind) {
   EXPECT_FALSE(s.owns_shared());
 }
 
+TEST_F(sentinel_test, the_minimal_acl_of_the_readme_is_enough) {
+  // Data nodes (ACLs are not replicated: set on both): the mutex's user plus +role and +wait.
+  for (int i = 0; i < 2; ++i) {
+    redislock::connection c(topology->node_options(i));
+    c.command({"ACL", "SETUSER", "locker", "reset", "on", ">locker-pw", "~redislock:*", "&redislock:*", "-@all",
+               "+evalsha", "+script|load", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+incr", "+time",
+               "+zadd", "+zscore", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+hincrby", "+publish", "+subscribe",
+               "+unsubscribe", "+role", "+wait"});
+  }
+  // Sentinels: only the master's address.
+  for (int i = 0; i < 3; ++i) {
+    redislock::connection c(topology->sentinel_options(i));
+    c.command({"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all",
+               "+sentinel|get-master-addr-by-name"});
+  }
+  auto o = options();
+  o.connection.user = "locker";
+  o.connection.password = "locker-pw";
+  o.sentinel_user = "discovery";
+  o.sentinel_password = "discovery-pw";
+  o.on_warning = [](const std::string&) {};
+  redislock::sentinel_client c(o);
+  redislock::lock_options lo;
+  lo.min_replicas = 1;
+  redislock::basic_mutex<redislock::sentinel_client> m(c, "acl", lo);
+  ASSERT_TRUE(m.try_lock());
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> other(c, "acl", lo);
+    got = other.try_lock_for(10s);
+    if (got) other.unlock();
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", m.key() + ":queue"})->integer == 1; }));
+  m.unlock();
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_GE(c.wait_stats().wakeups, 1u) << "woken by pub/sub, not by backoff";
+  EXPECT_EQ(c.eviction().risk, redislock::eviction_risk::unknown);  // no +config|get: not checked
+}
+
 namespace {
 
 // Acquires (try_lock) until an acquisition succeeds on `new_master`'s node, counting calls
@@ -391,29 +431,62 @@ TEST_F(sentinel_test, sentinel_failover_command_clients_move_to_the_new_master) 
   warm.unlock();
   expect_notified_handoff(*client);
   const std::string new_endpoint = "127.0.0.1:" + std::to_string(topology->node(1 - master).port());
+  // A waiter queued behind a holder before the failover gets the lock after it (woken by a
+  // notice or its re-check; the holder's 1 s lease may be lost with the old master).
+  redislock::lock_options short_lease;
+  short_lease.lease = 1s;
+  redislock::basic_mutex<redislock::sentinel_client> holder(*client, "across", short_lease);
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> waiter_got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> w(*client, "across", short_lease);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!waiter_got && std::chrono::steady_clock::now() < until) {
+      try {
+        waiter_got = w.try_lock_until(until);
+      } catch (const redislock::error&) {  // a call during the failover: try again
+      }
+    }
+    if (waiter_got) w.unlock();
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
   redislock::connection sentinel(topology->sentinel_options(0));
   const auto t0 = std::chrono::steady_clock::now();
   sentinel.command({"SENTINEL", "FAILOVER", sentinel_topology::service});
   int errors = 0;
   const long long recovery = recover(*client, new_endpoint, t0, errors);
+  holder.unlock();  // never throws
+  waiter.join();
+  EXPECT_TRUE(waiter_got) << "the waiter queued before the failover never got the lock";
+  if (recovery < 0) topology->describe();
   ASSERT_GE(recovery, 0) << "no acquisition on the new master within 20 s";
   std::printf("[ sentinel ] SENTINEL FAILOVER: first acquisition on the new master after %lld ms (%d calls failed)\n",
               recovery, errors);
   RecordProperty("recovery_ms", static_cast<int>(recovery));
   EXPECT_EQ(client->master_changes(), 1u);
-  ASSERT_TRUE(topology->wait_healthy(20s));
+  const bool healthy = topology->wait_healthy(30s);
+  if (!healthy) topology->describe();
+  ASSERT_TRUE(healthy);
   expect_notified_handoff(*client);
 }
 
 TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
   redislock::lock_options renew;
-  renew.lease = 3s;
+  renew.lease = 5s;
   renew.auto_renew = true;
+  // Acknowledged by the replica before the crash: without it a kill within a millisecond of the
+  // acquisition can beat replication, and the promoted replica never saw the hold (seen here:
+  // the first renewal on the new master answered "not ours", lost() was reported).
+  renew.min_replicas = 1;
+  std::atomic<long long> lost_at{-1};
+  const auto start = std::chrono::steady_clock::now();
+  renew.on_lost = [&](const std::string&) { lost_at = ms_since(start); };
   redislock::basic_mutex<redislock::sentinel_client> held(*client, "held", renew);
   held.lock();  // renewed through the failover (or reported lost): never a crash or a hang
   expect_notified_handoff(*client);
   const std::string new_endpoint = "127.0.0.1:" + std::to_string(topology->node(1 - master).port());
   const auto t0 = std::chrono::steady_clock::now();
+  std::printf("[ sentinel ] kill at %lld ms after the acquisition\n", ms_since(start));
   topology->node(master).kill();
   int errors = 0;
   const long long recovery = recover(*client, new_endpoint, t0, errors);
@@ -421,10 +494,17 @@ TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
   std::printf("[ sentinel ] kill -9 of the master: first acquisition on the new master after %lld ms (%d calls failed)\n",
               recovery, errors);
   RecordProperty("recovery_ms", static_cast<int>(recovery));
+  std::printf("[ sentinel ] recovered at %lld ms after the acquisition\n", ms_since(start));
   topology->restart_as_replica(master);
-  ASSERT_TRUE(topology->wait_healthy(20s));
+  const bool healthy = topology->wait_healthy(30s);
+  std::printf("[ sentinel ] healthy %d at %lld ms after the acquisition\n", healthy ? 1 : 0, ms_since(start));
+  if (!healthy) topology->describe();
+  ASSERT_TRUE(healthy);
   expect_notified_handoff(*client);
-  held.unlock();  // never throws; the hold may have been lost with the old master
-  std::printf("[ sentinel ] the hold taken before the crash: lost() %d, release %s\n", held.lost() ? 1 : 0,
-              redislock::to_string(held.last_release()));
+  held.unlock();  // never throws; the hold may still have been lost (renewals failing past the lease)
+  if (held.lost()) EXPECT_EQ(held.last_release(), redislock::release_status::lease_expired);
+  const auto w = client->watchdog().stats();
+  std::printf("[ sentinel ] the hold taken before the crash: lost() %d (at %lld ms), release %s (renewals %llu, failed %llu)\n",
+              held.lost() ? 1 : 0, lost_at.load(), redislock::to_string(held.last_release()),
+              static_cast<unsigned long long>(w.renewals), static_cast<unsigned long long>(w.failures));
 }

@@ -429,7 +429,10 @@ class sentinel_client {
   // A connection of `generation` found its node not (or no longer) the master.
   void forget_master(std::uint64_t generation) {
     std::lock_guard<std::mutex> g(mutex_);
-    if (generation == generation_) master_.reset();  // the next call asks the sentinels
+    if (generation != generation_ || !master_) return;
+    master_.reset();  // the next call asks the sentinels,
+    // starting with another one: the last to answer may not have heard of the failover yet
+    preferred_sentinel_ = (preferred_sentinel_ + 1) % options_.sentinels.size();
   }
 
   pooled borrow() {

@@ -12,6 +12,7 @@
 #include <redislock/reply.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -147,6 +148,20 @@ class sentinel_topology {
     if (info(node_options(m), "replication")["role"] != "master") return false;
     auto r = info(node_options(1 - m), "replication");
     return r["role"] == "slave" && r["master_port"] == std::to_string(nodes_[m]->port()) && r["master_link_status"] == "up";
+  }
+
+  /// Prints what healthy() looks at (for a failure's diagnosis).
+  void describe() const {
+    for (int s = 0; s < 3; ++s) {
+      auto v = sentinel_view(s);
+      std::printf("sentinel %d: master node %d, flags %s, num-slaves %s, num-other-sentinels %s\n", s,
+                  master_by_sentinel(s), v["flags"].c_str(), v["num-slaves"].c_str(), v["num-other-sentinels"].c_str());
+    }
+    for (int i = 0; i < 2; ++i) {
+      auto r = info(node_options(i), "replication");
+      std::printf("node %d (port %d): role %s, master_port %s, link %s\n", i, nodes_[i]->port(), r["role"].c_str(),
+                  r["master_port"].c_str(), r["master_link_status"].c_str());
+    }
   }
 
   /// Brings a killed node back as a replica of the current master.
