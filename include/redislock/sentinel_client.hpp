@@ -76,6 +76,9 @@ struct sentinel_options {
   /// Re-discoveries one call may make after finding the master gone, with a pause before each
   /// (retry_backoff, doubling). With the defaults a call gives up after about 0.7 s plus the
   /// timeouts of its attempts; the lock's caller retries as after any connection error.
+  /// Worst case of one call when every node stalls: (retries + 1) × (sentinels × (connect +
+  /// command timeout) + connect + 2 command timeouts) plus the pauses: bounded, but choose
+  /// timeouts with it in mind.
   int retries = 3;
   std::chrono::milliseconds retry_backoff{100};
   /// Ask the sentinels again at least this often while calls are made (one call per interval
@@ -249,14 +252,14 @@ class sentinel_client {
       }
       try {
         if constexpr (std::is_same_v<result, reply_ptr>) {
-          reply_ptr r = std::forward<F>(f)(*l->conn);
+          reply_ptr r = f(*l->conn);  // f may be called again: never moved from
           if (!last && r && r->type == REDIS_REPLY_ERROR && detail::is_not_master_reply(std::string_view(r->str, r->len))) {
             l->stale();
             continue;
           }
           return r;
         } else {
-          return std::forward<F>(f)(*l->conn);
+          return f(*l->conn);
         }
       } catch (const reply_error& e) {
         if (last || !detail::is_not_master_reply(e.server_message())) throw;
