@@ -55,10 +55,11 @@ struct lock_options {
   /// nothing. 0 (the default): no WAIT. Must be in [0, 100]. This narrows the window in which
   /// a failover loses the lock; it does not close it (README, "Topologies").
   int min_replicas = 0;
-  /// With min_replicas: how long WAIT may take. Bounded further by the caller's deadline
-  /// (but at least min(replica_timeout, 10 ms), so try_lock() can be acknowledged too) and by
-  /// 3/4 of the connection's command timeout (the reply must come back before it). Must be in
-  /// [1 ms, lease).
+  /// With min_replicas: how long WAIT may take. Bounded further by the time left to the
+  /// caller's deadline, but never below min(replica_timeout, 100 ms): try_lock(), or an
+  /// acquisition made at the last moment, must be able to wait for the acknowledgement too, so
+  /// such a call may return up to that long after its deadline. Also kept under 3/4 of the
+  /// connection's command timeout (the reply must come back before it). Must be in [1 ms, lease).
   std::chrono::milliseconds replica_timeout{500};
 };
 

@@ -59,6 +59,10 @@ struct renewal_target {
 /// connection. When fewer replicas acknowledged (or the hold was already gone), calls release()
 /// (the kind's owner-checked unlock, noexcept) and throws replication_error. An error on the
 /// way releases too, then is rethrown.
+/// The least time WAIT gets, whatever the caller's deadline (lock_options::replica_timeout):
+/// 10 ms proved too short for a replica's acknowledgement on a loaded machine.
+inline constexpr std::chrono::milliseconds replica_floor{100};
+
 template <class Client, class Release>
 void require_replicas(Client& client, const lock_options& o, const std::string& name, const std::string& route_key,
                       const renewal_target& t, const deadline& d, Release&& release) {
@@ -67,7 +71,7 @@ void require_replicas(Client& client, const lock_options& o, const std::string& 
   milliseconds wait = o.replica_timeout;
   if (d) {
     const auto left = std::chrono::ceil<milliseconds>(*d - steady::now());
-    wait = std::clamp(left, std::min(o.replica_timeout, milliseconds(10)), o.replica_timeout);
+    wait = std::clamp(left, std::min(o.replica_timeout, replica_floor), o.replica_timeout);
   }
   std::int64_t acknowledged = 0;
   try {
