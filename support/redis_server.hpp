@@ -9,12 +9,14 @@
 #include <redislock/options.hpp>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -49,17 +51,40 @@ inline std::string redis_server_binary() {
   return env && *env ? env : "redis-server";
 }
 
+/// How to start a server other than the default one.
+struct server_config {
+  /// Additional redis-server arguments (e.g. {"--requirepass", "x"}).
+  std::vector<std::string> extra;
+  /// Sentinel mode (`redis-server <file> --sentinel`): Sentinel needs a configuration file it
+  /// can rewrite, so `config_file_text` is written to a file in a fresh temporary directory
+  /// (removed by the destructor) and passed first.
+  bool sentinel = false;
+  std::string config_file_text;
+};
+
 class redis_server {
  public:
   /// Starts a server; `extra` are additional redis-server arguments (e.g. {"--requirepass", "x"}).
-  explicit redis_server(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  explicit redis_server(std::vector<std::string> extra = {}) : redis_server(server_config{std::move(extra), false, {}}) {}
+  explicit redis_server(server_config config) : extra_(std::move(config.extra)), sentinel_(config.sentinel) {
+    if (sentinel_ || !config.config_file_text.empty()) {
+      char dir[] = "/tmp/redislock-test-XXXXXX";
+      if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
+      dir_ = dir;
+      config_file_ = dir_ + "/redis.conf";
+      config_text_ = std::move(config.config_file_text);
+    }
     for (int tries = 0; tries < 5; ++tries) {
       port_ = free_port();
       if (start()) return;
     }
+    remove_dir();
     throw std::runtime_error("redis_server: could not start redis-server (is it installed?)");
   }
-  ~redis_server() { stop(); }
+  ~redis_server() {
+    stop();
+    remove_dir();
+  }
   redis_server(const redis_server&) = delete;
   redis_server& operator=(const redis_server&) = delete;
 
@@ -106,6 +131,22 @@ class redis_server {
     stop();
     start_again();
   }
+  /// The same, with other additional arguments from now on (e.g. a new --replicaof).
+  void restart(std::vector<std::string> extra) {
+    stop();
+    extra_ = std::move(extra);
+    if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
+  }
+
+  /// Kills the server with SIGKILL (a crash: no shutdown, no goodbye to clients' sockets
+  /// beyond what the kernel sends) and waits for it to be gone.
+  void kill() {
+    if (!process_.running()) return;
+    process_.signal(SIGKILL);
+    process_.wait_for(std::chrono::seconds(10));
+    if (log_reader_.joinable()) log_reader_.join();
+  }
+  bool running() const { return process_.running(); }
 
   /// Suspends / resumes the server process (a stalled server for timeout tests).
   void pause() const { process_.signal(SIGSTOP); }
@@ -115,22 +156,37 @@ class redis_server {
   bool start() {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-    std::vector<std::string> argv = {redis_server_binary(), "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-                                     "--loglevel", "notice", "--protected-mode", "no"};
+    std::vector<std::string> argv = {redis_server_binary()};
+    if (!config_file_.empty()) {
+      if (!config_written_) {  // once: a restarted sentinel goes on from what it rewrote there
+        FILE* f = std::fopen(config_file_.c_str(), "w");
+        if (f == nullptr) throw std::runtime_error("redis_server: cannot write " + config_file_);
+        std::fputs(config_text_.c_str(), f);
+        std::fclose(f);
+        config_written_ = true;
+      }
+      argv.push_back(config_file_);
+    }
+    if (sentinel_) argv.push_back("--sentinel");
+    argv.insert(argv.end(), {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--daemonize", "no", "--logfile",
+                             "", "--loglevel", "notice", "--protected-mode", "no"});
+    if (!sentinel_) argv.insert(argv.end(), {"--save", "", "--appendonly", "no"});
     argv.insert(argv.end(), extra_.begin(), extra_.end());
+    // A sentinel never logs "Ready to accept connections" (Redis 7.0): its ID line comes once
+    // it listens and has loaded its configuration.
+    const std::string ready_line = sentinel_ ? "Sentinel ID is" : "Ready to accept connections";
     process_ = child_process(argv, fds[1]);
     ::close(fds[1]);
     ready_ = failed_ = false;
     // Reads the log to its end (the server's exit), so the pipe never fills up.
-    log_reader_ = std::thread([this, fd = fds[0]] {
+    log_reader_ = std::thread([this, ready_line, fd = fds[0]] {
       std::string pending;
       char buf[4096];
       for (;;) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n <= 0) break;
         pending.append(buf, static_cast<std::size_t>(n));
-        if (pending.find("Ready to accept connections") != std::string::npos) signal_state(true, false);
+        if (pending.find(ready_line) != std::string::npos) signal_state(true, false);
         if (pending.size() > 8192) pending.erase(0, pending.size() - 64);
       }
       ::close(fd);
@@ -156,7 +212,21 @@ class redis_server {
     cv_.notify_all();
   }
 
+  void remove_dir() {
+    if (dir_.empty()) return;
+    if (DIR* d = ::opendir(dir_.c_str())) {  // the configuration, and whatever Sentinel left beside it
+      while (dirent* e = ::readdir(d))
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") std::remove((dir_ + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(dir_.c_str());
+    dir_.clear();
+  }
+
   std::vector<std::string> extra_;
+  bool sentinel_ = false;
+  std::string dir_, config_file_, config_text_;
+  bool config_written_ = false;
   int port_ = 0;
   child_process process_;
   std::thread log_reader_;

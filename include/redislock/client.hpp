@@ -189,16 +189,7 @@ class client {
       std::lock_guard<std::mutex> g(mutex_);
       eviction_ = e;
     }
-    if (e.risk != eviction_risk::evicts_locks) return;
-    const std::string message = eviction_warning(e, options_.connection.endpoint());
-    if (!options_.on_warning) {
-      std::fprintf(stderr, "%s\n", message.c_str());
-      return;
-    }
-    try {
-      options_.on_warning(message);
-    } catch (...) {  // a logger's failure must not fail the lock call that connected
-    }
+    detail::warn_if_evicting(e, options_.connection.endpoint(), options_.on_warning);
   }
 
   void give_back(connection_ptr c) noexcept {

@@ -55,6 +55,11 @@ class connection {
   /// True when the next call must reconnect first.
   bool broken() const noexcept { return !context_ || context_->err != 0; }
 
+  /// True when the next command would reconnect first: broken, or closed by the server while
+  /// idle (checked without a round trip). A client that picks the server itself (Sentinel)
+  /// drops such a connection instead of letting it reconnect to the same address.
+  bool needs_reconnect() const noexcept { return pending_ == 0 && (!context_ || broken() || peer_closed_while_idle()); }
+
   /// Reconnects if the connection is broken or the server closed it while idle (checked
   /// without a round trip). Called by every command; callable directly to fail early.
   void ensure_ready() {

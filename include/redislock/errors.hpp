@@ -6,13 +6,15 @@
 ///   error
 ///   ├── invalid_argument      bad input, rejected before anything is sent to Redis
 ///   ├── connection_error      cannot connect, I/O failure, connection closed
-///   │   └── timeout_error     connect or command timeout, pool wait timeout
+///   │   ├── timeout_error     connect or command timeout, pool wait timeout
+///   │   └── discovery_error   no Sentinel could name the master (sentinel_client)
 ///   ├── reply_error           the server answered with an error reply (text kept verbatim)
 ///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
 ///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
 ///   │   ├── auth_error        NOAUTH / WRONGPASS / NOPERM
 ///   │   └── redirect_error    MOVED / ASK (Redis Cluster)
-///   └── lock_error            ownership misuse (unlocking or extending a lock not held)
+///   ├── lock_error            ownership misuse (unlocking or extending a lock not held)
+///   └── replication_error     lock_options::min_replicas not reached: the hold was released
 ///
 /// Messages never contain passwords.
 
@@ -98,6 +100,29 @@ class redirect_error : public reply_error {
 class lock_error : public error {
  public:
   using error::error;
+};
+
+/// sentinel_client: no Sentinel answered with the master's address (all down, unreachable,
+/// refusing our credentials, or none knows the service name). The message names each one's
+/// answer.
+class discovery_error : public connection_error {
+ public:
+  using connection_error::connection_error;
+};
+
+/// An acquisition reached fewer replicas than lock_options::min_replicas asked for within
+/// lock_options::replica_timeout. The hold was released (owner-checked) before this was
+/// thrown: the caller does not hold the lock (when that release could not reach Redis, the
+/// lease runs out on its own; the lock's last_release() says which).
+class replication_error : public error {
+ public:
+  replication_error(std::string what, int required, int acknowledged)
+      : error(std::move(what)), required_(required), acknowledged_(acknowledged) {}
+  int required() const noexcept { return required_; }
+  int acknowledged() const noexcept { return acknowledged_; }
+
+ private:
+  int required_, acknowledged_;
 };
 
 namespace detail {

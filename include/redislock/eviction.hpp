@@ -13,6 +13,8 @@
 #include <redislock/reply.hpp>
 
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -77,4 +79,23 @@ inline std::string eviction_warning(const eviction_check& e, std::string_view en
          "\"Guarantees and limits\").";
 }
 
+namespace detail {
+
+/// A client's once-per-client warning: to on_warning when set (its exceptions swallowed: a
+/// logger's failure must not fail the lock call that connected), else a line on stderr.
+inline void warn_if_evicting(const eviction_check& e, std::string_view endpoint,
+                             const std::function<void(const std::string&)>& on_warning) noexcept {
+  if (e.risk != eviction_risk::evicts_locks) return;
+  try {
+    const std::string message = eviction_warning(e, endpoint);
+    if (!on_warning) {
+      std::fprintf(stderr, "%s\n", message.c_str());
+      return;
+    }
+    on_warning(message);
+  } catch (...) {
+  }
+}
+
+}  // namespace detail
 }  // namespace redislock

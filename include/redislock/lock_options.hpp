@@ -48,6 +48,19 @@ struct lock_options {
   /// deleted the key) is noticed within this bound plus one round trip, whatever the old
   /// lease. Each look is one command per waiter. Must be in [10 ms, max_lease].
   std::chrono::milliseconds recheck_interval{1000};
+  /// Replica acknowledgement (every lock kind except redlock): after each new hold (not a
+  /// nested one), renew it once and `WAIT min_replicas` on the same connection. When fewer
+  /// replicas acknowledged within replica_timeout, the hold is released (owner-checked) and the
+  /// acquisition throws replication_error: lock() and try_lock*() alike, the caller holds
+  /// nothing. 0 (the default): no WAIT. Must be in [0, 100]. This narrows the window in which
+  /// a failover loses the lock; it does not close it (README, "Topologies").
+  int min_replicas = 0;
+  /// With min_replicas: how long WAIT may take. Bounded further by the time left to the
+  /// caller's deadline, but never below min(replica_timeout, 100 ms): try_lock(), or an
+  /// acquisition made at the last moment, must be able to wait for the acknowledgement too, so
+  /// such a call may return up to that long after its deadline. Also kept under 3/4 of the
+  /// connection's command timeout (the reply must come back before it). Must be in [1 ms, lease).
+  std::chrono::milliseconds replica_timeout{500};
 };
 
 /// Leases longer than this are rejected as a likely unit mistake (30 days).
@@ -83,6 +96,9 @@ inline void validate(std::string_view name, const lock_options& o) {
     throw invalid_argument("lock wait_lease must be in [3 ms, max_lease]");
   if (o.recheck_interval.count() < 10 || o.recheck_interval > max_lease)
     throw invalid_argument("lock recheck_interval must be in [10 ms, max_lease]");
+  if (o.min_replicas < 0 || o.min_replicas > 100) throw invalid_argument("lock min_replicas must be in [0, 100]");
+  if (o.min_replicas > 0 && (o.replica_timeout.count() < 1 || o.replica_timeout >= o.lease))
+    throw invalid_argument("lock replica_timeout must be in [1 ms, lease) when min_replicas is set");
 }
 
 /// The part of `key` that Redis Cluster hashes: the text between the first '{' and the first

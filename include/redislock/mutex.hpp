@@ -196,6 +196,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       return false;
     }
     holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    detail::require_replicas(client_, options_, name_, key_, renewal(), d, [this]() noexcept { this->unlock(); });
     if (options_.auto_renew) {
       try {
         start_renewal();
@@ -372,9 +373,11 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       if (ours) acquired_at_ = now;
       else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
-    lease_.start(client_, options_, name_, key_, {&detail::mutex_scripts::extend(), {key_}, {token_, lease_ms_}},
-                 acquired_at_);
+    lease_.start(client_, options_, name_, key_, renewal(), acquired_at_);
   }
+
+  // The current acquisition's owner-checked extend (for the watchdog and min_replicas).
+  detail::renewal_target renewal() const { return {&detail::mutex_scripts::extend(), {key_}, {current_token(), lease_ms_}}; }
 
   void require_held(const char* what) const {
     if (!held_.load(std::memory_order_acquire))

@@ -78,6 +78,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       pointers.push_back(&c);
     }
     if (options_.fair) throw invalid_argument("redlock: fair mode is not supported");
+    if (options_.min_replicas > 0)
+      throw invalid_argument("redlock: min_replicas is not supported (its masters are independent, without replicas)");
     if (!(redlock_.drift_factor >= 0 && redlock_.drift_factor < 1) || redlock_.drift_floor.count() < 0)
       throw invalid_argument("redlock: drift_factor must be in [0, 1) and drift_floor >= 0");
     if (redlock_.instance_timeout.count() < 0) throw invalid_argument("redlock: instance_timeout must not be negative");

@@ -270,13 +270,18 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
     if (began != nullptr) began->acquired();
     owners_.set_mine(h);
     if (began != nullptr) {
-      try {
-        began->start(client_, options_, name_, keys_.lock,
-                     {&detail::shared_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.channel, keys_.lease_ms, side}},
-                     sent);
-      } catch (...) {
-        if (began == &h.lease->write) this->unlock();  // do not keep a hold we promised to renew
+      const bool write = began == &h.lease->write;
+      auto drop = [this, write]() noexcept {
+        if (write) this->unlock();
         else this->unlock_shared();
+      };
+      const detail::renewal_target renewal{
+          &detail::shared_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.channel, keys_.lease_ms, side}};
+      detail::require_replicas(client_, options_, name_, keys_.lock, renewal, d, drop);
+      try {
+        began->start(client_, options_, name_, keys_.lock, renewal, sent);
+      } catch (...) {
+        drop();  // do not keep a hold we promised to renew
         throw;
       }
     }

@@ -19,10 +19,16 @@
 #include <redislock/script.hpp>
 #include <redislock/watchdog.hpp>
 
+#include <redislock/connection.hpp>
+#include <redislock/detail/wait.hpp>
+#include <redislock/reply.hpp>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +55,62 @@ struct renewal_target {
   const script* extend;
   std::vector<std::string> keys, args;
 };
+
+/// lock_options::min_replicas, one contract for every lock kind: call right after a new hold
+/// began (before its renewal starts). Renews the hold once with its own extend script (an
+/// owner-checked write on this connection: a hold handed over by another client's release was
+/// written on theirs, and WAIT counts only this connection's writes; replicated in order, the
+/// renewal reaching a replica means the hold did too), then `WAIT n timeout` on the same
+/// connection. When fewer replicas acknowledged (or the hold was already gone), calls release()
+/// (the kind's owner-checked unlock, noexcept) and throws replication_error. An error on the
+/// way releases too, then is rethrown.
+/// The least time WAIT gets, whatever the caller's deadline (lock_options::replica_timeout):
+/// 10 ms proved too short for a replica's acknowledgement on a loaded machine.
+inline constexpr std::chrono::milliseconds replica_floor{100};
+
+template <class Client, class Release>
+void require_replicas(Client& client, const lock_options& o, const std::string& name, const std::string& route_key,
+                      const renewal_target& t, const deadline& d, Release&& release) {
+  if (o.min_replicas <= 0) return;
+  using std::chrono::milliseconds;
+  milliseconds wait = o.replica_timeout;
+  if (d) {
+    const auto left = std::chrono::ceil<milliseconds>(*d - steady::now());
+    wait = std::clamp(left, std::min(o.replica_timeout, replica_floor), o.replica_timeout);
+  }
+  std::int64_t acknowledged = 0;
+  try {
+    acknowledged = client.run(route_key, [&](connection& c) -> std::int64_t {
+      const std::vector<std::string_view> keys(t.keys.begin(), t.keys.end()), args(t.args.begin(), t.args.end());
+      auto extend = [&] {
+        t.extend->append(c, keys.data(), keys.size(), args.data(), args.size());
+        return c.read_reply();
+      };
+      reply_ptr r = extend();
+      if (script::is_noscript(*r)) {
+        t.extend->load(c);
+        r = extend();
+      }
+      if (as_integer(*r) != 1) return -1;  // the hold is gone already
+      milliseconds w = wait;
+      const milliseconds command_timeout = c.options().command_timeout;
+      if (command_timeout.count() > 0) w = std::min(w, command_timeout * 3 / 4);
+      w = std::max(w, milliseconds(1));  // WAIT 0 would block forever
+      return as_integer(*c.command({"WAIT", std::to_string(o.min_replicas), std::to_string(w.count())}));
+    });
+  } catch (...) {
+    release();
+    throw;
+  }
+  if (acknowledged >= o.min_replicas) return;
+  release();
+  throw replication_error(
+      acknowledged < 0 ? "lock '" + name + "': the hold was gone before replicas acknowledged it (released)"
+                       : "lock '" + name + "': " + std::to_string(acknowledged) + " of " + std::to_string(o.min_replicas) +
+                             " replicas acknowledged the acquisition within " + std::to_string(wait.count()) +
+                             " ms (released)",
+      o.min_replicas, static_cast<int>(std::max<std::int64_t>(acknowledged, 0)));
+}
 
 class lease_keeper {
  public:

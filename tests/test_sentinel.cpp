@@ -1,0 +1,528 @@
+// redislock::sentinel_client against a real Sentinel set-up: a master, one replica and three
+// sentinels, started once for this binary (a gtest Environment) and stopped at its end. The
+// tests run in the order written and share the set-up: each starts by waiting (bounded) for it
+// to be healthy, whichever node is master by then; the failover tests come last.
+
+#include "eventually.hpp"
+#include "sentinel_topology.hpp"
+
+#include <redislock/redislock.hpp>
+#include <redislock/sentinel_client.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+using redislock_test::sentinel_topology;
+
+namespace {
+
+sentinel_topology* topology = nullptr;
+
+struct topology_environment : ::testing::Environment {
+  void SetUp() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    topology = new sentinel_topology();
+    std::printf("[ sentinel ] set-up ready in %lld ms\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - t0)
+                                           .count()));
+  }
+  void TearDown() override {
+    delete topology;
+    topology = nullptr;
+  }
+};
+
+const auto* const registered = ::testing::AddGlobalTestEnvironment(new topology_environment);
+
+redislock::sentinel_options options() {
+  redislock::sentinel_options o = redislock::parse_sentinel_uri(topology->uri());
+  o.connection.connect_timeout = 500ms;
+  o.connection.command_timeout = 500ms;
+  return o;
+}
+
+struct sentinel_test : ::testing::Test {
+  void SetUp() override {
+    ASSERT_TRUE(topology->wait_healthy(20s)) << "the Sentinel set-up did not become healthy";
+    master = topology->master();
+    ASSERT_GE(master, 0);
+    admin = std::make_unique<redislock::connection>(topology->node_options(master));
+    admin->command({"FLUSHALL"});
+    client = std::make_unique<redislock::sentinel_client>(options());
+  }
+  bool exists(const std::string& key) { return admin->command({"EXISTS", key})->integer == 1; }
+
+  int master = -1;
+  std::unique_ptr<redislock::connection> admin;
+  std::unique_ptr<redislock::sentinel_client> client;
+};
+
+long long ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(sentinel_uri, parses_hosts_service_db_and_both_credentials) {
+  auto o = redislock::parse_sentinel_uri(
+      "redis-sentinel://app:p%40ss@h1:26379,h2,[::1]:26381/mymaster/3?sentinel_user=sen&sentinel_password=s%3Acret");
+  ASSERT_EQ(o.sentinels.size(), 3u);
+  EXPECT_EQ(o.sentinels[0].host, "h1");
+  EXPECT_EQ(o.sentinels[0].port, 26379);
+  EXPECT_EQ(o.sentinels[1].host, "h2");
+  EXPECT_EQ(o.sentinels[1].port, 26379);
+  EXPECT_EQ(o.sentinels[2].host, "::1");
+  EXPECT_EQ(o.sentinels[2].port, 26381);
+  EXPECT_EQ(o.service_name, "mymaster");
+  EXPECT_EQ(o.connection.db, 3);
+  EXPECT_EQ(o.connection.user, "app");
+  EXPECT_EQ(o.connection.password, "p@ss");
+  EXPECT_EQ(o.sentinel_user, "sen");
+  EXPECT_EQ(o.sentinel_password, "s:cret");
+  EXPECT_FALSE(o.connection.tls);
+  EXPECT_TRUE(redislock::parse_sentinel_uri("rediss-sentinel://h:1/m").connection.tls);
+}
+
+TEST(sentinel_uri, bad_input_is_invalid_argument_without_the_password) {
+  for (const char* bad : {"redis://h:26379/m", "redis-sentinel://h:26379", "redis-sentinel://h:26379/",
+                          "redis-sentinel:///m", "redis-sentinel://h:0/m", "redis-sentinel://h:99999/m",
+                          "redis-sentinel://h:x/m", "redis-sentinel://h,,g/m", "redis-sentinel://[::1/m",
+                          "redis-sentinel://h/m/x", "redis-sentinel://h/m?sentinel_pass=zz-secret",
+                          "redis-sentinel://h/m?novalue", "redis-sentinel://:zz-secret@h/m/%zz"}) {
+    try {
+      redislock::parse_sentinel_uri(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const redislock::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).find("zz-secret"), std::string::npos) << e.what();
+    }
+  }
+  redislock::sentinel_options o;
+  EXPECT_THROW(redislock::sentinel_client{o}, redislock::invalid_argument);  // no sentinels
+  o.sentinels.push_back({"127.0.0.1", 26379});
+  EXPECT_THROW(redislock::sentinel_client{o}, redislock::invalid_argument);  // no service name
+  o.service_name = "m";
+  o.retries = -1;
+  EXPECT_THROW(redislock::sentinel_client{o}, redislock::invalid_argument);
+}
+
+TEST_F(sentinel_test, finds_the_master_and_every_lock_kind_works) {
+  // mutex, contended: a waiter is woken by the release (pub/sub through the client)
+  redislock::basic_mutex<redislock::sentinel_client> m(*client, "kinds");
+  m.lock();
+  EXPECT_GT(m.fencing_token(), 0u);
+  EXPECT_EQ(client->master_endpoint(), "127.0.0.1:" + std::to_string(topology->node(master).port()));
+  EXPECT_TRUE(exists(m.key()));
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> other(*client, "kinds");
+    if (other.try_lock_for(10s)) {
+      got = true;
+      other.unlock();
+    }
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", m.key() + ":queue"})->integer == 1; }))
+      << "the waiter never queued";
+  m.unlock();
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_GE(client->wait_stats().wakeups, 1u);
+}
+
+TEST_F(sentinel_test, fair_reentrant_shared_and_auto_renew_work) {
+  redislock::lock_options fair;
+  fair.fair = true;
+  redislock::basic_mutex<redislock::sentinel_client> f(*client, "fair", fair);
+  ASSERT_TRUE(f.try_lock_for(2s));
+  EXPECT_GT(f.fencing_token(), 0u);
+  f.unlock();
+  EXPECT_EQ(f.last_release(), redislock::release_status::released);
+
+  redislock::basic_reentrant_mutex<redislock::sentinel_client> r(*client, "reentrant");
+  r.lock();
+  r.lock();
+  EXPECT_EQ(r.hold_count(), 2);
+  r.unlock();
+  r.unlock();
+  EXPECT_EQ(r.last_release(), redislock::release_status::released);
+
+  redislock::basic_shared_mutex<redislock::sentinel_client> s(*client, "shared");
+  s.lock_shared();
+  redislock::basic_shared_mutex<redislock::sentinel_client> s2(*client, "shared");
+  EXPECT_FALSE(s2.try_lock());
+  s.unlock_shared();
+  ASSERT_TRUE(s2.try_lock_for(2s));
+  s2.unlock();
+
+  redislock::lock_options renew;
+  renew.lease = 300ms;
+  renew.auto_renew = true;
+  redislock::basic_mutex<redislock::sentinel_client> a(*client, "renewed", renew);
+  a.lock();
+  // Three leases later it is still ours: the watchdog renews through the sentinel client.
+  std::this_thread::sleep_for(900ms);  // time passing, not a race: three leases
+  EXPECT_TRUE(a.still_held());
+  EXPECT_FALSE(a.lost());
+  a.unlock();
+  EXPECT_EQ(a.last_release(), redislock::release_status::released);
+}
+
+TEST_F(sentinel_test, wrong_service_name_is_a_discovery_error_within_the_timeout) {
+  auto o = options();
+  o.service_name = "nosuchmaster";
+  o.retries = 1;
+  o.retry_backoff = 10ms;
+  redislock::sentinel_client c(o);
+  redislock::basic_mutex<redislock::sentinel_client> m(c, "x");
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    m.try_lock();
+    ADD_FAILURE() << "acquired through an unknown service";
+  } catch (const redislock::discovery_error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not know master 'nosuchmaster'"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(ms_since(t0), 1000);
+}
+
+TEST_F(sentinel_test, sentinel_credentials_are_separate_from_the_data_nodes) {
+  {  // the data password does not open the sentinels
+    auto o = options();
+    o.sentinel_password = sentinel_topology::data_password;
+    o.retries = 0;
+    redislock::sentinel_client c(o);
+    try {
+      c.command({"PING"});
+      ADD_FAILURE() << "the sentinels accepted the data password";
+    } catch (const redislock::discovery_error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("WRONGPASS") != std::string::npos || what.find("invalid") != std::string::npos) << what;
+      EXPECT_EQ(what.find(sentinel_topology::data_password), std::string::npos) << "password in the message";
+    }
+  }
+  {  // the sentinel password does not open the data nodes
+    auto o = options();
+    o.connection.password = sentinel_topology::sentinel_password;
+    o.retries = 0;
+    redislock::sentinel_client c(o);
+    EXPECT_THROW(c.command({"PING"}), redislock::auth_error);
+  }
+  EXPECT_EQ(redislock::detail::as_string(*client->command({"PING"})), "PONG");
+}
+
+TEST_F(sentinel_test, discovery_skips_a_dead_and_a_stalled_sentinel) {
+  auto o = options();
+  o.sentinels.insert(o.sentinels.begin(), redislock::sentinel_endpoint{"127.0.0.1", redislock_test::free_port()});
+  o.connection.command_timeout = 300ms;
+  topology->sentinel(0).pause();  // the first real one: connects, never answers
+  const auto t0 = std::chrono::steady_clock::now();
+  long long elapsed = 0;
+  try {
+    redislock::sentinel_client c(o);
+    redislock::basic_mutex<redislock::sentinel_client> m(c, "skip");
+    EXPECT_TRUE(m.try_lock());
+    elapsed = ms_since(t0);
+    m.unlock();
+  } catch (...) {
+    topology->sentinel(0).resume();
+    throw;
+  }
+  topology->sentinel(0).resume();
+  EXPECT_LT(elapsed, 2000) << "a stalled sentinel costs one command timeout";
+}
+
+TEST_F(sentinel_test, unreachable_master_is_an_error_within_the_timeouts) {
+  // Stalled well below down-after-milliseconds (500 ms): Sentinel still names it.
+  topology->node(master).pause();
+  auto o = options();
+  o.connection.connect_timeout = 100ms;
+  o.connection.command_timeout = 100ms;
+  o.retries = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    redislock::sentinel_client c(o);
+    redislock::basic_mutex<redislock::sentinel_client> m(c, "stalled");
+    EXPECT_THROW(m.try_lock(), redislock::connection_error);
+  } catch (...) {
+    topology->node(master).resume();
+    throw;
+  }
+  topology->node(master).resume();
+  EXPECT_LT(ms_since(t0), 1000);
+}
+
+TEST(min_replicas, options_are_validated) {
+  redislock::client never_used(redislock::client_options{});  // constructors send nothing
+  auto with = [](int n, std::chrono::milliseconds t) {
+    redislock::lock_options o;
+    o.lease = 2s;
+    o.min_replicas = n;
+    o.replica_timeout = t;
+    return o;
+  };
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(-1, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1000, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1, 0ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::mutex(never_used, "v", with(1, 2s)), redislock::invalid_argument);  // not below the lease
+  EXPECT_THROW(redislock::reentrant_mutex(never_used, "v", with(-1, 100ms)), redislock::invalid_argument);
+  EXPECT_THROW(redislock::shared_mutex(never_used, "v", with(1, -5ms)), redislock::invalid_argument);
+  EXPECT_NO_THROW(redislock::mutex(never_used, "v", with(0, 0ms)));  // unused without min_replicas
+  EXPECT_NO_THROW(redislock::mutex(never_used, "v", with(2, 1999ms)));
+}
+
+TEST_F(sentinel_test, min_replicas_met_by_the_live_replica_for_every_kind) {
+  redislock::lock_options o;
+  o.min_replicas = 1;
+  o.replica_timeout = 1s;
+  redislock::basic_mutex<redislock::sentinel_client> m(*client, "acked", o);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_TRUE(m.still_held());
+  m.unlock();
+  EXPECT_EQ(m.last_release(), redislock::release_status::released);
+  o.fair = true;
+  redislock::basic_mutex<redislock::sentinel_client> f(*client, "acked-fair", o);
+  ASSERT_TRUE(f.try_lock_for(1s));
+  f.unlock();
+  o.fair = false;
+  redislock::basic_reentrant_mutex<redislock::sentinel_client> r(*client, "acked-r", o);
+  r.lock();
+  r.lock();  // nested: no second WAIT needed
+  r.unlock();
+  r.unlock();
+  EXPECT_EQ(r.last_release(), redislock::release_status::released);
+  redislock::basic_shared_mutex<redislock::sentinel_client> s(*client, "acked-s", o);
+  s.lock_shared();
+  s.unlock_shared();
+  s.lock();
+  s.unlock();
+  EXPECT_EQ(s.last_release(), redislock::release_status::released);
+
+  // What the acknowledgement costs: lock + unlock cycles with and without it (printed).
+  auto cycle_us = [&](int replicas) {
+    redislock::lock_options c;
+    c.min_replicas = replicas;
+    redislock::basic_mutex<redislock::sentinel_client> x(*client, "cost", c);
+    constexpr int cycles = 200;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < cycles; ++i) {
+      EXPECT_TRUE(x.try_lock());
+      x.unlock();
+    }
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count() / cycles;
+  };
+  const long long plain = cycle_us(0), acked = cycle_us(1);
+  std::printf("[ sentinel ] lock+unlock: %lld us, with min_replicas = 1: %lld us\n", plain, acked);
+}
+
+TEST_F(sentinel_test, min_replicas_not_met_releases_and_throws_for_every_kind) {
+  redislock::lock_options o;
+  o.min_replicas = 2;  // there is one replica
+  o.replica_timeout = 100ms;
+  o.auto_renew = true;
+  auto expect_refused = [&](auto&& acquire, const std::string& key) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      acquire();
+      ADD_FAILURE() << key << ": acquired without two replicas";
+    } catch (const redislock::replication_error& e) {
+      EXPECT_EQ(e.required(), 2);
+      EXPECT_EQ(e.acknowledged(), 1) << e.what();
+    }
+    EXPECT_LT(ms_since(t0), 1000) << "bounded by replica_timeout";
+    EXPECT_FALSE(exists(key)) << key << " was left behind";
+  };
+  redislock::basic_mutex<redislock::sentinel_client> m(*client, "unacked", o);
+  expect_refused([&] { m.lock(); }, m.key());
+  EXPECT_FALSE(m.owns_lock());
+  expect_refused([&] { m.try_lock(); }, m.key());
+  // The object is usable afterwards, and a lock refused this way is free for others.
+  redislock::basic_mutex<redislock::sentinel_client> plain(*client, "unacked");
+  ASSERT_TRUE(plain.try_lock());
+  plain.unlock();
+  redislock::basic_reentrant_mutex<redislock::sentinel_client> r(*client, "unacked-r", o);
+  expect_refused([&] { r.lock(); }, r.key());
+  EXPECT_EQ(r.hold_count(), 0);
+  redislock::basic_shared_mutex<redislock::sentinel_client> s(*client, "unacked-s", o);
+  expect_refused([&] { s.lock(); }, s.key());
+  expect_refused([&] { s.try_lock_shared_for(1s); }, s.key());
+  EXPECT_FALSE(s.owns_lock());
+  EXPECT_FALSE(s.owns_shared());
+}
+
+TEST_F(sentinel_test, the_minimal_acl_of_the_readme_is_enough) {
+  // Data nodes (ACLs are not replicated: set on both): the mutex's user plus +role and +wait.
+  for (int i = 0; i < 2; ++i) {
+    redislock::connection c(topology->node_options(i));
+    c.command({"ACL", "SETUSER", "locker", "reset", "on", ">locker-pw", "~redislock:*", "&redislock:*", "-@all",
+               "+evalsha", "+script|load", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+incr", "+time",
+               "+zadd", "+zscore", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+hincrby", "+publish", "+subscribe",
+               "+unsubscribe", "+role", "+wait"});
+  }
+  // Sentinels: only the master's address.
+  for (int i = 0; i < 3; ++i) {
+    redislock::connection c(topology->sentinel_options(i));
+    c.command({"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all",
+               "+sentinel|get-master-addr-by-name"});
+  }
+  auto o = options();
+  o.connection.user = "locker";
+  o.connection.password = "locker-pw";
+  o.sentinel_user = "discovery";
+  o.sentinel_password = "discovery-pw";
+  o.on_warning = [](const std::string&) {};
+  redislock::sentinel_client c(o);
+  redislock::lock_options lo;
+  lo.min_replicas = 1;
+  redislock::basic_mutex<redislock::sentinel_client> m(c, "acl", lo);
+  ASSERT_TRUE(m.try_lock());
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> other(c, "acl", lo);
+    got = other.try_lock_for(10s);
+    if (got) other.unlock();
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", m.key() + ":queue"})->integer == 1; }));
+  m.unlock();
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_GE(c.wait_stats().wakeups, 1u) << "woken by pub/sub, not by backoff";
+  EXPECT_EQ(c.eviction().risk, redislock::eviction_risk::unknown);  // no +config|get: not checked
+}
+
+namespace {
+
+// Acquires (try_lock) until an acquisition succeeds on `new_master`'s node, counting calls
+// that threw meanwhile; returns the milliseconds from t0, or -1 after `bound`.
+long long recover(redislock::sentinel_client& c, const std::string& new_endpoint, std::chrono::steady_clock::time_point t0,
+                  int& errors, std::chrono::milliseconds bound = 20s) {
+  redislock::lock_options o;
+  o.lease = 2s;
+  redislock::basic_mutex<redislock::sentinel_client> m(c, "failover", o);
+  while (std::chrono::steady_clock::now() - t0 < bound) {
+    try {
+      if (m.try_lock()) {
+        const bool on_new = c.master_endpoint() == new_endpoint;
+        m.unlock();
+        if (on_new) return ms_since(t0);
+      }
+    } catch (const redislock::error&) {
+      ++errors;
+    }
+    std::this_thread::sleep_for(5ms);  // one attempt per 5 ms: the measure's resolution
+  }
+  return -1;
+}
+
+// A contended hand-off on the current master, woken by pub/sub: the client's subscriber is
+// the new master's.
+void expect_notified_handoff(redislock::sentinel_client& c) {
+  const auto before = c.wait_stats().wakeups;
+  redislock::basic_mutex<redislock::sentinel_client> m(c, "handoff");
+  ASSERT_TRUE(m.try_lock_for(5s));
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> other(c, "handoff");
+    got = other.try_lock_for(10s);
+    if (got) other.unlock();
+  });
+  redislock::connection admin(topology->node_options(topology->master()));
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin.command({"ZCARD", m.key() + ":queue"})->integer == 1; }));
+  m.unlock();
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_GT(c.wait_stats().wakeups, before) << "the waiter was not woken by the new master's notice";
+}
+
+}  // namespace
+
+TEST_F(sentinel_test, sentinel_failover_command_clients_move_to_the_new_master) {
+  redislock::basic_mutex<redislock::sentinel_client> warm(*client, "warm");
+  ASSERT_TRUE(warm.try_lock());  // pool, subscriber and watchdog on the old master
+  warm.unlock();
+  expect_notified_handoff(*client);
+  const std::string new_endpoint = "127.0.0.1:" + std::to_string(topology->node(1 - master).port());
+  // A waiter queued behind a holder before the failover gets the lock after it (woken by a
+  // notice or its re-check; the holder's 1 s lease may be lost with the old master).
+  redislock::lock_options short_lease;
+  short_lease.lease = 1s;
+  redislock::basic_mutex<redislock::sentinel_client> holder(*client, "across", short_lease);
+  ASSERT_TRUE(holder.try_lock());
+  std::atomic<bool> waiter_got{false};
+  std::thread waiter([&] {
+    redislock::basic_mutex<redislock::sentinel_client> w(*client, "across", short_lease);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!waiter_got && std::chrono::steady_clock::now() < until) {
+      try {
+        waiter_got = w.try_lock_until(until);
+      } catch (const redislock::error&) {  // a call during the failover: try again
+      }
+    }
+    if (waiter_got) w.unlock();
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
+  redislock::connection sentinel(topology->sentinel_options(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  sentinel.command({"SENTINEL", "FAILOVER", sentinel_topology::service});
+  int errors = 0;
+  const long long recovery = recover(*client, new_endpoint, t0, errors);
+  holder.unlock();  // never throws
+  waiter.join();
+  EXPECT_TRUE(waiter_got) << "the waiter queued before the failover never got the lock";
+  if (recovery < 0) topology->describe();
+  ASSERT_GE(recovery, 0) << "no acquisition on the new master within 20 s";
+  std::printf("[ sentinel ] SENTINEL FAILOVER: first acquisition on the new master after %lld ms (%d calls failed)\n",
+              recovery, errors);
+  RecordProperty("recovery_ms", static_cast<int>(recovery));
+  EXPECT_EQ(client->master_changes(), 1u);
+  const bool healthy = topology->wait_healthy(30s);
+  if (!healthy) topology->describe();
+  ASSERT_TRUE(healthy);
+  expect_notified_handoff(*client);
+}
+
+TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
+  redislock::lock_options renew;
+  renew.lease = 5s;
+  renew.auto_renew = true;
+  // Acknowledged by the replica before the crash: without it a kill within a millisecond of the
+  // acquisition can beat replication, and the promoted replica never saw the hold (seen here:
+  // the first renewal on the new master answered "not ours", lost() was reported).
+  renew.min_replicas = 1;
+  std::atomic<long long> lost_at{-1};
+  const auto start = std::chrono::steady_clock::now();
+  renew.on_lost = [&](const std::string&) { lost_at = ms_since(start); };
+  redislock::basic_mutex<redislock::sentinel_client> held(*client, "held", renew);
+  held.lock();  // renewed through the failover (or reported lost): never a crash or a hang
+  expect_notified_handoff(*client);
+  const std::string new_endpoint = "127.0.0.1:" + std::to_string(topology->node(1 - master).port());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::printf("[ sentinel ] kill at %lld ms after the acquisition\n", ms_since(start));
+  topology->node(master).kill();
+  int errors = 0;
+  const long long recovery = recover(*client, new_endpoint, t0, errors);
+  ASSERT_GE(recovery, 0) << "no acquisition on the new master within 20 s";
+  std::printf("[ sentinel ] kill -9 of the master: first acquisition on the new master after %lld ms (%d calls failed)\n",
+              recovery, errors);
+  RecordProperty("recovery_ms", static_cast<int>(recovery));
+  std::printf("[ sentinel ] recovered at %lld ms after the acquisition\n", ms_since(start));
+  topology->restart_as_replica(master);
+  const bool healthy = topology->wait_healthy(30s);
+  std::printf("[ sentinel ] healthy %d at %lld ms after the acquisition\n", healthy ? 1 : 0, ms_since(start));
+  if (!healthy) topology->describe();
+  ASSERT_TRUE(healthy);
+  expect_notified_handoff(*client);
+  held.unlock();  // never throws; the hold may still have been lost (renewals failing past the lease)
+  if (held.lost()) {
+    EXPECT_EQ(held.last_release(), redislock::release_status::lease_expired);
+  }
+  const auto w = client->watchdog().stats();
+  std::printf("[ sentinel ] the hold taken before the crash: lost() %d (at %lld ms), release %s (renewals %llu, failed %llu)\n",
+              held.lost() ? 1 : 0, lost_at.load(), redislock::to_string(held.last_release()),
+              static_cast<unsigned long long>(w.renewals), static_cast<unsigned long long>(w.failures));
+}
