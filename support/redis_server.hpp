@@ -135,16 +135,7 @@ class redis_server {
   void restart(std::vector<std::string> extra) {
     stop();
     extra_ = std::move(extra);
-    if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
-  }
-
-  /// Kills the server with SIGKILL (a crash: no shutdown, no goodbye to clients' sockets
-  /// beyond what the kernel sends) and waits for it to be gone.
-  void kill() {
-    if (!process_.running()) return;
-    process_.signal(SIGKILL);
-    process_.wait_for(std::chrono::seconds(10));
-    if (log_reader_.joinable()) log_reader_.join();
+    start_again();
   }
   bool running() const { return process_.running(); }
 
