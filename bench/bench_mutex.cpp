@@ -33,6 +33,9 @@
 //                      (calls inside scripts left out) in a second pass of half the length
 #include "process.hpp"
 #include "redis_server.hpp"
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+#include "tls_certificates.hpp"
+#endif
 
 #include <redislock/redislock.hpp>
 
@@ -48,6 +51,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace redislock;
@@ -385,6 +389,27 @@ void BM_uncontended_shared_write(benchmark::State& state) {
 }
 BENCHMARK(BM_uncontended_shared_write)->UseManualTime();
 
+// Runs `measured` then `reference` in every iteration (after one warm-up call of each: connections
+// and scripts), so that both see the same load; the iteration's time is measured's. Returns
+// both samples in microseconds.
+template <class Measured, class Reference>
+std::pair<std::vector<double>, std::vector<double>> interleaved(benchmark::State& state, Measured&& measured,
+                                                                Reference&& reference) {
+  measured(), reference();
+  std::vector<double> m, r;
+  for (auto _ : state) {
+    auto t0 = clk::now();
+    measured();
+    auto t1 = clk::now();
+    reference();
+    auto t2 = clk::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    m.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    r.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+  }
+  return {std::move(m), std::move(r)};
+}
+
 // Redlock over 3 local servers (this run's server and two more) against the single-server
 // mutex cycle, interleaved in every iteration: redlock_vs_mutex = redlock time / mutex time.
 void BM_uncontended_redlock_3(benchmark::State& state) {
@@ -393,26 +418,37 @@ void BM_uncontended_redlock_3(benchmark::State& state) {
   redlock r({a, b, c}, "uncontended-redlock");
   client single(options());
   mutex m(single, "uncontended-vs-redlock");
-  auto redlock_cycle = [&] { r.lock(), r.unlock(); };
-  auto mutex_cycle = [&] { m.lock(), m.unlock(); };
-  redlock_cycle(), mutex_cycle();  // warm up: connections and scripts
-  std::vector<double> red, mut;
-  for (auto _ : state) {
-    auto t0 = clk::now();
-    redlock_cycle();
-    auto t1 = clk::now();
-    mutex_cycle();
-    auto t2 = clk::now();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    red.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    mut.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-  }
+  const auto [red, mut] = interleaved(state, [&] { r.lock(), r.unlock(); }, [&] { m.lock(), m.unlock(); });
   state.counters["redlock_us"] = percentile(red, 0.5);
   state.counters["redlock_p99_us"] = percentile(red, 0.99);
   state.counters["mutex_us"] = percentile(mut, 0.5);
   state.counters["redlock_vs_mutex"] = percentile(red, 0.5) / percentile(mut, 0.5);
 }
 BENCHMARK(BM_uncontended_redlock_3)->UseManualTime();
+
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+// The mutex's uncontended cycle over TLS against the same cycle over plain TCP, both to one
+// redis-server (its TLS port and its plain port), interleaved in every iteration:
+// tls_vs_tcp = TLS time / TCP time (medians). Certificates made by the openssl CLI; the
+// server's name (127.0.0.1) is verified as in any TLS connection.
+void BM_uncontended_cycle_tls(benchmark::State& state) {
+  redislock_test::tls_certificates certs;
+  const int tls_port = redislock_test::free_port();
+  redis_server server(certs.server_args(tls_port));
+  client_options tls_options = options_for(tls_port);
+  tls_options.connection.tls = true;
+  tls_options.connection.tls_ca_file = certs.file("ca.crt");
+  client tls_client(tls_options), tcp_client(options_for(server.port()));
+  mutex over_tls(tls_client, "uncontended-tls"), over_tcp(tcp_client, "uncontended-tcp");
+  const auto [tls, tcp] =
+      interleaved(state, [&] { over_tls.lock(), over_tls.unlock(); }, [&] { over_tcp.lock(), over_tcp.unlock(); });
+  state.counters["tls_us"] = percentile(tls, 0.5);
+  state.counters["tls_p99_us"] = percentile(tls, 0.99);
+  state.counters["tcp_us"] = percentile(tcp, 0.5);
+  state.counters["tls_vs_tcp"] = percentile(tls, 0.5) / percentile(tcp, 0.5);
+}
+BENCHMARK(BM_uncontended_cycle_tls)->UseManualTime();
+#endif
 
 void BM_failed_try_lock(benchmark::State& state) {
   client c(options());
