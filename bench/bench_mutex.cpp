@@ -42,6 +42,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -310,6 +311,26 @@ class rtt_sampler {
 // ---------------------------------------------------------------------------------------
 // Uncontended and failing attempts, interleaved with the baseline in every iteration.
 
+// Runs the cycles one after the other in every iteration (after one warm-up call of each:
+// connections and scripts), so that all see the same load; the iteration's time is the first
+// one's. Returns each cycle's samples in microseconds.
+template <class... Cycles>
+std::array<std::vector<double>, sizeof...(Cycles)> interleaved(benchmark::State& state, Cycles&&... cycles) {
+  (cycles(), ...);
+  std::array<std::vector<double>, sizeof...(Cycles)> samples;
+  for (auto _ : state) {
+    std::size_t i = 0;
+    auto timed = [&](auto& cycle) {
+      const auto t0 = clk::now();
+      cycle();
+      samples[i++].push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
+    };
+    (timed(cycles), ...);
+    state.SetIterationTime(samples[0].back() / 1e6);
+  }
+  return samples;
+}
+
 // One uncontended cycle of a lock kind (lib_cycle) against the raw baseline's SET NX PX +
 // EVALSHA compare-and-delete, interleaved in every iteration so that both see the same load.
 // Then a counting pass of each alone: server commands per cycle (INFO commandstats).
@@ -319,21 +340,7 @@ void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
   auto raw_cycle = [&] { raw.lock(raw_key, token), raw.unlock(raw_key, token); };
   auto same_script_cycle = [&] { raw.lock_same_commands(raw_key, token), raw.unlock_same_commands(raw_key, token); };
-  lib_cycle(), raw_cycle(), same_script_cycle();  // warm up: loads the scripts
-  std::vector<double> lib, base, same;
-  for (auto _ : state) {
-    auto t0 = clk::now();
-    lib_cycle();
-    auto t1 = clk::now();
-    raw_cycle();
-    auto t2 = clk::now();
-    same_script_cycle();
-    auto t3 = clk::now();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-    same.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
-  }
+  const auto [lib, base, same] = interleaved(state, lib_cycle, raw_cycle, same_script_cycle);
   state.counters["lib_us"] = percentile(lib, 0.5);
   state.counters["lib_p99_us"] = percentile(lib, 0.99);
   state.counters["raw_us"] = percentile(base, 0.5);
@@ -388,27 +395,6 @@ void BM_uncontended_shared_write(benchmark::State& state) {
   uncontended(state, [&] { m.lock(), m.unlock(); });
 }
 BENCHMARK(BM_uncontended_shared_write)->UseManualTime();
-
-// Runs `measured` then `reference` in every iteration (after one warm-up call of each: connections
-// and scripts), so that both see the same load; the iteration's time is measured's. Returns
-// both samples in microseconds.
-template <class Measured, class Reference>
-std::pair<std::vector<double>, std::vector<double>> interleaved(benchmark::State& state, Measured&& measured,
-                                                                Reference&& reference) {
-  measured(), reference();
-  std::vector<double> m, r;
-  for (auto _ : state) {
-    auto t0 = clk::now();
-    measured();
-    auto t1 = clk::now();
-    reference();
-    auto t2 = clk::now();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    m.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    r.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-  }
-  return {std::move(m), std::move(r)};
-}
 
 // Redlock over 3 local servers (this run's server and two more) against the single-server
 // mutex cycle, interleaved in every iteration: redlock_vs_mutex = redlock time / mutex time.
