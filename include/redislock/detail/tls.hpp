@@ -90,8 +90,9 @@ inline ssl_ctx_ptr make_tls_context(const connection_options& o) {
 }
 
 /// Why the handshake of `ssl` failed (SSL_get_error gave `ssl_error`), as the typed exception.
-[[noreturn]] inline void throw_handshake_failure(SSL* ssl, int ssl_error, int saved_errno, const std::string& name,
-                                                 const std::string& endpoint) {
+/// `io_detail` says what went wrong when it was the socket (SSL_ERROR_SYSCALL).
+[[noreturn]] inline void throw_handshake_failure(SSL* ssl, int ssl_error, const std::string& io_detail,
+                                                 const std::string& name, const std::string& endpoint) {
   const std::string what = "TLS handshake with " + endpoint + " failed: ";
   const long verify = SSL_get_verify_result(ssl);
   if (ssl_error == SSL_ERROR_SSL && verify != X509_V_OK) {
@@ -103,7 +104,7 @@ inline ssl_ctx_ptr make_tls_context(const connection_options& o) {
   }
   if (ssl_error == SSL_ERROR_SYSCALL || ssl_error == SSL_ERROR_ZERO_RETURN) {
     ERR_clear_error();
-    throw connection_error(what + (saved_errno != 0 ? std::strerror(saved_errno) : "the server closed the connection"));
+    throw connection_error(what + (io_detail.empty() ? "the server closed the connection" : io_detail));
   }
 #ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
   if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
@@ -142,10 +143,11 @@ inline void start_tls(redisContext& c, SSL_CTX* ctx, const std::string& name, co
   if (fd_flags < 0 || ::fcntl(fd, F_SETFL, fd_flags | O_NONBLOCK) < 0)
     throw connection_error("TLS handshake with " + endpoint + " failed: fcntl: " + std::strerror(errno));
   c.flags &= ~REDIS_BLOCK;
-  if (redisInitiateSSL(&c, ssl.get()) != REDIS_OK) {  // on failure the SSL is still ours
-    const std::string what = "TLS handshake with " + endpoint + " failed: " + c.errstr;
-    if (SSL_get_verify_result(ssl.get()) != X509_V_OK) throw tls_error(what);
-    throw connection_error(what);
+  if (redisInitiateSSL(&c, ssl.get()) != REDIS_OK) {
+    // The SSL is still ours. Its first step may have read the server's whole answer already
+    // (loopback) and failed as any later step can; hiredis leaves OpenSSL's error queue as it is.
+    const bool ssl_failed = ERR_peek_error() != 0 || SSL_get_verify_result(ssl.get()) != X509_V_OK;
+    throw_handshake_failure(ssl.get(), ssl_failed ? SSL_ERROR_SSL : SSL_ERROR_SYSCALL, c.errstr, name, endpoint);
   }
   SSL* s = ssl.release();  // freed by redisFree from now on
 
@@ -157,7 +159,7 @@ inline void start_tls(redisContext& c, SSL_CTX* ctx, const std::string& name, co
     const int saved_errno = errno;
     const int ssl_error = SSL_get_error(s, rv);
     if (ssl_error != SSL_ERROR_WANT_READ && ssl_error != SSL_ERROR_WANT_WRITE)
-      throw_handshake_failure(s, ssl_error, saved_errno, name, endpoint);
+      throw_handshake_failure(s, ssl_error, saved_errno != 0 ? std::strerror(saved_errno) : "", name, endpoint);
     int wait_ms = -1;
     if (deadline) {
       const auto left =
