@@ -33,12 +33,16 @@
 //                      (calls inside scripts left out) in a second pass of half the length
 #include "process.hpp"
 #include "redis_server.hpp"
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+#include "tls_certificates.hpp"
+#endif
 
 #include <redislock/redislock.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +52,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace redislock;
@@ -306,6 +311,26 @@ class rtt_sampler {
 // ---------------------------------------------------------------------------------------
 // Uncontended and failing attempts, interleaved with the baseline in every iteration.
 
+// Runs the cycles one after the other in every iteration (after one warm-up call of each:
+// connections and scripts), so that all see the same load; the iteration's time is the first
+// one's. Returns each cycle's samples in microseconds.
+template <class... Cycles>
+std::array<std::vector<double>, sizeof...(Cycles)> interleaved(benchmark::State& state, Cycles&&... cycles) {
+  (cycles(), ...);
+  std::array<std::vector<double>, sizeof...(Cycles)> samples;
+  for (auto _ : state) {
+    std::size_t i = 0;
+    auto timed = [&](auto& cycle) {
+      const auto t0 = clk::now();
+      cycle();
+      samples[i++].push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
+    };
+    (timed(cycles), ...);
+    state.SetIterationTime(samples[0].back() / 1e6);
+  }
+  return samples;
+}
+
 // One uncontended cycle of a lock kind (lib_cycle) against the raw baseline's SET NX PX +
 // EVALSHA compare-and-delete, interleaved in every iteration so that both see the same load.
 // Then a counting pass of each alone: server commands per cycle (INFO commandstats).
@@ -315,21 +340,7 @@ void uncontended(benchmark::State& state, Cycle&& lib_cycle) {
   const std::string raw_key = "raw:uncontended", token = "0123456789abcdef0123456789abcdef";
   auto raw_cycle = [&] { raw.lock(raw_key, token), raw.unlock(raw_key, token); };
   auto same_script_cycle = [&] { raw.lock_same_commands(raw_key, token), raw.unlock_same_commands(raw_key, token); };
-  lib_cycle(), raw_cycle(), same_script_cycle();  // warm up: loads the scripts
-  std::vector<double> lib, base, same;
-  for (auto _ : state) {
-    auto t0 = clk::now();
-    lib_cycle();
-    auto t1 = clk::now();
-    raw_cycle();
-    auto t2 = clk::now();
-    same_script_cycle();
-    auto t3 = clk::now();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    lib.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    base.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-    same.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
-  }
+  const auto [lib, base, same] = interleaved(state, lib_cycle, raw_cycle, same_script_cycle);
   state.counters["lib_us"] = percentile(lib, 0.5);
   state.counters["lib_p99_us"] = percentile(lib, 0.99);
   state.counters["raw_us"] = percentile(base, 0.5);
@@ -393,26 +404,37 @@ void BM_uncontended_redlock_3(benchmark::State& state) {
   redlock r({a, b, c}, "uncontended-redlock");
   client single(options());
   mutex m(single, "uncontended-vs-redlock");
-  auto redlock_cycle = [&] { r.lock(), r.unlock(); };
-  auto mutex_cycle = [&] { m.lock(), m.unlock(); };
-  redlock_cycle(), mutex_cycle();  // warm up: connections and scripts
-  std::vector<double> red, mut;
-  for (auto _ : state) {
-    auto t0 = clk::now();
-    redlock_cycle();
-    auto t1 = clk::now();
-    mutex_cycle();
-    auto t2 = clk::now();
-    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    red.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    mut.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-  }
+  const auto [red, mut] = interleaved(state, [&] { r.lock(), r.unlock(); }, [&] { m.lock(), m.unlock(); });
   state.counters["redlock_us"] = percentile(red, 0.5);
   state.counters["redlock_p99_us"] = percentile(red, 0.99);
   state.counters["mutex_us"] = percentile(mut, 0.5);
   state.counters["redlock_vs_mutex"] = percentile(red, 0.5) / percentile(mut, 0.5);
 }
 BENCHMARK(BM_uncontended_redlock_3)->UseManualTime();
+
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+// The mutex's uncontended cycle over TLS against the same cycle over plain TCP, both to one
+// redis-server (its TLS port and its plain port), interleaved in every iteration:
+// tls_vs_tcp = TLS time / TCP time (medians). Certificates made by the openssl CLI; the
+// server's name (127.0.0.1) is verified as in any TLS connection.
+void BM_uncontended_cycle_tls(benchmark::State& state) {
+  redislock_test::tls_certificates certs;
+  const int tls_port = redislock_test::free_port();
+  redis_server server(certs.server_args(tls_port));
+  client_options tls_options = options_for(tls_port);
+  tls_options.connection.tls = true;
+  tls_options.connection.tls_ca_file = certs.file("ca.crt");
+  client tls_client(tls_options), tcp_client(options_for(server.port()));
+  mutex over_tls(tls_client, "uncontended-tls"), over_tcp(tcp_client, "uncontended-tcp");
+  const auto [tls, tcp] =
+      interleaved(state, [&] { over_tls.lock(), over_tls.unlock(); }, [&] { over_tcp.lock(), over_tcp.unlock(); });
+  state.counters["tls_us"] = percentile(tls, 0.5);
+  state.counters["tls_p99_us"] = percentile(tls, 0.99);
+  state.counters["tcp_us"] = percentile(tcp, 0.5);
+  state.counters["tls_vs_tcp"] = percentile(tls, 0.5) / percentile(tcp, 0.5);
+}
+BENCHMARK(BM_uncontended_cycle_tls)->UseManualTime();
+#endif
 
 void BM_failed_try_lock(benchmark::State& state) {
   client c(options());

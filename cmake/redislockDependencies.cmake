@@ -1,6 +1,8 @@
 # Finds what redislock needs and defines the targets it links to:
 #   hiredis::hiredis        (always)
 #   hiredis::hiredis_ssl    (only when REDISLOCK_WITH_TLS is ON)
+#   OpenSSL::SSL            (only when REDISLOCK_WITH_TLS is ON: the headers call OpenSSL directly
+#                            to verify the server's name, and hiredis_ssl links it privately)
 # Used by the build and, installed, by redislock-config.cmake for find_package consumers.
 #
 # hiredis 1.x ships a CMake config with hiredis::hiredis; Debian's 0.14 ships only a
@@ -46,4 +48,7 @@ if(REDISLOCK_WITH_TLS AND NOT TARGET hiredis::hiredis_ssl)
     add_library(hiredis::hiredis_ssl INTERFACE IMPORTED GLOBAL)
     target_link_libraries(hiredis::hiredis_ssl INTERFACE PkgConfig::REDISLOCK_HIREDIS_SSL)
   endif()
+endif()
+if(REDISLOCK_WITH_TLS)
+  find_dependency(OpenSSL)
 endif()

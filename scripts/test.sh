@@ -5,7 +5,8 @@
 #   3. build/tsan  ThreadSanitizer;
 #   4. build/hiredis1  plain build against hiredis 1.2.0 with TLS support (REDISLOCK_WITH_TLS),
 #      built from ../shared/deps/hiredis-1.2.0.tar.gz (or $REDISLOCK_HIREDIS1_TARBALL) into a
-#      prefix in the build tree; every test, the consumers included. Skipped, saying so, when
+#      prefix in the build tree; every test, the consumers included, and the bench smoke run
+#      (its uncontended cases include the TLS-vs-TCP cycle). Skipped, saying so, when
 #      the tarball is absent (a user's clone has none).
 # Sanitizer builds skip the consumer/example tests and run shorter torture scenarios.
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
@@ -64,7 +65,7 @@ for v in "${variants[@]}"; do
       cmake --build build/hiredis1-build -j "$jobs" > /dev/null
       cmake --install build/hiredis1-build > /dev/null
       cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
-        -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_TORTURE_SECONDS=8
+        -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON -DREDISLOCK_TORTURE_SECONDS=8
       cmake --build build/hiredis1 -j "$jobs"
       # The consumers must be built against hiredis 1.x too (consumer.cpp checks HIREDIS_MAJOR).
       LD_LIBRARY_PATH="$prefix/lib" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" REDISLOCK_EXPECT_HIREDIS_MAJOR=1 \

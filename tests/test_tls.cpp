@@ -4,18 +4,14 @@
 #include "eventually.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
+#include "tls_certificates.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
 #include <chrono>
-#include <cstdlib>
 #include <future>
-#include <memory>
-#include <stdexcept>
 #include <string>
 
 using namespace redislock;
@@ -24,51 +20,20 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-void run(const std::string& command) {
-  if (std::system((command + " > /dev/null 2>&1").c_str()) != 0) throw std::runtime_error("failed: " + command);
-}
-
-// A CA, a server certificate for 127.0.0.1 signed by it, a client certificate signed by it,
-// and a second CA that signed nothing of this server's.
-struct certificates {
-  std::string dir;
-  certificates() {
-    char tmpl[] = "/tmp/redislock-tls-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir = tmpl;
-    const std::string d = "'" + dir + "'";
-    for (const char* ca : {"ca", "other-ca"})
-      run("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=redislock-test-" + std::string(ca) + " -keyout " +
-          d + "/" + ca + ".key -out " + d + "/" + ca + ".crt");
-    for (const char* leaf : {"server", "client"}) {
-      const std::string l = d + "/" + leaf;
-      run("openssl req -newkey rsa:2048 -nodes -subj /CN=" + std::string(leaf) + " -keyout " + l + ".key -out " + l +
-          ".csr");
-      run("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > " + l + ".ext");
-      run("openssl x509 -req -in " + l + ".csr -CA " + d + "/ca.crt -CAkey " + d + "/ca.key -CAcreateserial -days 2 -out " +
-          l + ".crt -extfile " + l + ".ext");
-    }
-  }
-  ~certificates() { std::system(("rm -rf '" + dir + "'").c_str()); }
-  std::string file(const char* name) const { return dir + "/" + name; }
-};
-
 struct TlsTest : ::testing::Test {
   static void SetUpTestSuite() {
-    certs = new certificates();
+    certs = new redislock_test::tls_certificates();
     tls_port = redislock_test::free_port();
-    server = new redislock_test::redis_server(
-        {"--tls-port", std::to_string(tls_port), "--tls-cert-file", certs->file("server.crt"), "--tls-key-file",
-         certs->file("server.key"), "--tls-ca-cert-file", certs->file("ca.crt"), "--tls-auth-clients", "optional"});
+    server = new redislock_test::redis_server(certs->server_args(tls_port));
   }
   static void TearDownTestSuite() {
     delete server;
     delete certs;
   }
-  static client_options tls(const char* ca = "ca.crt") {
+  static client_options tls(const char* ca = "ca.crt", int port = tls_port) {
     client_options o;
     o.connection.host = "127.0.0.1";
-    o.connection.port = tls_port;
+    o.connection.port = port;
     o.connection.tls = true;
     o.connection.tls_ca_file = certs->file(ca);
     o.connection.connect_timeout = 1s;
@@ -89,7 +54,7 @@ struct TlsTest : ::testing::Test {
     f();
     return steady::now() - start;
   }
-  inline static certificates* certs = nullptr;
+  inline static redislock_test::tls_certificates* certs = nullptr;
   inline static redislock_test::redis_server* server = nullptr;
   inline static int tls_port = 0;
 };
@@ -107,7 +72,7 @@ TEST_F(TlsTest, AServerVerifiedByItsCaServesEveryLockOperation) {
 }
 
 TEST_F(TlsTest, ACertificateFromAnotherCaFailsTypedAndFast) {
-  const auto took = timed([] { EXPECT_THROW(cycle(tls("other-ca.crt")), connection_error); });
+  const auto took = timed([] { EXPECT_THROW(cycle(tls("other-ca.crt")), tls_error); });
   EXPECT_LT(took, 5s);
 }
 
@@ -121,9 +86,7 @@ TEST_F(TlsTest, TheUriFormSelectsTls) {
 
 TEST_F(TlsTest, MutualTlsWithAClientCertificateAndWithout) {
   const int port = redislock_test::free_port();
-  redislock_test::redis_server strict({"--tls-port", std::to_string(port), "--tls-cert-file", certs->file("server.crt"),
-                                       "--tls-key-file", certs->file("server.key"), "--tls-ca-cert-file",
-                                       certs->file("ca.crt"), "--tls-auth-clients", "yes"});
+  redislock_test::redis_server strict(certs->server_args(port, "server", "yes"));
   client_options o = tls();
   o.connection.port = port;
   const auto took = timed([&] { EXPECT_THROW(cycle(o), connection_error); });  // no client certificate
@@ -155,14 +118,77 @@ TEST_F(TlsTest, AHandOffAndRenewalsWorkOverTls) {
   waiter.unlock();
 }
 
-TEST_F(TlsTest, APeerThatNeverAnswersTheHandshakeTimesOut) {
-  // Accepts the connection and forwards nothing: the TLS handshake gets no answer.
+TEST_F(TlsTest, APeerThatNeverAnswersTheHandshakeTimesOutWithinTheConnectTimeout) {
+  // Accepts the connection and forwards nothing: the TLS handshake gets no answer. The
+  // handshake is part of connecting: connect_timeout bounds it, not the (longer) command_timeout.
   redislock_test::tcp_proxy silent(tls_port);
   silent.set_stalled(true);
   client_options o = tls();
   o.connection.port = silent.port();
-  const auto took = timed([&] { EXPECT_THROW(cycle(o), connection_error); });
-  EXPECT_LT(took, o.connection.connect_timeout + o.connection.command_timeout + 3s);
+  o.connection.connect_timeout = 300ms;
+  o.connection.command_timeout = 10s;
+  const auto took = timed([&] { EXPECT_THROW(connection{o.connection}, timeout_error); });
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 3s);
+}
+
+TEST_F(TlsTest, TheTestCertificatesCarryTheirSubjectAltNames) {
+  const std::string server = redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("server.crt") + "'");
+  EXPECT_NE(server.find("IP Address:127.0.0.1"), std::string::npos) << server;
+  EXPECT_NE(server.find("DNS:localhost"), std::string::npos) << server;
+  const std::string other = redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("other.crt") + "'");
+  EXPECT_NE(other.find("DNS:other.example"), std::string::npos) << other;
+  EXPECT_EQ(other.find("127.0.0.1"), std::string::npos) << other;
+}
+
+// A server presenting a certificate (from the trusted CA) for "other.example" only.
+struct TlsOtherNameTest : TlsTest {
+  static void SetUpTestSuite() {
+    TlsTest::SetUpTestSuite();
+    other_port = redislock_test::free_port();
+    other_server = new redislock_test::redis_server(certs->server_args(other_port, "other"));
+  }
+  static void TearDownTestSuite() {
+    delete other_server;
+    TlsTest::TearDownTestSuite();
+  }
+  inline static redislock_test::redis_server* other_server = nullptr;
+  inline static int other_port = 0;
+};
+
+TEST_F(TlsOtherNameTest, ACertificateForAnotherNameIsRejectedTypedAndFast) {
+  for (const char* host : {"127.0.0.1", "localhost"}) {
+    SCOPED_TRACE(host);
+    client_options o = tls("ca.crt", other_port);
+    o.connection.host = host;
+    const auto took = timed([&] {
+      try {
+        connection c(o.connection);
+        ADD_FAILURE() << "connected to a server whose certificate is for other.example";
+      } catch (const tls_error& e) {
+        EXPECT_NE(std::string(e.what()).find("mismatch"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(host), std::string::npos) << e.what();
+      }
+    });
+    EXPECT_LT(took, 5s);
+  }
+}
+
+TEST_F(TlsOtherNameTest, ACertificateWhoseNamesMatchIsAccepted) {
+  client_options o = tls();  // IP SAN 127.0.0.1
+  cycle(o);
+  o.connection.host = "localhost";  // DNS SAN localhost
+  cycle(o);
+}
+
+TEST_F(TlsOtherNameTest, TlsServerNameOverridesTheNameVerified) {
+  client_options o = tls("ca.crt", other_port);  // connects to 127.0.0.1 ...
+  o.connection.tls_server_name = "other.example";  // ... and verifies "other.example"
+  cycle(o);
+  o.connection.port = tls_port;  // the server's certificate names 127.0.0.1 and localhost, not other.example
+  EXPECT_THROW(cycle(o), tls_error);
+  o.connection.tls_server_name = "localhost";
+  cycle(o);
 }
 
 }  // namespace

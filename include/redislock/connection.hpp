@@ -12,7 +12,7 @@
 
 #include <hiredis/hiredis.h>
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
-#include <hiredis/hiredis_ssl.h>
+#include <redislock/detail/tls.hpp>
 #endif
 
 #include <poll.h>
@@ -24,6 +24,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,8 +34,10 @@ namespace redislock {
 
 class connection {
  public:
-  /// Connects, authenticates and selects the database. Throws connection_error (timeout_error
-  /// when the connect timeout ran out), auth_error or invalid_argument.
+  /// Connects (over TLS: the handshake included, the server's certificate verified for host or
+  /// tls_server_name), authenticates and selects the database. Throws connection_error
+  /// (timeout_error when the connect timeout ran out, tls_error when TLS is refused), auth_error
+  /// or invalid_argument.
   explicit connection(connection_options options) : options_(std::move(options)) { context_ = open(tls_context_); }
 
   connection(connection&&) noexcept = default;
@@ -147,7 +150,7 @@ class connection {
   }
 
   // Builds a new, ready context; leaves *this untouched on failure. A TLS context, if any, is
-  // stored in tls_out: it must outlive the redisContext that uses it.
+  // stored in tls_out. connect_timeout bounds the TCP connect and the TLS handshake together.
   context_ptr open(std::shared_ptr<void>& tls_out) const {
     (void)tls_out;
     if (options_.tls) {
@@ -155,6 +158,7 @@ class connection {
       throw invalid_argument("TLS (rediss://) needs hiredis >= 1.0 with hiredis_ssl; build with REDISLOCK_WITH_TLS");
 #endif
     }
+    const auto started = std::chrono::steady_clock::now();
     context_ptr c;
     const timeval connect_tv = to_timeval(options_.connect_timeout);
     const bool has_connect_timeout = options_.connect_timeout.count() > 0;
@@ -174,7 +178,16 @@ class connection {
     if (options_.command_timeout.count() > 0 && redisSetTimeout(c.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
       throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
-    if (options_.tls) tls_out = start_tls(*c);
+    if (options_.tls) {
+      std::shared_ptr<SSL_CTX> ctx(detail::make_tls_context(options_).release(), detail::ssl_ctx_deleter{});
+      std::optional<std::chrono::steady_clock::time_point> deadline;
+      if (has_connect_timeout) deadline = started + options_.connect_timeout;
+      detail::start_tls(*c, ctx.get(), options_.tls_server_name.empty() ? options_.host : options_.tls_server_name,
+                        options_.endpoint(), deadline);
+      tls_out = std::move(ctx);
+    }
+#else
+    (void)started;
 #endif
     auto run = [&](std::initializer_list<std::string_view> argv) {
       std::vector<const char*> ptrs;
@@ -201,23 +214,6 @@ class connection {
     }
     return c;
   }
-
-#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
-  std::shared_ptr<void> start_tls(redisContext& c) const {
-    redisInitOpenSSL();
-    redisSSLContextError ssl_error = REDIS_SSL_CTX_NONE;
-    auto opt = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
-    const std::string& sni = options_.tls_server_name.empty() ? options_.host : options_.tls_server_name;
-    redisSSLContext* ssl = redisCreateSSLContext(opt(options_.tls_ca_file), nullptr, opt(options_.tls_cert_file),
-                                                 opt(options_.tls_key_file), sni.c_str(), &ssl_error);
-    if (ssl == nullptr)
-      throw connection_error(std::string("TLS setup failed: ") + redisSSLContextGetError(ssl_error));
-    std::shared_ptr<void> holder(ssl, [](void* p) { redisFreeSSLContext(static_cast<redisSSLContext*>(p)); });
-    if (redisInitiateSSLWithContext(&c, ssl) != REDIS_OK)
-      throw connection_error("TLS handshake with " + options_.endpoint() + " failed: " + c.errstr);
-    return holder;
-  }
-#endif
 
   // An idle connection has nothing to read; readable means EOF or an unsolicited error
   // (e.g. the server closed it after CLIENT KILL or a restart).

@@ -6,8 +6,10 @@
 ///   error
 ///   ├── invalid_argument      bad input, rejected before anything is sent to Redis
 ///   ├── connection_error      cannot connect, I/O failure, connection closed
-///   │   ├── timeout_error     connect or command timeout, pool wait timeout
-///   │   └── discovery_error   no Sentinel could name the master (sentinel_client)
+///   │   ├── timeout_error     connect (TLS handshake included) or command timeout, pool wait timeout
+///   │   ├── discovery_error   no Sentinel could name the master (sentinel_client)
+///   │   └── tls_error         TLS set-up or handshake refused: certificate not trusted or issued
+///   │                         for another name, unreadable CA/certificate/key files
 ///   ├── reply_error           the server answered with an error reply (text kept verbatim)
 ///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
 ///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
@@ -40,6 +42,14 @@ class connection_error : public error {
 };
 
 class timeout_error : public connection_error {
+ public:
+  using connection_error::connection_error;
+};
+
+/// TLS could not be established for a reason retrying will not fix: the server's certificate
+/// is not trusted or names another host, or the configured CA/certificate/key cannot be used.
+/// A connection_error, so code that handles those keeps working.
+class tls_error : public connection_error {
  public:
   using connection_error::connection_error;
 };

@@ -30,7 +30,10 @@ struct connection_options {
   std::string tls_ca_file;      ///< CA bundle to verify the server; empty: system default
   std::string tls_cert_file;    ///< client certificate (mutual TLS), optional
   std::string tls_key_file;     ///< client private key (mutual TLS), optional
-  std::string tls_server_name;  ///< SNI / verified name; empty: host
+  /// The name the server's certificate must carry (DNS name or IP address) and the SNI sent
+  /// (DNS names only); empty: host.
+  std::string tls_server_name;
+  /// Bounds establishing the connection: the TCP connect and, with tls, the TLS handshake.
   std::chrono::milliseconds connect_timeout{1000};
   /// Applies to each send and each reply read; a timed-out connection is discarded.
   std::chrono::milliseconds command_timeout{1000};
