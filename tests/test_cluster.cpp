@@ -1,0 +1,353 @@
+// redislock::cluster_client against a real 3-master, 3-replica cluster on loopback (started
+// once for this binary): slot computation, URI parsing, every lock kind on every master,
+// MOVED with a stale map, live resharding of a held lock's slot, and a primary failover.
+#include "eventually.hpp"
+#include "redis_cluster.hpp"
+
+#include <redislock/cluster_client.hpp>
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::eventually;
+using redislock_test::redis_cluster;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+redis_cluster* cluster = nullptr;
+
+struct cluster_environment : ::testing::Environment {
+  void SetUp() override { cluster = new redis_cluster(3, 1); }
+  void TearDown() override {
+    delete cluster;
+    cluster = nullptr;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const environment = ::testing::AddGlobalTestEnvironment(new cluster_environment);
+
+long long ms_since(steady::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(steady::now() - t).count();
+}
+
+// One lock name per master: names whose slots the cluster spreads over all masters.
+std::vector<std::string> names_on_every_master(cluster_client& c, const std::string& base) {
+  c.refresh();
+  std::map<std::string, std::string> by_master;
+  for (int i = 0; by_master.size() < c.masters().size() && i < 1000; ++i) {
+    const std::string name = base + std::to_string(i);
+    by_master.emplace(c.node_of("{" + name + "}"), name);
+  }
+  std::vector<std::string> out;
+  for (const auto& [master, name] : by_master) out.push_back(name);
+  return out;
+}
+
+std::string name_on(cluster_client& c, int port, const std::string& base) {
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = base + std::to_string(i);
+    if (c.node_of("{" + name + "}") == "127.0.0.1:" + std::to_string(port)) return name;
+  }
+  return {};
+}
+
+long long error_count(int port, const std::string& code) {
+  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "errorstats"}));
+  const std::string needle = "errorstat_" + code + ":count=";
+  const auto at = info.find(needle);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + needle.size()));
+}
+
+// Moves `slot` from the master on src to the master on dst the way redis-cli does, with
+// hooks after the slot is marked migrating and after its keys moved.
+template <class AfterMigrating, class AfterKeys>
+void migrate_slot(int slot, int src, int dst, AfterMigrating&& after_migrating, AfterKeys&& after_keys) {
+  const std::string s = std::to_string(slot), src_id = redis_cluster::node_id(src), dst_id = redis_cluster::node_id(dst);
+  connection source = redis_cluster::admin(src), target = redis_cluster::admin(dst);
+  target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", src_id});
+  source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
+  after_migrating();
+  for (int round = 0; round < 100; ++round) {
+    reply_ptr keys = source.command({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
+    if (keys->elements == 0) break;
+    std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(dst), "", "0", "5000", "KEYS"};
+    for (std::size_t i = 0; i < keys->elements; ++i) argv.emplace_back(keys->element[i]->str, keys->element[i]->len);
+    std::vector<std::string_view> views(argv.begin(), argv.end());
+    source.command(views);
+  }
+  after_keys();
+  target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+  source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+  for (int port : cluster->masters())
+    if (port != src && port != dst) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+}
+
+// The lock kinds, each with how it holds, waits and releases (the waiter side blocks while
+// the holder side is held).
+template <template <class> class Lock>
+struct exclusive_kind {
+  using lock_type = Lock<cluster_client>;
+  static void adjust(lock_options&) {}
+  static void hold(lock_type& l) { l.lock(); }
+  static release_status release(lock_type& l) { return l.release(); }
+  static bool wait(lock_type& l, milliseconds t) { return l.try_lock_for(t); }
+  static release_status release_waited(lock_type& l) { return l.release(); }
+};
+using mutex_kind = exclusive_kind<basic_mutex>;
+struct fair_mutex_kind : mutex_kind {
+  static void adjust(lock_options& o) { o.fair = true; }
+};
+using reentrant_kind = exclusive_kind<basic_reentrant_mutex>;
+using shared_write_kind = exclusive_kind<basic_shared_mutex>;
+struct shared_read_kind : shared_write_kind {
+  static bool wait(lock_type& l, milliseconds t) { return l.try_lock_shared_for(t); }
+  static release_status release_waited(lock_type& l) { return l.release_shared(); }
+};
+
+// On a lock per master at once: a holder (auto_renew, short lease) keeps it through several
+// renewals while a waiter of another client waits; the waiter gets it after the release.
+template <class Kind>
+void hold_wait_renew_release(const std::string& base) {
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->uri());
+  const std::vector<std::string> names = names_on_every_master(holder_client, base);
+  ASSERT_EQ(names.size(), 3u);
+  lock_options o;
+  o.lease = milliseconds(600);
+  o.auto_renew = true;
+  Kind::adjust(o);
+  std::vector<std::unique_ptr<typename Kind::lock_type>> holders, waiters;
+  for (const std::string& n : names) {
+    holders.push_back(std::make_unique<typename Kind::lock_type>(holder_client, n, o));
+    waiters.push_back(std::make_unique<typename Kind::lock_type>(waiter_client, n, o));
+  }
+  for (auto& h : holders) Kind::hold(*h);
+  std::vector<std::future<release_status>> waited;
+  for (auto& w : waiters)
+    waited.push_back(std::async(std::launch::async, [&kind_lock = *w] {
+      // Holds belong to threads: the waiter releases on the thread that acquired.
+      if (!Kind::wait(kind_lock, seconds(20))) return release_status::not_held;
+      return Kind::release_waited(kind_lock);
+    }));
+  // Two leases' worth of renewals, pipelined per node.
+  ASSERT_TRUE(eventually([&] { return holder_client.watchdog().stats().renewals >= 9; }, seconds(10)));
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    EXPECT_EQ(waited[i].wait_for(milliseconds(0)), std::future_status::timeout) << names[i] << ": not exclusive";
+    EXPECT_FALSE(holders[i]->lost()) << names[i];
+    EXPECT_TRUE(holders[i]->still_held()) << names[i];
+  }
+  for (auto& h : holders) EXPECT_EQ(Kind::release(*h), release_status::released);
+  for (std::size_t i = 0; i < waited.size(); ++i) {
+    ASSERT_EQ(waited[i].wait_for(seconds(20)), std::future_status::ready) << names[i];
+    EXPECT_EQ(waited[i].get(), release_status::released) << names[i];
+  }
+}
+
+}  // namespace
+
+TEST(ClusterSlots, Crc16IsXmodem) {
+  EXPECT_EQ(detail::crc16_xmodem("123456789"), 0x31C3);  // the XMODEM check value
+  EXPECT_EQ(detail::crc16_xmodem(""), 0);
+}
+
+TEST(ClusterSlots, KeySlotMatchesClusterKeyslot) {
+  connection admin = cluster->node(0).admin();
+  std::vector<std::string> keys = {"", "a", "foo", "{user1000}.following", "{user1000}.followers", "foo{}{bar}",
+                                   "foo{{bar}}zap", "foo{bar}{zap}", "{}", "}{", "{a", "a}", "redislock:{orders}:queue",
+                                   std::string("bin\0ary{\xff\x01}", 13)};
+  for (int i = 0; i < 300; ++i) keys.push_back("k" + std::to_string(i * 7919) + (i % 3 ? "{t" + std::to_string(i) + "}" : ""));
+  for (const std::string& k : keys)
+    EXPECT_EQ(detail::key_slot(k), admin.command({"CLUSTER", "KEYSLOT", k})->integer) << k;
+}
+
+TEST(ClusterUri, ParsesSeedsAndCredentials) {
+  cluster_options o = parse_cluster_uri("redis-cluster://u:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002/");
+  ASSERT_EQ(o.seeds.size(), 3u);
+  EXPECT_EQ(o.seeds[0].host, "10.0.0.1");
+  EXPECT_EQ(o.seeds[0].port, 7000);
+  EXPECT_EQ(o.seeds[1].port, 6379);
+  EXPECT_EQ(o.seeds[2].host, "::1");
+  EXPECT_EQ(o.seeds[2].port, 7002);
+  for (const auto& s : o.seeds) {
+    EXPECT_EQ(s.user, "u");
+    EXPECT_EQ(s.password, "p@ss");
+    EXPECT_FALSE(s.tls);
+  }
+  EXPECT_TRUE(parse_cluster_uri("rediss-cluster://h:1").seeds.at(0).tls);
+}
+
+TEST(ClusterUri, RejectsBadInputWithTypedErrors) {
+  for (const char* bad : {"redis-cluster://", "redis-cluster://h:1,,h:2", "redis-cluster://h:1,", "redis://h:1",
+                          "redis-cluster://h:99999", "redis-cluster://h:1/3", "cluster://h:1", "redis-cluster:/h:1",
+                          "redis-cluster://h:x", "redis-cluster://h:0"})
+    EXPECT_THROW(parse_cluster_uri(bad), invalid_argument) << bad;
+  try {
+    parse_cluster_uri("redis-cluster://u:secret@h:1,,");
+    ADD_FAILURE();
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos);
+  }
+  EXPECT_THROW(cluster_client(cluster_options{}), invalid_argument);
+  cluster_options unix_seed;
+  unix_seed.seeds.emplace_back();
+  unix_seed.seeds[0].unix_path = "/tmp/x.sock";
+  EXPECT_THROW(cluster_client{unix_seed}, invalid_argument);
+  cluster_options zero_pool = cluster->options();
+  zero_pool.pool_size = 0;
+  EXPECT_THROW(cluster_client{zero_pool}, invalid_argument);
+}
+
+TEST(Cluster, UnreachableSeedsFailWithinTheTimeout) {
+  cluster_options o;
+  o.seeds.push_back(parse_uri("redis://127.0.0.1:" + std::to_string(redislock_test::free_port())));  // nobody listens
+  o.retry_timeout = milliseconds(300);
+  cluster_client c(o);
+  basic_mutex<cluster_client> m(c, "nowhere");
+  const auto start = steady::now();
+  EXPECT_THROW(m.try_lock(), connection_error);
+  EXPECT_LT(ms_since(start), 3000);
+}
+
+TEST(Cluster, DiscoversEveryMasterFromOneSeed) {
+  cluster_client c(cluster->uri());
+  c.refresh();
+  EXPECT_EQ(c.masters().size(), 3u);
+  EXPECT_EQ(c.map_generation(), 1u);
+}
+
+TEST(Cluster, MutexOnEveryMaster) { hold_wait_renew_release<mutex_kind>("mutex-"); }
+TEST(Cluster, FairMutexOnEveryMaster) { hold_wait_renew_release<fair_mutex_kind>("fair-"); }
+TEST(Cluster, ReentrantMutexOnEveryMaster) { hold_wait_renew_release<reentrant_kind>("reentrant-"); }
+TEST(Cluster, SharedMutexWriterOnEveryMaster) { hold_wait_renew_release<shared_write_kind>("shared-w-"); }
+TEST(Cluster, SharedMutexReaderWaitsForWriterOnEveryMaster) { hold_wait_renew_release<shared_read_kind>("shared-r-"); }
+
+TEST(Cluster, FencingTokensIncreaseAcrossHolders) {
+  cluster_client c(cluster->options());
+  basic_mutex<cluster_client> a(c, "fenced"), b(c, "fenced");
+  a.lock();
+  const std::uint64_t first = a.fencing_token();
+  a.unlock();
+  b.lock();
+  EXPECT_GT(b.fencing_token(), first);
+  b.unlock();
+}
+
+TEST(Cluster, StaleMapFollowsMoved) {
+  cluster_client stale(cluster->options());
+  stale.refresh();
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(stale, masters[0], "moved-");
+  ASSERT_FALSE(name.empty());
+  const int slot = detail::key_slot(name);
+  migrate_slot(slot, masters[0], masters[1], [] {}, [] {});
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  const std::uint64_t before = stale.map_generation();
+  EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[0]));  // still the old owner
+  basic_mutex<cluster_client> m(stale, name);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_GT(stale.map_generation(), before);
+  EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[1]));
+  EXPECT_EQ(m.release(), release_status::released);
+}
+
+// While a lock is held (auto_renew) and another client waits for it, its slot migrates to
+// another master: the lock stays exclusive, renewals go on, the release succeeds on the new
+// master and the waiter gets the lock then.
+TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(holder_client, masters[1], "reshard-");
+  ASSERT_FALSE(name.empty());
+  const int slot = detail::key_slot(name);
+  lock_options o;
+  o.lease = milliseconds(1500);
+  o.auto_renew = true;
+  basic_mutex<cluster_client> holder(holder_client, name, o), waiter(waiter_client, name, o);
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(30)); });
+  // The waiter queued: its queue key exists, so the slot holds several keys when it moves;
+  // the fence key does not (no token drawn yet), so the waiter's script, which names it,
+  // finds only some of its keys on a migrating slot.
+  connection source = redis_cluster::admin(masters[1]);
+  ASSERT_TRUE(eventually([&] { return source.command({"EXISTS", "redislock:{" + name + "}:queue"})->integer == 1; }));
+  const long long tryagain_before = error_count(masters[1], "TRYAGAIN");
+  migrate_slot(
+      slot, masters[1], masters[2],
+      // Migrating with keys still here: the waiter's multi-key script gets TRYAGAIN, retried.
+      [&] { EXPECT_TRUE(eventually([&] { return error_count(masters[1], "TRYAGAIN") > tryagain_before; }, seconds(3))); },
+      [] {});
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  const std::uint64_t renewed = holder_client.watchdog().stats().renewals;
+  // Renewals reach the new master (each one pushes the lease back to 1500 ms there).
+  ASSERT_TRUE(eventually([&] { return holder_client.watchdog().stats().renewals >= renewed + 3; }, seconds(10)));
+  EXPECT_FALSE(holder.lost());
+  EXPECT_TRUE(holder.still_held());
+  EXPECT_EQ(waited.wait_for(milliseconds(0)), std::future_status::timeout) << "not exclusive after the move";
+  connection target = redis_cluster::admin(masters[2]);
+  EXPECT_EQ(target.command({"EXISTS", "redislock:{" + name + "}"})->integer, 1);
+  EXPECT_EQ(source.command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)})->integer, 0);
+  EXPECT_GT(holder.fencing_token(), 0u);  // drawn on the new master
+  EXPECT_EQ(holder.release(), release_status::released);
+  ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(waiter.release(), release_status::released);
+  EXPECT_EQ(holder_client.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[2]));
+}
+
+// A manual failover (CLUSTER FAILOVER on the replica): the client recovers within a bound;
+// the held lock (replicated before the switch: a manual failover waits for the replica to
+// catch up) survives, and its renewals go to the new master.
+TEST(Cluster, PrimaryFailoverRecovers) {
+  cluster_client c(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const int old_master = masters[0];
+  const int replica = cluster->replica_of(old_master);
+  ASSERT_NE(replica, 0);
+  const std::string name = name_on(c, old_master, "failover-");
+  const std::string probe_name = name_on(c, old_master, "probe-");
+  lock_options o;
+  o.lease = milliseconds(3000);
+  o.auto_renew = true;
+  basic_mutex<cluster_client> held(c, name, o);
+  held.lock();
+  connection master_admin = redis_cluster::admin(old_master);
+  EXPECT_EQ(master_admin.command({"WAIT", "1", "2000"})->integer, 1);
+
+  const auto start = steady::now();
+  redis_cluster::admin(replica).command({"CLUSTER", "FAILOVER"});
+  basic_mutex<cluster_client> probe(c, probe_name);
+  bool recovered = eventually(
+      [&] {
+        try {
+          if (!probe.try_lock()) return false;
+          probe.unlock();
+          return c.node_of("{" + probe_name + "}") == "127.0.0.1:" + std::to_string(replica);
+        } catch (const error&) {
+          return false;
+        }
+      },
+      seconds(15));
+  const long long recovery_ms = ms_since(start);
+  ASSERT_TRUE(recovered);
+  std::printf("[ measure  ] failover recovery (CLUSTER FAILOVER to the first lock acquired on the new master): %lld ms\n",
+              recovery_ms);
+  ::testing::Test::RecordProperty("failover_recovery_ms", std::to_string(recovery_ms));
+  EXPECT_LT(recovery_ms, 10000);
+
+  const std::uint64_t renewed = c.watchdog().stats().renewals;
+  ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= renewed + 2; }, seconds(10)));
+  EXPECT_FALSE(held.lost());
+  EXPECT_TRUE(held.still_held());
+  EXPECT_EQ(held.release(), release_status::released);
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10)));
+}
