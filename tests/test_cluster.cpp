@@ -260,6 +260,38 @@ TEST(Cluster, StaleMapFollowsMoved) {
   EXPECT_EQ(m.release(), release_status::released);
 }
 
+// A slot caught mid-migration (keys not moved yet, none of this lock's): the source answers
+// ASK, the acquisition is made on the target after ASKING; the release (a multi-key script
+// whose keys are split) is retried on TRYAGAIN until the migration ends, then succeeds.
+TEST(Cluster, AskDuringMigrationThenTryAgainUntilItEnds) {
+  cluster_client c(cluster->options());
+  c.refresh();
+  const std::vector<int> masters = cluster->masters();
+  const int src = masters[0], dst = masters[2];
+  const std::string name = name_on(c, src, "ask-");
+  ASSERT_FALSE(name.empty());
+  const std::string slot = std::to_string(detail::key_slot(name));
+  connection source = redis_cluster::admin(src), target = redis_cluster::admin(dst);
+  const std::string src_id = redis_cluster::node_id(src), dst_id = redis_cluster::node_id(dst);
+  target.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id});
+  source.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id});
+  basic_mutex<cluster_client> m(c, name);
+  ASSERT_TRUE(m.try_lock());
+  target.command({"ASKING"});  // the importing node answers for the slot only after ASKING
+  EXPECT_EQ(target.command({"EXISTS", m.key()})->integer, 1);  // made on the target, after ASKING
+  EXPECT_EQ(source.command({"CLUSTER", "COUNTKEYSINSLOT", slot})->integer, 0);
+  const long long tryagain_before = error_count(dst, "TRYAGAIN");
+  auto released = std::async(std::launch::async, [&] { return m.release(); });
+  EXPECT_TRUE(eventually([&] { return error_count(dst, "TRYAGAIN") > tryagain_before; }, seconds(3)));
+  for (int port : {dst, src}) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", slot, "NODE", dst_id});
+  for (int port : masters)
+    if (port != src && port != dst) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", slot, "NODE", dst_id});
+  ASSERT_EQ(released.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(released.get(), release_status::released);
+  EXPECT_EQ(target.command({"EXISTS", m.key()})->integer, 0);
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+}
+
 // While a lock is held (auto_renew) and another client waits for it, its slot migrates to
 // another master: the lock stays exclusive, renewals go on, the release succeeds on the new
 // master and the waiter gets the lock then.

@@ -152,9 +152,64 @@ class cluster_client {
   /// file comment for what is retried and why). Returns f's result.
   template <class F>
   auto run(std::string_view key, F&& f) -> std::invoke_result_t<F, connection&> {
+    return run_within(key, options_.retry_timeout, std::forward<F>(f));
+  }
+
+  /// Convenience: one command on the master that owns `key`.
+  reply_ptr command(std::string_view key, std::initializer_list<std::string_view> argv) {
+    return run(key, [&](connection& c) { return c.command(argv); });
+  }
+
+  /// The one thread that renews this client's auto_renew locks. Its locator names each key's
+  /// master, so renewals are pipelined per node. A renewal refused by a node (MOVED after a
+  /// failover or a resharding) is not retried by run() (the pipeline reads its replies
+  /// itself), so the slot map is refreshed before the watchdog's next round whenever renewals
+  /// failed in the last one. The watchdog's calls do not wait out TRYAGAIN or a refused
+  /// connection (it retries failed renewals itself every lease/10): one unreachable node must
+  /// not hold up the renewals bound for the others.
+  redislock::watchdog& watchdog() {
+    std::call_once(watchdog_once_, [this] {
+      watchdog_ = std::make_unique<redislock::watchdog>(
+          [this](std::string_view key, const std::function<void(connection&)>& f) {
+            run_within(key, std::chrono::milliseconds(0), f);
+          },
+          [this](std::string_view key) {
+            refresh_after_failed_renewals();
+            return owner_of(detail::key_slot(key), steady::now())->endpoint;
+          });
+    });
+    return *watchdog_;
+  }
+
+  /// Loads the slot map now (the first call does it otherwise). Throws connection_error when
+  /// no node answers within retry_timeout.
+  void refresh() { refresh_slots(map_generation(), steady::now() + options_.retry_timeout); }
+
+  /// "host:port" of the master that owns `key`'s slot, as the client currently believes.
+  std::string node_of(std::string_view key) { return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint; }
+
+  /// "host:port" of every master in the current slot map.
+  std::vector<std::string> masters() const {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    std::vector<std::string> out;
+    for (int index : slot_owner_) {
+      if (index < 0) continue;
+      const std::string& e = nodes_[static_cast<std::size_t>(index)]->endpoint;
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    }
+    return out;
+  }
+
+  /// How many times the slot map was loaded (first load included).
+  std::uint64_t map_generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  // run() with `retry_time` as the budget for waiting out refusals and refused connections.
+  template <class F>
+  auto run_within(std::string_view key, std::chrono::milliseconds retry_time, F&& f) -> std::invoke_result_t<F, connection&> {
     using result = std::invoke_result_t<F, connection&>;
     const int slot = detail::key_slot(key);
-    const steady::time_point give_up = steady::now() + options_.retry_timeout;
+    const steady::time_point give_up = steady::now() + retry_time;
     int redirects = 0;
     detail::backoff pause(std::chrono::milliseconds(5), std::chrono::milliseconds(200));
     std::shared_ptr<node> ask_target;  // after ASK: the next try goes there, once, after ASKING
@@ -212,6 +267,10 @@ class cluster_client {
       } catch (const reply_error& e) {
         if (!is_retryable_refusal(e.server_message())) throw;
         pause_or_rethrow();
+        // TRYAGAIN from an ASK target (a multi-key call while the slot's keys are split
+        // between the two nodes): go back to the target directly, not through another ASK,
+        // so waiting out a migration does not spend the redirect budget.
+        if (asking) ask_target = target;
         if (detail::starts_with(e.server_message(), "CLUSTERDOWN")) try {
             refresh_slots(seen, give_up);
           } catch (const error&) {
@@ -220,51 +279,6 @@ class cluster_client {
     }
   }
 
-  /// Convenience: one command on the master that owns `key`.
-  reply_ptr command(std::string_view key, std::initializer_list<std::string_view> argv) {
-    return run(key, [&](connection& c) { return c.command(argv); });
-  }
-
-  /// The one thread that renews this client's auto_renew locks. Its locator names each key's
-  /// master, so renewals are pipelined per node. A renewal refused by a node (MOVED after a
-  /// failover or a resharding) is not retried by run() (the pipeline reads its replies
-  /// itself), so the slot map is refreshed before the watchdog's next round whenever renewals
-  /// failed in the last one.
-  redislock::watchdog& watchdog() {
-    std::call_once(watchdog_once_, [this] {
-      watchdog_ = std::make_unique<redislock::watchdog>(
-          [this](std::string_view key, const std::function<void(connection&)>& f) { run(key, f); },
-          [this](std::string_view key) {
-            refresh_after_failed_renewals();
-            return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint;
-          });
-    });
-    return *watchdog_;
-  }
-
-  /// Loads the slot map now (the first call does it otherwise). Throws connection_error when
-  /// no node answers within retry_timeout.
-  void refresh() { refresh_slots(map_generation(), steady::now() + options_.retry_timeout); }
-
-  /// "host:port" of the master that owns `key`'s slot, as the client currently believes.
-  std::string node_of(std::string_view key) { return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint; }
-
-  /// "host:port" of every master in the current slot map.
-  std::vector<std::string> masters() const {
-    std::lock_guard<std::mutex> g(state_mutex_);
-    std::vector<std::string> out;
-    for (int index : slot_owner_) {
-      if (index < 0) continue;
-      const std::string& e = nodes_[static_cast<std::size_t>(index)]->endpoint;
-      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
-    }
-    return out;
-  }
-
-  /// How many times the slot map was loaded (first load included).
-  std::uint64_t map_generation() const noexcept { return generation_.load(std::memory_order_acquire); }
-
- private:
   struct node {
     std::string endpoint;  // "host:port"
     connection_options options;
