@@ -112,6 +112,14 @@ class redis_server {
     if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
   }
 
+  /// Kills the server at once (SIGKILL: no shutdown, no goodbye to its peers) and reaps it.
+  void kill() {
+    if (!process_.running()) return;
+    process_.signal(SIGKILL);
+    process_.wait_for(std::chrono::seconds(10));
+    if (log_reader_.joinable()) log_reader_.join();
+  }
+
   /// Suspends / resumes the server process (a stalled server for timeout tests).
   void pause() const { process_.signal(SIGSTOP); }
   void resume() const { process_.signal(SIGCONT); }

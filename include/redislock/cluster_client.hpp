@@ -378,7 +378,7 @@ class cluster_client {
         if (std::find(candidates.begin(), candidates.end(), n) == candidates.end()) candidates.push_back(std::move(n));
       }
     }
-    std::string failures;
+    std::string failures, refusal;
     for (const std::shared_ptr<node>& n : candidates) {
       if (!failures.empty() && steady::now() >= give_up) break;
       try {
@@ -387,10 +387,15 @@ class cluster_client {
         if (ranges.empty()) throw reply_error("CLUSTER SLOTS: no slot is assigned");  // a node not yet joined
         install(ranges);
         return;
+      } catch (const auth_error& e) {
+        refusal = e.server_message();
+        failures += (failures.empty() ? "" : "; ") + n->endpoint + ": " + e.what();
       } catch (const error& e) {
         failures += (failures.empty() ? "" : "; ") + n->endpoint + ": " + e.what();
       }
     }
+    // Wrong credentials or a missing +cluster|slots are the caller's to fix: not retried.
+    if (!refusal.empty()) throw auth_error(refusal);
     throw connection_error("cluster_client: no node answered CLUSTER SLOTS (" + failures + ")");
   }
 
