@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <set>
@@ -29,7 +30,14 @@ namespace {
 redis_cluster* cluster = nullptr;
 
 struct cluster_environment : ::testing::Environment {
-  void SetUp() override { cluster = new redis_cluster(3, 1); }
+  void SetUp() override {
+    try {
+      cluster = new redis_cluster(3, 1);
+    } catch (const std::exception& e) {  // every test needs it: stop here rather than crash in each
+      std::fprintf(stderr, "cannot start the test cluster: %s\n", e.what());
+      std::exit(1);
+    }
+  }
   void TearDown() override {
     delete cluster;
     cluster = nullptr;

@@ -337,7 +337,8 @@ class cluster_client {
   // by a connection error. A slot no master owns (a cluster being set up, or one that lost a
   // master without a failover) counts as CLUSTERDOWN: refreshed and waited for until give_up.
   std::shared_ptr<node> owner_of(int slot, steady::time_point give_up) {
-    if (map_generation() == 0 || stale_map_.exchange(false, std::memory_order_relaxed)) {
+    const bool stale = stale_map_.load(std::memory_order_relaxed) && stale_map_.exchange(false, std::memory_order_relaxed);
+    if (map_generation() == 0 || stale) {
       try {
         refresh_slots(map_generation(), give_up);
       } catch (const error&) {
