@@ -21,7 +21,7 @@
 /// only its reply was lost), so it is thrown to the caller, never retried here: the lock
 /// classes already treat such a failure as "maybe acquired" (their next attempt recognises
 /// its own token). The map is refreshed on the next call.
-/// Budget: at most cluster_options::max_redirects redirects and cluster_options::retry_timeout
+/// Budget: at most cluster_options::max_redirects redirects (16) and cluster_options::retry_timeout
 /// of waiting per call; then the last error is thrown (redirect_error, reply_error for
 /// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error).
 ///
@@ -65,8 +65,10 @@ struct cluster_options {
   std::size_t pool_size = 8;
   /// How long a call waits for a free connection of a node's pool.
   std::chrono::milliseconds pool_wait_timeout{1000};
-  /// Most MOVED/ASK redirects one call follows before giving up with redirect_error.
-  int max_redirects = 5;
+  /// Most MOVED/ASK redirects one call follows before giving up with redirect_error. From the
+  /// second MOVED on, the call backs off before following one (nodes that disagree for a
+  /// moment after a slot move send clients back and forth until gossip converges).
+  int max_redirects = 16;
   /// Longest a call keeps retrying TRYAGAIN/CLUSTERDOWN/refused connections (with backoff)
   /// before throwing the last error. A failover or slot migration in progress is waited out
   /// within this bound.
@@ -248,6 +250,9 @@ class cluster_client {
         if (e.is_ask()) {
           ask_target = std::move(to);
         } else {
+          // A second MOVED in one call: the nodes disagree for a moment (gossip has not
+          // converged after a slot move); give them time instead of spending the budget at once.
+          if (redirects > 1) pause_or_rethrow();
           // The MOVED reply is the freshest word on this slot: it is applied after the full
           // refresh, in case the node asked for the map has not learned of the move yet.
           try {
