@@ -10,6 +10,7 @@
 #include <redislock/cluster_client.hpp>
 #include <redislock/connection.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -55,10 +56,7 @@ class redis_cluster {
   }
   ~redis_cluster() {
     for (auto& n : nodes_) n->stop();
-    for (const std::string& d : dirs_) {
-      std::remove((d + "/nodes.conf").c_str());
-      ::rmdir(d.c_str());
-    }
+    for (const std::string& d : dirs_) remove_flat_directory(d);
   }
   redis_cluster(const redis_cluster&) = delete;
   redis_cluster& operator=(const redis_cluster&) = delete;
@@ -123,6 +121,18 @@ class redis_cluster {
   }
 
  private:
+  // The node's files (nodes.conf, and dump.rdb from a replica's full sync), then the directory.
+  static void remove_flat_directory(const std::string& dir) {
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") std::remove((dir + "/" + name).c_str());
+      }
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+
   bool stable() {
     try {
       std::string reference;

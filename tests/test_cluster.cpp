@@ -358,6 +358,17 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
   std::atomic<int> inside{0}, overlaps{0}, done{0}, failures{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> workers;
+  // A failed ASSERT returns early: the workers still stop and are joined (a joinable thread's
+  // destructor would abort the binary and leave the cluster running).
+  struct stop_and_join {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& workers;
+    ~stop_and_join() {
+      stop = true;
+      for (auto& w : workers)
+        if (w.joinable()) w.join();
+    }
+  } joiner{stop, workers};
   for (int t = 0; t < 4; ++t)
     workers.emplace_back([&, t] {
       lock_options o;
