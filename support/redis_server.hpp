@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -46,6 +47,23 @@ inline int free_port() {
   return port;
 }
 
+/// A free loopback port whose cluster bus port (port + 10000) is free too.
+inline int free_port_with_bus() {
+  for (int tries = 0; tries < 100; ++tries) {
+    const int port = free_port();
+    if (port + 10000 > 65535) continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port + 10000));
+    const bool bus_free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (fd >= 0) ::close(fd);
+    if (bus_free) return port;
+  }
+  throw std::runtime_error("free_port_with_bus: no port pair found");
+}
+
 inline std::string redis_server_binary() {
   const char* env = std::getenv("REDISLOCK_REDIS_SERVER");
   return env && *env ? env : "redis-server";
@@ -65,8 +83,11 @@ struct server_config {
 class redis_server {
  public:
   /// Starts a server; `extra` are additional redis-server arguments (e.g. {"--requirepass", "x"}).
-  explicit redis_server(std::vector<std::string> extra = {}) : redis_server(server_config{std::move(extra), false, {}}) {}
-  explicit redis_server(server_config config) : extra_(std::move(config.extra)), sentinel_(config.sentinel) {
+  /// with_cluster_bus: the port is chosen so that port + 10000 (the cluster bus) is free too.
+  explicit redis_server(std::vector<std::string> extra = {}, bool with_cluster_bus = false)
+      : redis_server(server_config{std::move(extra), false, {}}, with_cluster_bus) {}
+  explicit redis_server(server_config config, bool with_cluster_bus = false)
+      : extra_(std::move(config.extra)), sentinel_(config.sentinel) {
     if (sentinel_ || !config.config_file_text.empty()) {
       char dir[] = "/tmp/redislock-test-XXXXXX";
       if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
@@ -75,7 +96,7 @@ class redis_server {
       config_text_ = std::move(config.config_file_text);
     }
     for (int tries = 0; tries < 5; ++tries) {
-      port_ = free_port();
+      port_ = with_cluster_bus ? free_port_with_bus() : free_port();
       if (start()) return;
     }
     remove_dir();
@@ -138,6 +159,7 @@ class redis_server {
     start_again();
   }
   bool running() const { return process_.running(); }
+
 
   /// Suspends / resumes the server process (a stalled server for timeout tests).
   void pause() const { process_.signal(SIGSTOP); }

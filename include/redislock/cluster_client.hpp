@@ -1,0 +1,445 @@
+#pragma once
+/// @file cluster_client.hpp
+/// @brief redislock::cluster_client — a Client (see client.hpp) for Redis Cluster: routes each
+/// call by the hash slot of its key to the master that owns the slot, one connection pool
+/// (a redislock::client) per node.
+///
+///     redislock::cluster_client cluster("redis-cluster://10.0.0.1:7000,10.0.0.2:7000");
+///     redislock::basic_mutex<redislock::cluster_client> m(cluster, "orders");
+///
+/// The slot map comes from CLUSTER SLOTS (asked of any known node, then of the seeds), loaded
+/// on the first call and refreshed in full whenever a node says the map is stale.
+///
+/// Retries. run(key, f) calls f again only when the command f sent is known not to have run:
+///  - MOVED / ASK: the node refused the command before executing it. MOVED: the map is
+///    refreshed and f runs on the new owner; ASK: f runs once on the target, after ASKING.
+///  - TRYAGAIN (a multi-key call during a slot migration), CLUSTERDOWN, LOADING, MASTERDOWN:
+///    refused before execution; retried with jittered backoff.
+///  - a connection error before f started (connect refused, pool exhausted, a reconnect that
+///    failed): nothing was sent; the map is refreshed and f is retried.
+/// A connection error or timeout once f has started is ambiguous (the script may have run and
+/// only its reply was lost), so it is thrown to the caller, never retried here: the lock
+/// classes already treat such a failure as "maybe acquired" (their next attempt recognises
+/// its own token). The map is refreshed on the next call.
+/// Budget: at most cluster_options::max_redirects redirects (16) and cluster_options::retry_timeout
+/// of waiting per call; then the last error is thrown (redirect_error, reply_error for
+/// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error).
+///
+/// Waiting: the cluster client offers no subscriber(), so contended locks wait with jittered
+/// backoff (lock_options::retry_min/retry_max) rather than pub/sub notices: on a cluster a
+/// PUBLISH count is per node, which the hand-off scripts cannot rely on.
+
+#include <redislock/client.hpp>
+#include <redislock/connection.hpp>
+#include <redislock/detail/cluster_slots.hpp>
+#include <redislock/detail/fork_guard.hpp>
+#include <redislock/detail/wait.hpp>
+#include <redislock/errors.hpp>
+#include <redislock/options.hpp>
+#include <redislock/reply.hpp>
+#include <redislock/watchdog.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+/// Options of a redislock::cluster_client.
+struct cluster_options {
+  /// Where to learn the cluster from (any reachable node will do). Credentials, TLS settings
+  /// and timeouts of the first seed apply to every node; only host and port differ. TCP only
+  /// (no unix sockets) and database 0 (a cluster has no other).
+  std::vector<connection_options> seeds;
+  /// Connections per node (each node has its own bounded pool).
+  std::size_t pool_size = 8;
+  /// How long a call waits for a free connection of a node's pool.
+  std::chrono::milliseconds pool_wait_timeout{1000};
+  /// Most MOVED/ASK redirects one call follows before giving up with redirect_error. From the
+  /// second MOVED on, the call backs off before following one (nodes that disagree for a
+  /// moment after a slot move send clients back and forth until gossip converges).
+  int max_redirects = 16;
+  /// Longest a call keeps retrying TRYAGAIN/CLUSTERDOWN/refused connections (with backoff)
+  /// before throwing the last error. A failover or slot migration in progress is waited out
+  /// within this bound.
+  std::chrono::milliseconds retry_timeout{3000};
+  /// Receives the nodes' eviction warnings (see client_options::on_warning); empty: stderr.
+  std::function<void(const std::string& message)> on_warning{};
+};
+
+/// Parses `redis-cluster://[[user]:password@]host:port[,host:port...]` (`rediss-cluster://`
+/// for TLS). Each host:port is a seed; the port defaults to 6379; IPv6 as [::1]:7000; an
+/// optional trailing "/" or "/0". Credentials apply to every node. Throws invalid_argument
+/// (whose message never contains the password).
+inline cluster_options parse_cluster_uri(std::string_view uri) {
+  auto scheme_end = uri.find("://");
+  if (scheme_end == std::string_view::npos) throw invalid_argument("redis cluster uri: missing scheme");
+  const std::string_view scheme = uri.substr(0, scheme_end);
+  if (scheme != "redis-cluster" && scheme != "rediss-cluster")
+    throw invalid_argument("redis cluster uri: scheme must be redis-cluster:// or rediss-cluster://");
+  std::string_view rest = uri.substr(scheme_end + 3);
+  std::string_view userinfo;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+  }
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && db != "0") throw invalid_argument("redis cluster uri: a cluster has only database 0");
+    rest = rest.substr(0, slash);
+  }
+  const std::string single_scheme = scheme == "rediss-cluster" ? "rediss://" : "redis://";
+  cluster_options o;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view hostport = rest.substr(0, comma);
+    if (hostport.empty()) throw invalid_argument("redis cluster uri: empty host in the seed list");
+    if (hostport.find_first_of("/?#@") != std::string_view::npos)
+      throw invalid_argument("redis cluster uri: bad seed '" + std::string(hostport) + "'");
+    std::string one = single_scheme;
+    if (!userinfo.empty()) one.append(userinfo).append("@");
+    one.append(hostport);
+    o.seeds.push_back(parse_uri(one));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return o;
+}
+
+class cluster_client {
+ public:
+  using steady = std::chrono::steady_clock;
+
+  explicit cluster_client(cluster_options options) : options_(std::move(options)) {
+    if (options_.seeds.empty()) throw invalid_argument("cluster_client: at least one seed is needed");
+    if (options_.pool_size == 0) throw invalid_argument("cluster_client: pool_size must be at least 1");
+    if (options_.max_redirects < 0) throw invalid_argument("cluster_client: max_redirects must not be negative");
+    if (options_.retry_timeout.count() < 0) throw invalid_argument("cluster_client: retry_timeout must not be negative");
+    for (const connection_options& s : options_.seeds) {
+      if (!s.unix_path.empty()) throw invalid_argument("cluster_client: seeds must be TCP endpoints, not unix sockets");
+      if (s.db != 0) throw invalid_argument("cluster_client: a cluster has only database 0");
+      if (s.host.empty() || s.port <= 0 || s.port > 65535) throw invalid_argument("cluster_client: bad seed endpoint");
+    }
+    slot_owner_.assign(detail::cluster_slot_count, -1);
+  }
+  /// Same as cluster_client(parse_cluster_uri(uri)).
+  explicit cluster_client(std::string_view uri) : cluster_client(parse_cluster_uri(uri)) {}
+
+  cluster_client(const cluster_client&) = delete;
+  cluster_client& operator=(const cluster_client&) = delete;
+
+  /// Stops the watchdog first (it borrows the nodes' connections). In a child of fork() the
+  /// watchdog is leaked, as ~client() does (its thread exists only in the parent).
+  ~cluster_client() {
+    if (forked_.inherited()) {
+      (void)watchdog_.release();
+      return;
+    }
+    watchdog_.reset();
+  }
+
+  const cluster_options& options() const noexcept { return options_; }
+
+  /// Calls f(connection&) on the master that owns `key`'s slot, following redirects (see the
+  /// file comment for what is retried and why). Returns f's result.
+  template <class F>
+  auto run(std::string_view key, F&& f) -> std::invoke_result_t<F, connection&> {
+    return run_within(key, options_.retry_timeout, std::forward<F>(f));
+  }
+
+  /// Convenience: one command on the master that owns `key`.
+  reply_ptr command(std::string_view key, std::initializer_list<std::string_view> argv) {
+    return run(key, [&](connection& c) { return c.command(argv); });
+  }
+
+  /// The one thread that renews this client's auto_renew locks. Its locator names each key's
+  /// master, so renewals are pipelined per node. A renewal refused by a node (MOVED after a
+  /// failover or a resharding) is not retried by run() (the pipeline reads its replies
+  /// itself), so the slot map is refreshed before the watchdog's next round whenever renewals
+  /// failed in the last one. The watchdog's calls do not wait out TRYAGAIN or a refused
+  /// connection (it retries failed renewals itself every lease/10): one unreachable node must
+  /// not hold up the renewals bound for the others.
+  redislock::watchdog& watchdog() {
+    std::call_once(watchdog_once_, [this] {
+      watchdog_ = std::make_unique<redislock::watchdog>(
+          [this](std::string_view key, const std::function<void(connection&)>& f) {
+            run_within(key, std::chrono::milliseconds(0), f);
+          },
+          [this](std::string_view key) {
+            refresh_after_failed_renewals();
+            return owner_of(detail::key_slot(key), steady::now())->endpoint;
+          });
+    });
+    return *watchdog_;
+  }
+
+  /// Loads the slot map now (the first call does it otherwise). Throws connection_error when
+  /// no node answers within retry_timeout.
+  void refresh() { refresh_slots(map_generation(), steady::now() + options_.retry_timeout); }
+
+  /// "host:port" of the master that owns `key`'s slot, as the client currently believes.
+  std::string node_of(std::string_view key) { return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint; }
+
+  /// "host:port" of every master in the current slot map.
+  std::vector<std::string> masters() const {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    std::vector<std::string> out;
+    for (int index : slot_owner_) {
+      if (index < 0) continue;
+      const std::string& e = nodes_[static_cast<std::size_t>(index)]->endpoint;
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    }
+    return out;
+  }
+
+  /// How many times the slot map was loaded (first load included).
+  std::uint64_t map_generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  // run() with `retry_time` as the budget for waiting out refusals and refused connections.
+  template <class F>
+  auto run_within(std::string_view key, std::chrono::milliseconds retry_time, F&& f) -> std::invoke_result_t<F, connection&> {
+    using result = std::invoke_result_t<F, connection&>;
+    const int slot = detail::key_slot(key);
+    const steady::time_point give_up = steady::now() + retry_time;
+    int redirects = 0;
+    detail::backoff pause(std::chrono::milliseconds(5), std::chrono::milliseconds(200));
+    std::shared_ptr<node> ask_target;  // after ASK: the next try goes there, once, after ASKING
+    // Called in a handler: waits before the next try, or rethrows the error being handled
+    // once the call's retry_timeout is spent.
+    auto pause_or_rethrow = [&] {
+      if (steady::now() >= give_up) throw;
+      std::this_thread::sleep_for(pause.next(std::chrono::milliseconds(-1), detail::deadline(give_up)));
+    };
+    for (;;) {
+      const std::uint64_t seen = map_generation();
+      std::shared_ptr<node> target = std::exchange(ask_target, nullptr);
+      const bool asking = target != nullptr;
+      bool started = false;
+      try {
+        if (!target) target = owner_of(slot, give_up);
+        return target->pool.run(key, [&](connection& c) -> result {
+          c.ensure_ready();                      // a failed reconnect throws here: nothing sent
+          if (asking) c.command({"ASKING"});     // no effect of its own: safe to repeat
+          started = true;
+          if constexpr (std::is_same_v<result, reply_ptr>) {
+            // Callers that read raw replies (the mutex's plain SET) get the cluster's
+            // refusals as exceptions here, so they are handled below like a script's.
+            reply_ptr r = std::forward<F>(f)(c);
+            if (r && r->type == REDIS_REPLY_ERROR && is_cluster_refusal(std::string_view(r->str, r->len)))
+              detail::throw_reply_error(std::string(r->str, r->len));
+            return r;
+          } else {
+            return std::forward<F>(f)(c);
+          }
+        });
+      } catch (const redirect_error& e) {
+        if (++redirects > options_.max_redirects) throw;
+        std::shared_ptr<node> to = node_at(e.endpoint(), target ? target->options.host : std::string());
+        if (!to) throw;
+        if (e.is_ask()) {
+          ask_target = std::move(to);
+        } else {
+          // A second MOVED in one call: the nodes disagree for a moment (gossip has not
+          // converged after a slot move); give them time instead of spending the budget at once.
+          if (redirects > 1) pause_or_rethrow();
+          // The MOVED reply is the freshest word on this slot: it is applied after the full
+          // refresh, in case the node asked for the map has not learned of the move yet.
+          try {
+            refresh_slots(seen, give_up);
+          } catch (const error&) {
+          }
+          assign_slot(e.slot() >= 0 ? e.slot() : slot, to);
+        }
+      } catch (const connection_error&) {
+        stale_map_.store(true, std::memory_order_relaxed);
+        if (started) throw;  // the command may have run: not ours to repeat (see the file comment)
+        pause_or_rethrow();
+        try {
+          refresh_slots(seen, give_up);
+        } catch (const error&) {
+        }
+      } catch (const reply_error& e) {
+        if (!is_retryable_refusal(e.server_message())) throw;
+        pause_or_rethrow();
+        // TRYAGAIN from an ASK target (a multi-key call while the slot's keys are split
+        // between the two nodes): go back to the target directly, not through another ASK,
+        // so waiting out a migration does not spend the redirect budget.
+        if (asking) ask_target = target;
+        if (detail::starts_with(e.server_message(), "CLUSTERDOWN")) try {
+            refresh_slots(seen, give_up);
+          } catch (const error&) {
+          }
+      }
+    }
+  }
+
+  struct node {
+    std::string endpoint;  // "host:port"
+    connection_options options;
+    client pool;
+    node(std::string e, connection_options o, const cluster_options& c)
+        : endpoint(std::move(e)), options(o), pool(client_options{std::move(o), c.pool_size, c.pool_wait_timeout, c.on_warning}) {}
+  };
+
+  // Refusals that mean "this command did not run here": MOVED/ASK are handled apart.
+  static bool is_retryable_refusal(std::string_view message) {
+    return detail::starts_with(message, "TRYAGAIN") || detail::starts_with(message, "CLUSTERDOWN") ||
+           detail::starts_with(message, "LOADING") || detail::starts_with(message, "MASTERDOWN");
+  }
+  static bool is_cluster_refusal(std::string_view message) {
+    return detail::starts_with(message, "MOVED ") || detail::starts_with(message, "ASK ") || is_retryable_refusal(message);
+  }
+
+  // The node at "host:port" (created on first sight); nullptr for an unparsable endpoint.
+  // An empty host (a node that does not know its address) means `fallback_host`.
+  std::shared_ptr<node> node_at(const std::string& endpoint, const std::string& fallback_host) {
+    const std::size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos) return nullptr;
+    std::string host = endpoint.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.empty() || host == "?") host = fallback_host;
+    int port = 0;
+    try {
+      port = detail::parse_port_or_db(std::string_view(endpoint).substr(colon + 1), "port", 65535);
+    } catch (const invalid_argument&) {
+      return nullptr;
+    }
+    if (host.empty() || port == 0) return nullptr;
+    std::lock_guard<std::mutex> g(state_mutex_);
+    return nodes_[node_index(host, port)];
+  }
+
+  // Under state_mutex_.
+  std::size_t node_index(const std::string& host, int port) {
+    const std::string endpoint = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i]->endpoint == endpoint) return i;
+    connection_options o = options_.seeds.front();
+    o.host = host;
+    o.port = port;
+    nodes_.push_back(std::make_shared<node>(endpoint, std::move(o), options_));
+    return nodes_.size() - 1;
+  }
+
+  void assign_slot(int slot, const std::shared_ptr<node>& n) {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i] == n) slot_owner_[static_cast<std::size_t>(slot)] = static_cast<int>(i);
+  }
+
+  // The master of `slot`, loading the map first when it was never loaded or was marked stale
+  // by a connection error. A slot no master owns (a cluster being set up, or one that lost a
+  // master without a failover) counts as CLUSTERDOWN: refreshed and waited for until give_up.
+  std::shared_ptr<node> owner_of(int slot, steady::time_point give_up) {
+    const bool stale = stale_map_.load(std::memory_order_relaxed) && stale_map_.exchange(false, std::memory_order_relaxed);
+    if (map_generation() == 0 || stale) {
+      try {
+        refresh_slots(map_generation(), give_up);
+      } catch (const error&) {
+        if (map_generation() == 0) throw;  // nothing to route by
+      }
+    }
+    for (std::chrono::milliseconds pause{5};; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
+      {
+        std::lock_guard<std::mutex> g(state_mutex_);
+        const int index = slot_owner_[static_cast<std::size_t>(slot)];
+        if (index >= 0) return nodes_[static_cast<std::size_t>(index)];
+      }
+      if (steady::now() >= give_up)
+        throw connection_error("cluster_client: no master serves slot " + std::to_string(slot));
+      std::this_thread::sleep_for(std::min<steady::duration>(pause, give_up - steady::now()));
+      refresh_slots(map_generation(), give_up);
+    }
+  }
+
+  // Reloads the whole map with CLUSTER SLOTS, asking the known masters, then every known
+  // node, then the seeds, until one answers. Skipped when another thread reloaded it since
+  // the caller's `seen` generation (one reload serves every caller that saw the same map).
+  void refresh_slots(std::uint64_t seen, steady::time_point give_up) {
+    std::lock_guard<std::mutex> one_at_a_time(refresh_mutex_);
+    if (map_generation() != seen) return;
+    std::vector<std::shared_ptr<node>> candidates;
+    {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      std::vector<bool> is_master(nodes_.size(), false);
+      for (int index : slot_owner_)
+        if (index >= 0) is_master[static_cast<std::size_t>(index)] = true;
+      for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (is_master[i]) candidates.push_back(nodes_[i]);
+      for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (!is_master[i]) candidates.push_back(nodes_[i]);
+      for (const connection_options& s : options_.seeds) {
+        std::shared_ptr<node> n = nodes_[node_index(s.host, s.port)];
+        if (std::find(candidates.begin(), candidates.end(), n) == candidates.end()) candidates.push_back(std::move(n));
+      }
+    }
+    std::string failures, refusal;
+    for (const std::shared_ptr<node>& n : candidates) {
+      if (!failures.empty() && steady::now() >= give_up) break;
+      try {
+        reply_ptr r = n->pool.run({}, [](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
+        std::vector<detail::slot_range> ranges = detail::parse_cluster_slots(*r, n->options.host);
+        if (ranges.empty()) throw reply_error("CLUSTER SLOTS: no slot is assigned");  // a node not yet joined
+        install(ranges);
+        return;
+      } catch (const auth_error& e) {
+        refusal = e.server_message();
+        failures += (failures.empty() ? "" : "; ") + n->endpoint + ": " + e.what();
+      } catch (const error& e) {
+        failures += (failures.empty() ? "" : "; ") + n->endpoint + ": " + e.what();
+      }
+    }
+    // Wrong credentials or a missing +cluster|slots are the caller's to fix: not retried.
+    if (!refusal.empty()) throw auth_error(refusal);
+    throw connection_error("cluster_client: no node answered CLUSTER SLOTS (" + failures + ")");
+  }
+
+  void install(const std::vector<detail::slot_range>& ranges) {
+    {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      std::fill(slot_owner_.begin(), slot_owner_.end(), -1);
+      for (const detail::slot_range& r : ranges) {
+        const int index = static_cast<int>(node_index(r.host, r.port));
+        std::fill(slot_owner_.begin() + r.first, slot_owner_.begin() + r.last + 1, index);
+      }
+    }
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // On the watchdog thread (its locator): failed renewals since the last look mean a node may
+  // have refused them (MOVED after a failover or resharding): reload the map before routing.
+  void refresh_after_failed_renewals() {
+    if (!watchdog_) return;
+    const std::uint64_t failures = watchdog_->stats().failures;
+    if (renewal_failures_seen_.exchange(failures, std::memory_order_relaxed) == failures) return;
+    try {
+      refresh_slots(map_generation(), steady::now() + options_.retry_timeout);
+    } catch (const error&) {  // the renewal fails and is retried; nothing may escape that thread
+    }
+  }
+
+  cluster_options options_;
+  detail::fork_guard forked_;
+  mutable std::mutex state_mutex_;               // nodes_ and slot_owner_
+  std::vector<std::shared_ptr<node>> nodes_;     // every node ever seen; never shrinks
+  std::vector<int> slot_owner_;                  // slot -> index in nodes_, -1: unknown
+  std::mutex refresh_mutex_;                     // one CLUSTER SLOTS at a time
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stale_map_{false};
+  std::atomic<std::uint64_t> renewal_failures_seen_{0};
+  std::once_flag watchdog_once_;
+  std::unique_ptr<redislock::watchdog> watchdog_;  // last member: destroyed first
+};
+
+}  // namespace redislock

@@ -1,0 +1,159 @@
+#pragma once
+// A throwaway Redis Cluster on loopback: `masters` masters with `replicas` replicas each,
+// every node a redis_server on a free port whose bus port (+10000) is free too, joined by
+// `redis-cli --cluster create`, ready once every node reports cluster_state:ok and agrees on
+// the slot map. Stopped (and its temporary directories removed) by the destructor.
+
+#include "process.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/cluster_client.hpp>
+#include <redislock/connection.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace redislock_test {
+
+inline std::string redis_cli_binary() {
+  const char* env = std::getenv("REDISLOCK_REDIS_CLI");
+  return env && *env ? env : "redis-cli";
+}
+
+class redis_cluster {
+ public:
+  explicit redis_cluster(int masters = 3, int replicas = 1) {
+    for (int i = 0; i < masters * (1 + replicas); ++i) {
+      char dir[] = "/tmp/redislock-cluster-XXXXXX";
+      if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_cluster: mkdtemp failed");
+      dirs_.emplace_back(dir);
+      // A short node timeout keeps failure detection quick; the manual failover of the tests
+      // does not depend on it.
+      nodes_.push_back(std::make_unique<redis_server>(
+          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", dir,
+                                   "--cluster-node-timeout", "2000"},
+          true));
+    }
+    std::vector<std::string> argv = {redis_cli_binary(), "--cluster", "create"};
+    for (const auto& n : nodes_) argv.push_back("127.0.0.1:" + std::to_string(n->port()));
+    argv.insert(argv.end(), {"--cluster-replicas", std::to_string(replicas), "--cluster-yes"});
+    const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    child_process create(argv, devnull);
+    if (devnull >= 0) ::close(devnull);
+    if (create.wait_for(std::chrono::seconds(60)) != 0) throw std::runtime_error("redis_cluster: redis-cli --cluster create failed");
+    if (!wait_until_stable(std::chrono::seconds(30))) throw std::runtime_error("redis_cluster: cluster_state did not become ok");
+  }
+  ~redis_cluster() {
+    for (auto& n : nodes_) n->stop();
+    for (const std::string& d : dirs_) remove_flat_directory(d);
+  }
+  redis_cluster(const redis_cluster&) = delete;
+  redis_cluster& operator=(const redis_cluster&) = delete;
+
+  std::size_t size() const { return nodes_.size(); }
+  redis_server& node(std::size_t i) { return *nodes_.at(i); }
+
+  /// The cluster_client options seeded with the first node only (the rest is discovered).
+  redislock::cluster_options options() const {
+    redislock::cluster_options o;
+    o.seeds.push_back(nodes_.front()->options());
+    return o;
+  }
+  std::string uri() const { return "redis-cluster://127.0.0.1:" + std::to_string(nodes_.front()->port()); }
+
+  /// A plain connection to the node listening on `port`.
+  static redislock::connection admin(int port) {
+    redislock::connection_options o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    return redislock::connection(o);
+  }
+  static std::string text(const redislock::reply_ptr& r) { return std::string(r->str, r->len); }
+  static std::string node_id(int port) { return text(admin(port).command({"CLUSTER", "MYID"})); }
+
+  /// Port of the master that serves `slot`, as node 0 sees it.
+  int master_of(int slot) {
+    redislock::connection c = admin(nodes_.front()->port());
+    redislock::reply_ptr r = c.command({"CLUSTER", "SLOTS"});
+    for (const auto& range : redislock::detail::parse_cluster_slots(*r, "127.0.0.1"))
+      if (slot >= range.first && slot <= range.last) return range.port;
+    return 0;
+  }
+  /// Ports of the current masters (nodes whose role is master and that serve slots).
+  std::vector<int> masters() {
+    redislock::connection c = admin(nodes_.front()->port());
+    std::vector<int> out;
+    for (const auto& range : redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
+      if (std::find(out.begin(), out.end(), range.port) == out.end()) out.push_back(range.port);
+    return out;
+  }
+  /// Port of a replica of the master on `master_port` (0 when none).
+  int replica_of(int master_port) {
+    for (const auto& n : nodes_) {
+      redislock::connection c = admin(n->port());
+      std::string info = text(c.command({"INFO", "replication"}));
+      if (info.find("role:slave") != std::string::npos &&
+          info.find("master_port:" + std::to_string(master_port) + "\r") != std::string::npos)
+        return n->port();
+    }
+    return 0;
+  }
+
+  /// Every node reports cluster_state:ok and the same slot map as node 0.
+  bool wait_until_stable(std::chrono::milliseconds bound) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    for (;;) {
+      if (stable()) return true;
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a condition, bounded
+    }
+  }
+
+ private:
+  // The node's files (nodes.conf, and dump.rdb from a replica's full sync), then the directory.
+  static void remove_flat_directory(const std::string& dir) {
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") std::remove((dir + "/" + name).c_str());
+      }
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+
+  bool stable() {
+    try {
+      std::string reference;
+      for (const auto& n : nodes_) {
+        redislock::connection c = n->admin();
+        if (text(c.command({"CLUSTER", "INFO"})).find("cluster_state:ok") == std::string::npos) return false;
+        std::string map;
+        for (const auto& range : redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
+          map += std::to_string(range.first) + "-" + std::to_string(range.last) + "@" + std::to_string(range.port) + ";";
+        if (map.empty()) return false;
+        if (reference.empty()) reference = map;
+        else if (map != reference) return false;
+      }
+      return true;
+    } catch (const redislock::error&) {
+      return false;
+    }
+  }
+
+  std::vector<std::string> dirs_;
+  std::vector<std::unique_ptr<redis_server>> nodes_;
+};
+
+}  // namespace redislock_test
