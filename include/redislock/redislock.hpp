@@ -10,6 +10,7 @@
 #include <redislock/script.hpp>
 #include <redislock/watchdog.hpp>
 #include <redislock/client.hpp>
+#include <redislock/cluster_client.hpp>
 #include <redislock/sentinel_client.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/mutex.hpp>
