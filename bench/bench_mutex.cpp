@@ -195,7 +195,7 @@ raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
       "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
       "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
   const int rounds = rounds_for(hold);
-  std::atomic<int> ready{0};            // the round the waiter is ready for (1-based)
+  std::atomic<int> ready{0};             // the round the waiter is ready for (1-based)
   std::atomic<std::int64_t> sent_ns{0};  // when the holder sent this round's release
   std::vector<double> notice, handoff;
   std::thread w([&] {
@@ -307,7 +307,6 @@ class rtt_sampler {
   std::thread thread_;
 };
 
-
 // ---------------------------------------------------------------------------------------
 // Uncontended and failing attempts, interleaved with the baseline in every iteration.
 
@@ -404,7 +403,8 @@ void BM_uncontended_redlock_3(benchmark::State& state) {
   redlock r({a, b, c}, "uncontended-redlock");
   client single(options());
   mutex m(single, "uncontended-vs-redlock");
-  const auto [red, mut] = interleaved(state, [&] { r.lock(), r.unlock(); }, [&] { m.lock(), m.unlock(); });
+  const auto [red, mut] = interleaved(
+      state, [&] { r.lock(), r.unlock(); }, [&] { m.lock(), m.unlock(); });
   state.counters["redlock_us"] = percentile(red, 0.5);
   state.counters["redlock_p99_us"] = percentile(red, 0.99);
   state.counters["mutex_us"] = percentile(mut, 0.5);
@@ -426,8 +426,8 @@ void BM_uncontended_cycle_tls(benchmark::State& state) {
   tls_options.connection.tls_ca_file = certs.file("ca.crt");
   client tls_client(tls_options), tcp_client(options_for(server.port()));
   mutex over_tls(tls_client, "uncontended-tls"), over_tcp(tcp_client, "uncontended-tcp");
-  const auto [tls, tcp] =
-      interleaved(state, [&] { over_tls.lock(), over_tls.unlock(); }, [&] { over_tcp.lock(), over_tcp.unlock(); });
+  const auto [tls, tcp] = interleaved(
+      state, [&] { over_tls.lock(), over_tls.unlock(); }, [&] { over_tcp.lock(), over_tcp.unlock(); });
   state.counters["tls_us"] = percentile(tls, 0.5);
   state.counters["tls_p99_us"] = percentile(tls, 0.99);
   state.counters["tcp_us"] = percentile(tcp, 0.5);
@@ -522,7 +522,8 @@ void report_contention(benchmark::State& state, std::vector<event> events, int c
   state.counters["gap_vs_raw_handoff"] = percentile(gaps, 0.5) / raw.handoff_us;
   state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / fair_share;
   state.counters["share_max"] = *std::max_element(per.begin(), per.end()) / fair_share;
-  if (hold.count() > 0) state.counters["wait_p99_vs_hold"] = percentile(waits, 0.99) / static_cast<double>(hold.count());
+  if (hold.count() > 0)
+    state.counters["wait_p99_vs_hold"] = percentile(waits, 0.99) / static_cast<double>(hold.count());
   state.counters["wait_p99_us"] = percentile(waits, 0.99) / 1e3;
   state.counters["cmds_per_acq"] = commands_per_acquisition;
 }
@@ -553,7 +554,8 @@ void measure_contention(benchmark::State& state, const contended_run& run, int n
       const long long before = counter.until_now(admin);
       start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds / 2 * 1e9);
       const std::size_t acquisitions = run(start, end).size();
-      commands_per_acquisition = static_cast<double>(counter.until_now(admin) - before) / static_cast<double>(acquisitions);
+      commands_per_acquisition =
+          static_cast<double>(counter.until_now(admin) - before) / static_cast<double>(acquisitions);
     }
     state.SetIterationTime(seconds);
     report_contention(state, std::move(timed), n, hold, seconds, commands_per_acquisition, rtt_us, rtt_loop,
@@ -672,7 +674,14 @@ void BM_threads_own_keys(benchmark::State& state) {
     state.counters["speed_vs_raw"] = lib / base;
   }
 }
-BENCHMARK(BM_threads_own_keys)->ArgName("n")->Arg(1)->Arg(4)->Arg(16)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_threads_own_keys)
+    ->ArgName("n")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // argv: --contender port name who hold_us fair start_ns end_ns
 int contender_main(char** argv) {

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
     const watchdog_stats now = dog.stats();
     const long long evalsha_now = evalsha_calls(redis);
     if (!done || now.lost > 0 || now.failures > 0) {
-      std::cerr << "round " << r << ": renewals fell behind (lost " << now.lost << ", failures " << now.failures << ")\n";
+      std::cerr << "round " << r << ": renewals fell behind (lost " << now.lost << ", failures " << now.failures
+                << ")\n";
       return 1;
     }
     std::cout << r << "  " << now.ticks - before.ticks << "  " << now.batches - before.batches << "  "

@@ -16,7 +16,8 @@ namespace {
 // "UPDATE ... WHERE fence <= ?", an object store's precondition, ...).
 class fenced_store {
  public:
-  fenced_store(redislock::client& redis, std::string key) : redis_(redis), key_(std::move(key)), fence_key_(key_ + ":fence") {}
+  fenced_store(redislock::client& redis, std::string key)
+      : redis_(redis), key_(std::move(key)), fence_key_(key_ + ":fence") {}
 
   /// True when the write was accepted; false when a newer holder has written already.
   bool write(std::uint64_t token, const std::string& value) {

@@ -43,7 +43,7 @@ int sell(const settings& s, int worker, bool use_lock) {
     std::unique_lock<redislock::mutex> guard(stock_lock, std::defer_lock);
     if (use_lock) guard.lock();
     const long stock = read_long(data, "stock:widget:count");
-    if (stock <= 0) break;  // sold out
+    if (stock <= 0) break;      // sold out
     std::this_thread::yield();  // the "thinking" between read and write
     data.command({"SET", "stock:widget:count", std::to_string(stock - 1)});
     // Which unit this order got: the stock count it saw. Two orders with one unit = oversold.
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
   try {
     std::printf("%d worker processes, %d orders, one stock count on %s\n", s.workers, s.orders,
                 redislock::parse_uri(s.uri).endpoint().c_str());
-    run(s, /*use_lock=*/false);                  // shows the race the lock exists for
-    const bool ok = run(s, /*use_lock=*/true);   // must never oversell
+    run(s, /*use_lock=*/false);                 // shows the race the lock exists for
+    const bool ok = run(s, /*use_lock=*/true);  // must never oversell
     return ok ? 0 : 1;
   } catch (const redislock::error& e) {
     std::fprintf(stderr, "stock: %s\n", e.what());

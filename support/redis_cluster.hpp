@@ -51,8 +51,10 @@ class redis_cluster {
     const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     child_process create(argv, devnull);
     if (devnull >= 0) ::close(devnull);
-    if (create.wait_for(std::chrono::seconds(60)) != 0) throw std::runtime_error("redis_cluster: redis-cli --cluster create failed");
-    if (!wait_until_stable(std::chrono::seconds(30))) throw std::runtime_error("redis_cluster: cluster_state did not become ok");
+    if (create.wait_for(std::chrono::seconds(60)) != 0)
+      throw std::runtime_error("redis_cluster: redis-cli --cluster create failed");
+    if (!wait_until_stable(std::chrono::seconds(30)))
+      throw std::runtime_error("redis_cluster: cluster_state did not become ok");
   }
   ~redis_cluster() {
     for (auto& n : nodes_) n->stop();
@@ -141,7 +143,8 @@ class redis_cluster {
         if (text(c.command({"CLUSTER", "INFO"})).find("cluster_state:ok") == std::string::npos) return false;
         std::string map;
         for (const auto& range : redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
-          map += std::to_string(range.first) + "-" + std::to_string(range.last) + "@" + std::to_string(range.port) + ";";
+          map +=
+              std::to_string(range.first) + "-" + std::to_string(range.last) + "@" + std::to_string(range.port) + ";";
         if (map.empty()) return false;
         if (reference.empty()) reference = map;
         else if (map != reference) return false;

@@ -160,7 +160,6 @@ class redis_server {
   }
   bool running() const { return process_.running(); }
 
-
   /// Suspends / resumes the server process (a stalled server for timeout tests).
   void pause() const { process_.signal(SIGSTOP); }
   void resume() const { process_.signal(SIGCONT); }
@@ -229,7 +228,8 @@ class redis_server {
     if (dir_.empty()) return;
     if (DIR* d = ::opendir(dir_.c_str())) {  // the configuration, and whatever Sentinel left beside it
       while (dirent* e = ::readdir(d))
-        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") std::remove((dir_ + "/" + e->d_name).c_str());
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..")
+          std::remove((dir_ + "/" + e->d_name).c_str());
       ::closedir(d);
     }
     ::rmdir(dir_.c_str());

@@ -40,7 +40,8 @@ const std::chrono::milliseconds bound = 20s;  // generous: the machine is shared
 class tool {
  public:
   /// stdin_path: what the tool reads as stdin (default /dev/null; a pty's name for a terminal).
-  explicit tool(const std::vector<std::string>& args, const std::string& url, const std::string& stdin_path = "/dev/null") {
+  explicit tool(const std::vector<std::string>& args, const std::string& url,
+                const std::string& stdin_path = "/dev/null") {
     std::vector<std::string> argv{REDISLOCK_CLI};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env;
@@ -340,7 +341,11 @@ TEST_F(cli_test, InterruptedWhileWaitingExitsWithoutRunning) {
   holder.lock();
   tool t({"run", "job", "--", "echo", "ran"}, url());
   // The tool is waiting once it queued on the server.
-  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1; }, bound));
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1;
+      },
+      bound));
   t.signal(SIGINT);
   EXPECT_EQ(t.wait(), 128 + SIGINT);
   EXPECT_TRUE(t.out().empty());
@@ -489,8 +494,8 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
     sc->load(*admin);
     for (const char* name : {"re", "sh", "mx", "list", "free"}) {
       const std::string key = std::string("redislock:{") + name + "}";
-      auto reply = admin->command({"EVALSHA_RO", sc->sha1(), "4", key, key + ":fence", key + ":queue",
-                                   key + ":waiters", key + ":released"});
+      auto reply = admin->command(
+          {"EVALSHA_RO", sc->sha1(), "4", key, key + ":fence", key + ":queue", key + ":waiters", key + ":released"});
       EXPECT_NE(reply->type, REDIS_REPLY_ERROR) << name << ": " << std::string(reply->str, reply->len);
     }
   }
@@ -503,7 +508,11 @@ TEST_F(cli_test, BreakHandsAMutexToItsWaiterAndStopsTheRun) {
   ASSERT_EQ(holder.line(), "ready");
   redislock::mutex waiter(*pool, "job");
   auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(60s); });
-  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1; }, bound));
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1;
+      },
+      bound));
   const std::string removed_token = get("redislock:{job}");
 
   const result b = run({"break", "--yes", "job"});
@@ -551,7 +560,10 @@ TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
   auto waited = std::async(std::launch::async, [&] { return writer.try_lock_for(60s); });
   // The writer waits once its marker is set.
   ASSERT_TRUE(redislock_test::eventually(
-      [&] { return admin->command({"HEXISTS", "redislock:{sh}", "@wq"})->integer == 1; }, bound));
+      [&] {
+        return admin->command({"HEXISTS", "redislock:{sh}", "@wq"})->integer == 1;
+      },
+      bound));
   const result b = run({"break", "--yes", "sh"});
   EXPECT_EQ(b.status, 0) << b.err;
   EXPECT_NE(b.out.find(reader.owner_id()), std::string::npos) << b.out;

@@ -130,8 +130,9 @@ TEST(Client, AChildOfForkGetsATypedErrorAndLeavesTheParentsClientIntact) {
 
   // The parent's subscription survived: the release hands over by notice, no backoff.
   auto waited = std::async(std::launch::async, [&] { waiter->lock(); });
-  ASSERT_TRUE(redislock_test::eventually(
-      [&] { return other.command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return other.command({"ZCARD", holder.key() + ":queue"})->integer == 1;
+  }));
   holder.unlock();
   ASSERT_EQ(waited.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   waited.get();

@@ -45,11 +45,10 @@ struct cluster_environment : ::testing::Environment {
     cluster = nullptr;
   }
 };
-[[maybe_unused]] ::testing::Environment* const environment = ::testing::AddGlobalTestEnvironment(new cluster_environment);
+[[maybe_unused]] ::testing::Environment* const environment =
+    ::testing::AddGlobalTestEnvironment(new cluster_environment);
 
-long long ms_since(steady::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(steady::now() - t).count();
-}
+long long ms_since(steady::time_point t) { return std::chrono::duration_cast<milliseconds>(steady::now() - t).count(); }
 
 // One lock name per master: names whose slots the cluster spreads over all masters.
 std::vector<std::string> names_on_every_master(cluster_client& c, const std::string& base) {
@@ -83,7 +82,8 @@ long long error_count(int port, const std::string& code) {
 // hooks after the slot is marked migrating and after its keys moved.
 template <class AfterMigrating, class AfterKeys>
 void migrate_slot(int slot, int src, int dst, AfterMigrating&& after_migrating, AfterKeys&& after_keys) {
-  const std::string s = std::to_string(slot), src_id = redis_cluster::node_id(src), dst_id = redis_cluster::node_id(dst);
+  const std::string s = std::to_string(slot), src_id = redis_cluster::node_id(src),
+                    dst_id = redis_cluster::node_id(dst);
   connection source = redis_cluster::admin(src), target = redis_cluster::admin(dst);
   target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", src_id});
   source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
@@ -172,10 +172,22 @@ TEST(ClusterSlots, Crc16IsXmodem) {
 
 TEST(ClusterSlots, KeySlotMatchesClusterKeyslot) {
   connection admin = cluster->node(0).admin();
-  std::vector<std::string> keys = {"", "a", "foo", "{user1000}.following", "{user1000}.followers", "foo{}{bar}",
-                                   "foo{{bar}}zap", "foo{bar}{zap}", "{}", "}{", "{a", "a}", "redislock:{orders}:queue",
+  std::vector<std::string> keys = {"",
+                                   "a",
+                                   "foo",
+                                   "{user1000}.following",
+                                   "{user1000}.followers",
+                                   "foo{}{bar}",
+                                   "foo{{bar}}zap",
+                                   "foo{bar}{zap}",
+                                   "{}",
+                                   "}{",
+                                   "{a",
+                                   "a}",
+                                   "redislock:{orders}:queue",
                                    std::string("bin\0ary{\xff\x01}", 13)};
-  for (int i = 0; i < 300; ++i) keys.push_back("k" + std::to_string(i * 7919) + (i % 3 ? "{t" + std::to_string(i) + "}" : ""));
+  for (int i = 0; i < 300; ++i)
+    keys.push_back("k" + std::to_string(i * 7919) + (i % 3 ? "{t" + std::to_string(i) + "}" : ""));
   for (const std::string& k : keys)
     EXPECT_EQ(detail::key_slot(k), admin.command({"CLUSTER", "KEYSLOT", k})->integer) << k;
 }
@@ -259,7 +271,8 @@ TEST(Cluster, StaleMapFollowsMoved) {
   const std::string name = name_on(stale, masters[0], "moved-");
   ASSERT_FALSE(name.empty());
   const int slot = detail::key_slot(name);
-  migrate_slot(slot, masters[0], masters[1], [] {}, [] {});
+  migrate_slot(
+      slot, masters[0], masters[1], [] {}, [] {});
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
   const std::uint64_t before = stale.map_generation();
   EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[0]));  // still the old owner
@@ -326,7 +339,9 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   migrate_slot(
       slot, masters[1], masters[2],
       // Migrating with keys still here: the waiter's multi-key script gets TRYAGAIN, retried.
-      [&] { EXPECT_TRUE(eventually([&] { return error_count(masters[1], "TRYAGAIN") > tryagain_before; }, seconds(3))); },
+      [&] {
+        EXPECT_TRUE(eventually([&] { return error_count(masters[1], "TRYAGAIN") > tryagain_before; }, seconds(3)));
+      },
       [] {});
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
   const std::uint64_t renewed = holder_client.watchdog().stats().renewals;
@@ -395,7 +410,8 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
   for (int move = 0; move < 10; ++move) {
     const int before = done.load();
     ASSERT_TRUE(eventually([&] { return done.load() >= before + 30; }, seconds(20)));
-    migrate_slot(slot, from, to, [] {}, [] {});
+    migrate_slot(
+        slot, from, to, [] {}, [] {});
     // Moving a slot back before every node learned the last move can leave two nodes each
     // naming the other as owner (seen with Redis 7.0): operators wait, and so does this test.
     ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
@@ -413,11 +429,13 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
 // The README's ACL for a cluster is enough for every lock kind (waiting and renewal
 // included); without +cluster|slots the client fails with auth_error.
 TEST(Cluster, MinimalAcl) {
-  const std::vector<std::string> acl = {
-      "ACL", "SETUSER", "cluster-locks", "on", ">pw", "resetkeys", "~redislock:*", "resetchannels", "&redislock:*",
-      "-@all", "+evalsha", "+script|load", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+incr", "+time",
-      "+zadd", "+zscore", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+hincrby", "+publish", "+hexists",
-      "+hgetall", "+hlen", "+cluster|slots", "+asking"};
+  const std::vector<std::string> acl = {"ACL",       "SETUSER",      "cluster-locks",  "on",           ">pw",
+                                        "resetkeys", "~redislock:*", "resetchannels",  "&redislock:*", "-@all",
+                                        "+evalsha",  "+script|load", "+get",           "+set",         "+del",
+                                        "+exists",   "+pexpire",     "+pttl",          "+incr",        "+time",
+                                        "+zadd",     "+zscore",      "+zpopmin",       "+zrem",        "+hset",
+                                        "+hget",     "+hdel",        "+hincrby",       "+publish",     "+hexists",
+                                        "+hgetall",  "+hlen",        "+cluster|slots", "+asking"};
   const std::vector<std::string_view> argv(acl.begin(), acl.end());
   for (std::size_t i = 0; i < cluster->size(); ++i) cluster->node(i).admin().command(argv);
   const std::string uri = "redis-cluster://cluster-locks:pw@127.0.0.1:" + std::to_string(cluster->node(0).port());
@@ -485,8 +503,9 @@ TEST(Cluster, PrimaryFailoverRecovers) {
       seconds(15));
   const long long recovery_ms = ms_since(start);
   ASSERT_TRUE(recovered);
-  std::printf("[ measure  ] failover recovery (CLUSTER FAILOVER to the first lock acquired on the new master): %lld ms\n",
-              recovery_ms);
+  std::printf(
+      "[ measure  ] failover recovery (CLUSTER FAILOVER to the first lock acquired on the new master): %lld ms\n",
+      recovery_ms);
   ::testing::Test::RecordProperty("failover_recovery_ms", std::to_string(recovery_ms));
   EXPECT_LT(recovery_ms, 10000);
 
@@ -540,9 +559,10 @@ TEST(Cluster, MasterCrashAutomaticFailover) {
   const long long recovery_ms = ms_since(start);
   ASSERT_TRUE(recovered);
   EXPECT_EQ(c.node_of("{" + probe_name + "}"), "127.0.0.1:" + std::to_string(replica));
-  std::printf("[ measure  ] master crash (SIGKILL, cluster-node-timeout 2000 ms) to the first lock acquired on the "
-              "promoted replica: %lld ms (%d calls failed meanwhile)\n",
-              recovery_ms, failed_calls);
+  std::printf(
+      "[ measure  ] master crash (SIGKILL, cluster-node-timeout 2000 ms) to the first lock acquired on the "
+      "promoted replica: %lld ms (%d calls failed meanwhile)\n",
+      recovery_ms, failed_calls);
   ::testing::Test::RecordProperty("crash_recovery_ms", std::to_string(recovery_ms));
   const std::uint64_t renewed = c.watchdog().stats().renewals;
   ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals > renewed; }, seconds(10)));

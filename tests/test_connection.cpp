@@ -165,8 +165,9 @@ TEST(ConnectionUnix, ConnectsOverAUnixSocket) {
 
 TEST(ConnectionAuth, PasswordRequired) {
   redis_server server({"--requirepass", "s3cret-pw"});
-  EXPECT_EQ(text(connection(parse_uri("redis://:s3cret-pw@127.0.0.1:" + std::to_string(server.port()))).command({"PING"})),
-            "PONG");
+  EXPECT_EQ(
+      text(connection(parse_uri("redis://:s3cret-pw@127.0.0.1:" + std::to_string(server.port()))).command({"PING"})),
+      "PONG");
   try {
     connection bad(parse_uri("redis://:wrong-pw@127.0.0.1:" + std::to_string(server.port())));
     FAIL();

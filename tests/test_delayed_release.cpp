@@ -68,7 +68,8 @@ TEST_F(DelayedRelease, ALateReleaseOfAnEarlierReentrantHoldCannotRemoveALaterOne
   // hold is a different owner).
   ASSERT_TRUE(r.try_lock_for(seconds(5)));
   // Now the lost release arrives.
-  replay(detail::reentrant_scripts::release(), {r.key(), r.key() + ":fence"}, {first_owner, r.key() + ":released", "0"});
+  replay(detail::reentrant_scripts::release(), {r.key(), r.key() + ":fence"},
+         {first_owner, r.key() + ":released", "0"});
   // The later hold is intact: nobody else gets in.
   reentrant_mutex other(*pool, "late-r", lease(seconds(5)));
   EXPECT_FALSE(other.try_lock()) << "a second owner got in while the first still holds the lock";
@@ -104,7 +105,8 @@ TEST_F(DelayedRelease, ALateReleaseOfAnEarlierReadHoldCannotRemoveALaterOne) {
   release_lost(proxy, [&] { s.unlock_shared(); });
   ASSERT_EQ(s.last_release(), release_status::failed);
   ASSERT_TRUE(s.try_lock_shared_for(seconds(5)));
-  replay(detail::shared_scripts::release_shared(), {s.key(), s.key() + ":fence"}, {first_owner, s.key() + ":released", "0"});
+  replay(detail::shared_scripts::release_shared(), {s.key(), s.key() + ":fence"},
+         {first_owner, s.key() + ":released", "0"});
   shared_mutex writer(*pool, "late-sr", lease(seconds(5)));
   EXPECT_FALSE(writer.try_lock()) << "a writer got in while a reader still holds the lock";
   EXPECT_TRUE(s.still_held_shared());

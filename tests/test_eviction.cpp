@@ -74,8 +74,8 @@ TEST(Eviction, ASafeServerGivesNoWarning) {
 TEST(Eviction, AUserWithoutConfigRightsStillLocksAndTheRiskIsUnknown) {
   redis_server server({"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"});
   connection admin = server.admin();
-  admin.command({"ACL", "SETUSER", "app", "reset", "on", ">app-pw", "~redislock:*", "&redislock:*", "+@all",
-                 "-config"});
+  admin.command(
+      {"ACL", "SETUSER", "app", "reset", "on", ">app-pw", "~redislock:*", "&redislock:*", "+@all", "-config"});
   warnings w;
   client_options o = w.options(server);
   o.connection.user = "app";

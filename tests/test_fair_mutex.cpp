@@ -127,7 +127,7 @@ TEST_F(FairTest, AHandOffCostsTheWaiterNoRoundTripHoweverLongTheHold) {
   holder.unlock();
   ASSERT_EQ(waited.wait_for(seconds(5)), std::future_status::ready);
   waited.get();
-  EXPECT_LE(before, 2);                                      // try, then queue after SUBSCRIBE
+  EXPECT_LE(before, 2);                                     // try, then queue after SUBSCRIBE
   EXPECT_EQ(command_calls(*admin, "evalsha") - before, 1);  // the hand-off release alone
   EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
   waiter.unlock();
@@ -156,17 +156,15 @@ TEST_F(FairTest, ACrashedWaiterIsSkippedAtOnce) {
   mutex waiter(waiter_client, "crashed", fair());
   holder.lock();
   constexpr long wait_lease_ms = 600;
-  child_process crashed({REDISLOCK_TEST_WORKER, "fair-wait", std::to_string(server->port()), "crashed",
-                         std::to_string(wait_lease_ms)});
+  child_process crashed(
+      {REDISLOCK_TEST_WORKER, "fair-wait", std::to_string(server->port()), "crashed", std::to_string(wait_lease_ms)});
   ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }));
   auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(8)); });
   ASSERT_TRUE(eventually([&] { return queued(holder) == 2; }));
   crashed.signal(SIGKILL);
   ASSERT_EQ(crashed.wait_for(seconds(5)), 128 + SIGKILL);
   // Until the server has seen the connection close, the dead waiter still counts as listening.
-  ASSERT_TRUE(eventually([&] {
-    return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements == 1;
-  }));
+  ASSERT_TRUE(eventually([&] { return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements == 1; }));
   holder.unlock();  // skips the dead head, hands the lock to the live waiter
   EXPECT_EQ(queued(holder), 0);
   EXPECT_NE(holder_of(holder), "(nil)");
@@ -231,9 +229,8 @@ TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
   static const std::string token = "0123456789abcdef0123456789abcdef";
   const std::string key = "redislock:{retry}";
   auto acquire = [&] {
-    return detail::mutex_scripts::queue_attempt().run(
-        *admin, {key, key + ":fence", key + ":queue", key + ":waiters"},
-        {token, "30000", "wait", "1", "2000", key + ":w:"});
+    return detail::mutex_scripts::queue_attempt().run(*admin, {key, key + ":fence", key + ":queue", key + ":waiters"},
+                                                      {token, "30000", "wait", "1", "2000", key + ":w:"});
   };
   ASSERT_EQ(acquire()->element[0]->integer, 1);
   admin->command({"PEXPIRE", key, "1000"});  // as if 29 s had passed

@@ -89,7 +89,9 @@ TEST_F(HashTags, EveryLockKindWorksOnAClusterNodeForNamesWithBraces) {
       bool got = false;
       std::thread t([&] { got = waiter.try_lock_for(5s); });
       // Release once the waiter queued, so the release script hands the lock over.
-      EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"EXISTS", holder.key() + ":queue"})->integer == 1; }));
+      EXPECT_TRUE(redislock_test::eventually([&] {
+        return admin->command({"EXISTS", holder.key() + ":queue"})->integer == 1;
+      }));
       holder.unlock();
       t.join();
       EXPECT_TRUE(got);

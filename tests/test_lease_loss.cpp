@@ -70,7 +70,7 @@ TEST(LeaseLoss, APausedHolderLosesTheLockAndItsLateReleaseLeavesTheNextHolderAlo
   client c(client_options{server.options()});
   mutex next(c, "paused");
   EXPECT_FALSE(next.try_lock());
-  holder.signal(SIGSTOP);  // a GC pause / a stalled VM: the watchdog thread stops too
+  holder.signal(SIGSTOP);                       // a GC pause / a stalled VM: the watchdog thread stops too
   ASSERT_TRUE(next.try_lock_for(seconds(20)));  // once the paused holder's lease ran out
   EXPECT_GT(next.fencing_token(), holder_fence);
   holder.signal(SIGCONT);
@@ -226,12 +226,12 @@ TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRu
   for (std::size_t i = 1; i < n; ++i) not_lost += locks[i]->lost() ? 0 : 1;
   EXPECT_EQ(not_lost, 0u) << "locks not lost at stalled + lease";
 
-  const bool all_reported = c.watchdog().wait_for_stats(seconds(60), [&](const watchdog_stats&) {
-    return callbacks.load() >= n - 1;
-  }) || callbacks.load() >= n - 1;
+  const bool all_reported =
+      c.watchdog().wait_for_stats(seconds(60), [&](const watchdog_stats&) { return callbacks.load() >= n - 1; }) ||
+      callbacks.load() >= n - 1;
   const auto late = steady::time_point(steady::duration(last_callback.load())) - (stalled + lease);
-  std::cout << callbacks.load() << " on_lost calls, the last "
-            << std::chrono::duration_cast<milliseconds>(late).count() << " ms after stalled + lease; unlock took "
+  std::cout << callbacks.load() << " on_lost calls, the last " << std::chrono::duration_cast<milliseconds>(late).count()
+            << " ms after stalled + lease; unlock took "
             << std::chrono::duration_cast<milliseconds>(unlock_took).count() << " ms\n";
   EXPECT_TRUE(all_reported);
   {

@@ -31,9 +31,13 @@ struct exclusive_kind {
   static void hold(lock_type& l) { l.lock(); }
   static void drop(lock_type& l) { l.unlock(); }
   template <class Timeout>
-  static bool wait(lock_type& l, Timeout t) { return l.try_lock_for(t); }
+  static bool wait(lock_type& l, Timeout t) {
+    return l.try_lock_for(t);
+  }
   template <class Deadline>
-  static bool wait_until(lock_type& l, Deadline t) { return l.try_lock_until(t); }
+  static bool wait_until(lock_type& l, Deadline t) {
+    return l.try_lock_until(t);
+  }
   static void drop_waited(lock_type& l) { l.unlock(); }
   static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
 };
@@ -46,9 +50,13 @@ using shared_write_kind = exclusive_kind<shared_mutex, false>;
 struct shared_read_kind : shared_write_kind {
   static constexpr bool recursive = true;  // reads nest
   template <class Timeout>
-  static bool wait(lock_type& l, Timeout t) { return l.try_lock_shared_for(t); }
+  static bool wait(lock_type& l, Timeout t) {
+    return l.try_lock_shared_for(t);
+  }
   template <class Deadline>
-  static bool wait_until(lock_type& l, Deadline t) { return l.try_lock_shared_until(t); }
+  static bool wait_until(lock_type& l, Deadline t) {
+    return l.try_lock_shared_until(t);
+  }
   static void drop_waited(lock_type& l) { l.unlock_shared(); }
 };
 
@@ -128,7 +136,8 @@ TYPED_TEST(LockContract, AHugeTimeoutWaitsIndefinitelyInsteadOfOverflowing) {
     SCOPED_TRACE(w.what);
     K::hold(holder);
     bool acquired = false;
-    this->wait_then_free(waiter, w.wait, [&] { K::drop(holder); }, acquired);
+    this->wait_then_free(
+        waiter, w.wait, [&] { K::drop(holder); }, acquired);
     EXPECT_TRUE(acquired);
   }
   // And the far past is "now": one attempt.
@@ -153,7 +162,8 @@ TYPED_TEST(LockContract, ALockFreedWithoutAReleaseIsNoticedWithinTheRecheckInter
     K::hold(holder);
     bool acquired = false;
     // The holder stops renewing and never releases: only the shortened lease ends its hold.
-    const auto took = this->wait_then_free(waiter, wait, [&] { ASSERT_TRUE(K::shorten(holder, milliseconds(200))); }, acquired);
+    const auto took = this->wait_then_free(
+        waiter, wait, [&] { ASSERT_TRUE(K::shorten(holder, milliseconds(200))); }, acquired);
     EXPECT_TRUE(acquired);
     EXPECT_LT(took, bound);
     K::drop(holder);  // the late release of the vanished holder changes nothing
@@ -163,7 +173,12 @@ TYPED_TEST(LockContract, ALockFreedWithoutAReleaseIsNoticedWithinTheRecheckInter
     SCOPED_TRACE("an operator deleted the key");
     K::hold(holder);
     bool acquired = false;
-    const auto took = this->wait_then_free(waiter, wait, [&] { this->admin->command({"DEL", holder.key()}); }, acquired);
+    const auto took = this->wait_then_free(
+        waiter, wait,
+        [&] {
+          this->admin->command({"DEL", holder.key()});
+        },
+        acquired);
     EXPECT_TRUE(acquired);
     EXPECT_LT(took, bound);
     K::drop(holder);

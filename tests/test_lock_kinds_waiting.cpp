@@ -50,7 +50,6 @@ class own_thread_holder {
 };
 
 struct KindsTest : redislock_test::server_test {
-
   /// A waiter that looks again only when notified within these tests (recheck_interval is
   /// far beyond their holds), so what they count is the notification alone.
   static lock_options no_recheck(milliseconds lease_ms) {
@@ -135,7 +134,7 @@ TEST_F(KindsTest, AReentrantWaiterIsWokenByTheLastReleaseNotByPolling) {
   reset_stats();
   own_thread_holder waited([&] { waiter.lock(); }, [&] { waiter.unlock(); });
   hold_while_subscribed(holder.key());
-  holder.unlock();  // nested: still held, nothing published
+  holder.unlock();                                                      // nested: still held, nothing published
   expect_woken_by([&] { holder.unlock(); }, waited, waiter_client, 3);  // 2 attempts + the nested release
 }
 
@@ -367,9 +366,8 @@ TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
   mutex witness(*pool, "witness", renewed(lease));
   witness.lock();
   const std::uint64_t before = pool->watchdog().stats().renewals;
-  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [&](const watchdog_stats& st) {
-    return st.renewals >= before + 3;
-  }));
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20),
+                                              [&](const watchdog_stats& st) { return st.renewals >= before + 3; }));
   EXPECT_EQ(pool->watchdog().stats().lost, 0u);
   EXPECT_EQ(signal.seen.wait_for(milliseconds(0)), std::future_status::timeout);
   EXPECT_EQ(admin->command({"EXISTS", r.key()})->integer, 0);

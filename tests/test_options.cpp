@@ -57,9 +57,9 @@ TEST(ParseUri, UnixSocket) {
 TEST(ParseUri, TlsScheme) { EXPECT_TRUE(parse_uri("rediss://h:6380").tls); }
 
 TEST(ParseUri, RejectsMalformed) {
-  for (const char* bad : {"localhost:6379", "http://h", "redis://", "redis://h:notaport", "redis://h:70000",
-                          "redis://h:0", "redis://h/x", "unix://relative.sock", "unix:///s.sock?foo=1",
-                          "redis://u:%zz@h", "redis://[::1"}) {
+  for (const char* bad :
+       {"localhost:6379", "http://h", "redis://", "redis://h:notaport", "redis://h:70000", "redis://h:0", "redis://h/x",
+        "unix://relative.sock", "unix:///s.sock?foo=1", "redis://u:%zz@h", "redis://[::1"}) {
     EXPECT_THROW(parse_uri(bad), invalid_argument) << bad;
   }
 }
@@ -96,7 +96,9 @@ TEST(Errors, ReplyErrorsAreTyped) {
   EXPECT_EQ(kind("NOAUTH Authentication required."), "auth");
   EXPECT_EQ(kind("WRONGPASS invalid username-password pair or user is disabled."), "auth");
   EXPECT_EQ(kind("NOPERM this user has no permissions to run the 'eval' command"), "auth");
-  EXPECT_EQ(kind("ERR The user executing the script can't run this command or subcommand script: 0a9a, on @user_script:2."), "auth");
+  EXPECT_EQ(
+      kind("ERR The user executing the script can't run this command or subcommand script: 0a9a, on @user_script:2."),
+      "auth");
   EXPECT_EQ(kind("MOVED 3999 127.0.0.1:6381"), "moved 3999 127.0.0.1:6381");
   EXPECT_EQ(kind("ASK 12 10.1.1.1:7000"), "ask 12 10.1.1.1:7000");
   EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");

@@ -111,8 +111,7 @@ TEST(RedisDown, StoppedServerGivesConnectionErrors) {
   auto server = std::make_unique<redis_server>();
   const int port = server->port();
   // A stopped server cannot be resumed on the same object; "end" starts a new one on the port.
-  check_every_operation<connection_error>(
-      port, outage{[&] { server->stop(); }, [&] { server->restart(); }});
+  check_every_operation<connection_error>(port, outage{[&] { server->stop(); }, [&] { server->restart(); }});
 }
 
 TEST(RedisDown, SigstoppedServerGivesTimeoutErrors) {
@@ -132,10 +131,10 @@ TEST(RedisDown, ProxyThatRefusesConnectionsGivesConnectionErrors) {
   redis_server server;
   tcp_proxy proxy(server.port());
   check_every_operation<connection_error>(proxy.port(), outage{[&] {
-                                                                  proxy.set_refusing(true);
-                                                                  proxy.cut_all();
-                                                                },
-                                                                [&] { proxy.set_refusing(false); }});
+                                                                 proxy.set_refusing(true);
+                                                                 proxy.cut_all();
+                                                               },
+                                                               [&] { proxy.set_refusing(false); }});
 }
 
 TEST(RedisDown, LatencyBelowTheTimeoutIsOnlySlow) {

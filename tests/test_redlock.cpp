@@ -162,8 +162,8 @@ TEST(Redlock, ProcessesNeverOverlap) {
   for (auto& s : m.servers) ports += (ports.empty() ? "" : ",") + std::to_string(s->port());
   std::vector<child_process> children;
   for (int i = 0; i < 3; ++i)
-    children.emplace_back(std::vector<std::string>{REDISLOCK_TEST_WORKER, "count-redlock", ports, "procs",
-                                                   "procs:counter", "20"});
+    children.emplace_back(
+        std::vector<std::string>{REDISLOCK_TEST_WORKER, "count-redlock", ports, "procs", "procs:counter", "20"});
   for (auto& c : children) EXPECT_EQ(c.wait_for(seconds(60)), 0) << "worker saw an overlap or failed";
   EXPECT_EQ(m.get(0, "procs:counter"), "60");
 }
@@ -326,7 +326,7 @@ TEST(Redlock, AMasterRestartedEmptyDoesNotHandOutTheLock) {
   redlock a(m.refs(), "restart", lease(seconds(10))), b(m.refs(), "restart", lease(seconds(10)));
   a.lock();
   m.settled(a);
-  m.servers[0]->restart();  // comes back without our key
+  m.servers[0]->restart();     // comes back without our key
   EXPECT_FALSE(b.try_lock());  // gets only the restarted master: a minority
   EXPECT_EQ(m.get(1, a.key()), a.token());
   a.unlock();

@@ -249,7 +249,8 @@ TEST_F(ReentrantTest, TheLastReleasePublishes) {
 }
 
 TEST(ReentrantProcesses, WorkersInSeparateProcessesNeverOverlap) {
-  EXPECT_EQ(redislock_test::count_in_processes(REDISLOCK_TEST_WORKER, "count-reentrant", 3, 60), std::to_string(3 * 60));
+  EXPECT_EQ(redislock_test::count_in_processes(REDISLOCK_TEST_WORKER, "count-reentrant", 3, 60),
+            std::to_string(3 * 60));
 }
 
 TEST(ReentrantServerLoss, UnreachableIsTypedAndReleasesReportFailed) {

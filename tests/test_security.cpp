@@ -28,15 +28,16 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 /// time, z*, h*; the hand-off: publish; fencing tokens: incr). SUBSCRIBE and UNSUBSCRIBE are
 /// for waiters that listen on their channel.
 const std::vector<std::string> mutex_commands = {
-    "+evalsha", "+script|load", "+get",  "+set",  "+del",     "+exists", "+pexpire", "+pttl", "+incr", "+time",
-    "+zadd",    "+zscore",      "+zpopmin", "+zrem", "+hset", "+hget",    "+hdel",    "+hincrby", "+publish"};
+    "+evalsha", "+script|load", "+get",     "+set",  "+del",  "+exists", "+pexpire", "+pttl",    "+incr",   "+time",
+    "+zadd",    "+zscore",      "+zpopmin", "+zrem", "+hset", "+hget",   "+hdel",    "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
 /// What the reentrant and shared mutexes add (README, "Redis ACL").
 const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
-  std::vector<std::string> args = {"ACL", "SETUSER", name, "reset", "on", ">" + name + "-pw", "resetkeys",
-                                   "~redislock:*", "resetchannels", "&redislock:*", "-@all"};
+  std::vector<std::string> args = {
+      "ACL",          "SETUSER",       name,           "reset", "on", ">" + name + "-pw", "resetkeys",
+      "~redislock:*", "resetchannels", "&redislock:*", "-@all"};
   args.insert(args.end(), commands.begin(), commands.end());
   std::vector<std::string_view> argv(args.begin(), args.end());
   admin.command(argv);
@@ -77,7 +78,9 @@ void mutex_cycle(client& c, connection& admin) {
     done = true;
   });
   // Release only once the waiter is queued (or failed), so the release hands it the lock.
-  const bool queued = eventually([&] { return done || admin.command({"ZCARD", "redislock:{acl}:queue"})->integer == 1; });
+  const bool queued = eventually([&] {
+    return done || admin.command({"ZCARD", "redislock:{acl}:queue"})->integer == 1;
+  });
   try {
     EXPECT_EQ(m.release(), release_status::released);  // hands the lock to the waiter
   } catch (...) {
@@ -240,8 +243,9 @@ TEST(Security, PasswordsNeverAppearInErrors) {
   const std::string closed = std::to_string(redislock_test::free_port());
   EXPECT_EQ(message_of([&] { connection(parse_uri("redis://u:" + pw + "@127.0.0.1:" + closed)); }).find(pw),
             std::string::npos);
-  for (const std::string& uri : {"redis://u:" + pw + "@h:99999", "redis://u:" + pw + "@", "redis://:" + pw + "@h/x",
-                                 "redis://u:" + pw + "@[::1", "redis://u:" + pw + "%zz@h", "rediss://:" + pw + "@h:1"}) {
+  for (const std::string& uri :
+       {"redis://u:" + pw + "@h:99999", "redis://u:" + pw + "@", "redis://:" + pw + "@h/x", "redis://u:" + pw + "@[::1",
+        "redis://u:" + pw + "%zz@h", "rediss://:" + pw + "@h:1"}) {
     const std::string msg = message_of([&] {
       client c(uri);
       c.command({"PING"});

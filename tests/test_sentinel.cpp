@@ -29,10 +29,10 @@ struct topology_environment : ::testing::Environment {
   void SetUp() override {
     const auto t0 = std::chrono::steady_clock::now();
     topology = new sentinel_topology();
-    std::printf("[ sentinel ] set-up ready in %lld ms\n",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::steady_clock::now() - t0)
-                                           .count()));
+    std::printf(
+        "[ sentinel ] set-up ready in %lld ms\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
   }
   void TearDown() override {
     delete topology;
@@ -92,11 +92,11 @@ TEST(sentinel_uri, parses_hosts_service_db_and_both_credentials) {
 }
 
 TEST(sentinel_uri, bad_input_is_invalid_argument_without_the_password) {
-  for (const char* bad : {"redis://h:26379/m", "redis-sentinel://h:26379", "redis-sentinel://h:26379/",
-                          "redis-sentinel:///m", "redis-sentinel://h:0/m", "redis-sentinel://h:99999/m",
-                          "redis-sentinel://h:x/m", "redis-sentinel://h,,g/m", "redis-sentinel://[::1/m",
-                          "redis-sentinel://h/m/x", "redis-sentinel://h/m?sentinel_pass=zz-secret",
-                          "redis-sentinel://h/m?novalue", "redis-sentinel://:zz-secret@h/m/%zz"}) {
+  for (const char* bad :
+       {"redis://h:26379/m", "redis-sentinel://h:26379", "redis-sentinel://h:26379/", "redis-sentinel:///m",
+        "redis-sentinel://h:0/m", "redis-sentinel://h:99999/m", "redis-sentinel://h:x/m", "redis-sentinel://h,,g/m",
+        "redis-sentinel://[::1/m", "redis-sentinel://h/m/x", "redis-sentinel://h/m?sentinel_pass=zz-secret",
+        "redis-sentinel://h/m?novalue", "redis-sentinel://:zz-secret@h/m/%zz"}) {
     try {
       redislock::parse_sentinel_uri(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -128,8 +128,9 @@ TEST_F(sentinel_test, finds_the_master_and_every_lock_kind_works) {
       other.unlock();
     }
   });
-  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", m.key() + ":queue"})->integer == 1; }))
-      << "the waiter never queued";
+  EXPECT_TRUE(redislock_test::eventually([&] {
+    return admin->command({"ZCARD", m.key() + ":queue"})->integer == 1;
+  })) << "the waiter never queued";
   m.unlock();
   waiter.join();
   EXPECT_TRUE(got);
@@ -314,7 +315,8 @@ TEST_F(sentinel_test, min_replicas_met_by_the_live_replica_for_every_kind) {
       EXPECT_TRUE(x.try_lock());
       x.unlock();
     }
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count() / cycles;
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count() /
+           cycles;
   };
   const long long plain = cycle_us(0), acked = cycle_us(1);
   std::printf("[ sentinel ] lock+unlock: %lld us, with min_replicas = 1: %lld us\n", plain, acked);
@@ -359,16 +361,17 @@ TEST_F(sentinel_test, the_minimal_acl_of_the_readme_is_enough) {
   // Data nodes (ACLs are not replicated: set on both): the mutex's user plus +role and +wait.
   for (int i = 0; i < 2; ++i) {
     redislock::connection c(topology->node_options(i));
-    c.command({"ACL", "SETUSER", "locker", "reset", "on", ">locker-pw", "~redislock:*", "&redislock:*", "-@all",
-               "+evalsha", "+script|load", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+incr", "+time",
-               "+zadd", "+zscore", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+hincrby", "+publish", "+subscribe",
-               "+unsubscribe", "+role", "+wait"});
+    c.command({"ACL",          "SETUSER",      "locker",   "reset",        "on",    ">locker-pw", "~redislock:*",
+               "&redislock:*", "-@all",        "+evalsha", "+script|load", "+get",  "+set",       "+del",
+               "+exists",      "+pexpire",     "+pttl",    "+incr",        "+time", "+zadd",      "+zscore",
+               "+zpopmin",     "+zrem",        "+hset",    "+hget",        "+hdel", "+hincrby",   "+publish",
+               "+subscribe",   "+unsubscribe", "+role",    "+wait"});
   }
   // Sentinels: only the master's address.
   for (int i = 0; i < 3; ++i) {
     redislock::connection c(topology->sentinel_options(i));
-    c.command({"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all",
-               "+sentinel|get-master-addr-by-name"});
+    c.command(
+        {"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all", "+sentinel|get-master-addr-by-name"});
   }
   auto o = options();
   o.connection.user = "locker";
@@ -399,8 +402,8 @@ namespace {
 
 // Acquires (try_lock) until an acquisition succeeds on `new_master`'s node, counting calls
 // that threw meanwhile; returns the milliseconds from t0, or -1 after `bound`.
-long long recover(redislock::sentinel_client& c, const std::string& new_endpoint, std::chrono::steady_clock::time_point t0,
-                  int& errors, std::chrono::milliseconds bound = 20s) {
+long long recover(redislock::sentinel_client& c, const std::string& new_endpoint,
+                  std::chrono::steady_clock::time_point t0, int& errors, std::chrono::milliseconds bound = 20s) {
   redislock::lock_options o;
   o.lease = 2s;
   redislock::basic_mutex<redislock::sentinel_client> m(c, "failover", o);
@@ -465,7 +468,9 @@ TEST_F(sentinel_test, sentinel_failover_command_clients_move_to_the_new_master) 
     }
     if (waiter_got) w.unlock();
   });
-  EXPECT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
+  EXPECT_TRUE(redislock_test::eventually([&] {
+    return admin->command({"ZCARD", holder.key() + ":queue"})->integer == 1;
+  }));
   redislock::connection sentinel(topology->sentinel_options(0));
   const auto t0 = std::chrono::steady_clock::now();
   sentinel.command({"SENTINEL", "FAILOVER", sentinel_topology::service});
@@ -507,8 +512,9 @@ TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
   int errors = 0;
   const long long recovery = recover(*client, new_endpoint, t0, errors);
   ASSERT_GE(recovery, 0) << "no acquisition on the new master within 20 s";
-  std::printf("[ sentinel ] kill -9 of the master: first acquisition on the new master after %lld ms (%d calls failed)\n",
-              recovery, errors);
+  std::printf(
+      "[ sentinel ] kill -9 of the master: first acquisition on the new master after %lld ms (%d calls failed)\n",
+      recovery, errors);
   RecordProperty("recovery_ms", static_cast<int>(recovery));
   std::printf("[ sentinel ] recovered at %lld ms after the acquisition\n", ms_since(start));
   topology->restart_as_replica(master);
@@ -522,7 +528,8 @@ TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
     EXPECT_EQ(held.last_release(), redislock::release_status::lease_expired);
   }
   const auto w = client->watchdog().stats();
-  std::printf("[ sentinel ] the hold taken before the crash: lost() %d (at %lld ms), release %s (renewals %llu, failed %llu)\n",
-              held.lost() ? 1 : 0, lost_at.load(), redislock::to_string(held.last_release()),
-              static_cast<unsigned long long>(w.renewals), static_cast<unsigned long long>(w.failures));
+  std::printf(
+      "[ sentinel ] the hold taken before the crash: lost() %d (at %lld ms), release %s (renewals %llu, failed %llu)\n",
+      held.lost() ? 1 : 0, lost_at.load(), redislock::to_string(held.last_release()),
+      static_cast<unsigned long long>(w.renewals), static_cast<unsigned long long>(w.failures));
 }

@@ -225,8 +225,8 @@ TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyBriefly) {
   EXPECT_FALSE(hexists(*admin, r.key(), "@wq"));
   EXPECT_FALSE(w.try_lock_for(milliseconds(30)));  // waits: leaves the marker, then "crashes"
   EXPECT_TRUE(hexists(*admin, r.key(), "@wq"));
-  EXPECT_FALSE(late.try_lock_shared());      // queued behind the waiting writer
-  EXPECT_TRUE(r.try_lock_shared());          // re-entry by a reader inside is admitted
+  EXPECT_FALSE(late.try_lock_shared());                // queued behind the waiting writer
+  EXPECT_TRUE(r.try_lock_shared());                    // re-entry by a reader inside is admitted
   EXPECT_TRUE(late.try_lock_shared_for(seconds(10)));  // once the marker lapses
   late.unlock_shared();
   r.unlock_shared();
@@ -512,7 +512,7 @@ TEST(SharedProcesses, AKilledReaderStopsBlockingWritersWhileAnotherReaderRenews)
   EXPECT_TRUE(hexists(admin, survivor.key(), "r:" + survivor.owner_id()));
   EXPECT_FALSE(writer.try_lock());  // the survivor still reads
   survivor.unlock_shared();
-  EXPECT_TRUE(writer.try_lock());   // at once: nothing is left of the crashed reader
+  EXPECT_TRUE(writer.try_lock());  // at once: nothing is left of the crashed reader
   EXPECT_GT(writer.fencing_token(), 0u);
   writer.unlock();
 }

@@ -92,7 +92,7 @@ TEST_F(ThreadExit, AThreadThatExitsAfterItsObjectIsGoneIsHarmless) {
     locked.get_future().wait();
     go.set_value();
     t.join();  // exits while holding: renewal stops
-  }  // the object releases what is left and goes
+  }            // the object releases what is left and goes
   std::thread([&] {
     reentrant_mutex l(*pool, "exit-late-2");
     l.lock();

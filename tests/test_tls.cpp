@@ -107,7 +107,9 @@ TEST_F(TlsTest, AHandOffAndRenewalsWorkOverTls) {
   holder.lock();
   auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(10s); });
   connection admin = server->admin();
-  ASSERT_TRUE(redislock_test::eventually([&] { return admin.command({"EXISTS", holder.key() + ":queue"})->integer == 1; }));
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin.command({"EXISTS", holder.key() + ":queue"})->integer == 1;
+  }));
   // Held past two leases: only renewals over TLS keep it.
   ASSERT_TRUE(holder_client.watchdog().wait_for_stats(10s, [](const watchdog_stats& s) { return s.renewals >= 3; }));
   EXPECT_FALSE(holder.lost());
@@ -133,10 +135,12 @@ TEST_F(TlsTest, APeerThatNeverAnswersTheHandshakeTimesOutWithinTheConnectTimeout
 }
 
 TEST_F(TlsTest, TheTestCertificatesCarryTheirSubjectAltNames) {
-  const std::string server = redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("server.crt") + "'");
+  const std::string server =
+      redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("server.crt") + "'");
   EXPECT_NE(server.find("IP Address:127.0.0.1"), std::string::npos) << server;
   EXPECT_NE(server.find("DNS:localhost"), std::string::npos) << server;
-  const std::string other = redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("other.crt") + "'");
+  const std::string other =
+      redislock_test::output_of("openssl x509 -noout -text -in '" + certs->file("other.crt") + "'");
   EXPECT_NE(other.find("DNS:other.example"), std::string::npos) << other;
   EXPECT_EQ(other.find("127.0.0.1"), std::string::npos) << other;
 }
@@ -182,7 +186,7 @@ TEST_F(TlsOtherNameTest, ACertificateWhoseNamesMatchIsAccepted) {
 }
 
 TEST_F(TlsOtherNameTest, TlsServerNameOverridesTheNameVerified) {
-  client_options o = tls("ca.crt", other_port);  // connects to 127.0.0.1 ...
+  client_options o = tls("ca.crt", other_port);    // connects to 127.0.0.1 ...
   o.connection.tls_server_name = "other.example";  // ... and verifies "other.example"
   cycle(o);
   o.connection.port = tls_port;  // the server's certificate names 127.0.0.1 and localhost, not other.example

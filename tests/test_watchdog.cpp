@@ -86,9 +86,8 @@ TEST_F(WatchdogTest, ABatchRefusedWithNoscriptLoadsTheScriptAndRetries) {
   m.lock();
   admin->command({"SCRIPT", "FLUSH"});
   const std::uint64_t before = pool->watchdog().stats().renewals;
-  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [&](const watchdog_stats& s) {
-    return s.renewals >= before + 2 || s.lost > 0;
-  }));
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(
+      seconds(20), [&](const watchdog_stats& s) { return s.renewals >= before + 2 || s.lost > 0; }));
   EXPECT_FALSE(m.lost());
   EXPECT_EQ(pool->watchdog().stats().failures, 0u);
   EXPECT_EQ(m.release(), release_status::released);
@@ -148,7 +147,8 @@ TEST_F(WatchdogTest, ReleaseRacingRenewalNeverLetsTheReleasedLockBeTouched) {
   }
   connection thief(server->options());
   while (running.load() > 0) {  // ends when the workers do (each is bounded)
-    for (const char* key : {"redislock:{race-0}", "redislock:{race-1}"}) thief.command({"SET", key, "thief", "PX", "5", "XX"});
+    for (const char* key : {"redislock:{race-0}", "redislock:{race-1}"})
+      thief.command({"SET", key, "thief", "PX", "5", "XX"});
     std::this_thread::sleep_for(milliseconds(20));  // pacing only
   }
   for (auto& w : workers) w.join();
@@ -189,7 +189,8 @@ TEST_F(WatchdogTest, TenThousandLocksAreRenewedInPipelinedBatchesWithoutFallingB
   watchdog& dog = pool->watchdog();
   const watchdog_stats s0 = dog.stats();
   const long long evalsha0 = command_calls(*admin, "evalsha");
-  ASSERT_TRUE(dog.wait_for_stats(seconds(120), [&](const watchdog_stats& s) { return s.renewals >= s0.renewals + 2 * n; }));
+  ASSERT_TRUE(
+      dog.wait_for_stats(seconds(120), [&](const watchdog_stats& s) { return s.renewals >= s0.renewals + 2 * n; }));
   const watchdog_stats s1 = dog.stats();
   const long long evalsha1 = command_calls(*admin, "evalsha");
 
@@ -227,15 +228,19 @@ TEST_F(WatchdogTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
   holder.lock();
   std::atomic<bool> acquired{false};
   std::thread t([&] { acquired = waiter.try_lock_for(seconds(30)); });
-  ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"ZCARD", "redislock:{long-wait}:queue"})->integer == 1; },
-                                         seconds(20)));
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{long-wait}:queue"})->integer == 1;
+      },
+      seconds(20)));
   std::this_thread::sleep_for(milliseconds(1500));  // lets the waiter's queue attempt age past its lease
   holder.unlock();
   t.join();
   ASSERT_TRUE(acquired.load());
   EXPECT_FALSE(waiter.lost());
   EXPECT_TRUE(waiter.still_held());
-  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
+  ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20),
+                                              [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
   EXPECT_FALSE(waiter.lost());
   EXPECT_EQ(waiter.release(), release_status::released);
 }

@@ -54,8 +54,8 @@ inline int parse_int(std::string_view text, std::string_view what, int lo, int h
   char* end = nullptr;
   const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
   if (s.empty() || *end != '\0' || v < lo || v > hi)
-    throw usage_error("bad " + std::string(what) + " '" + s + "': want an integer from " + std::to_string(lo) +
-                      " to " + std::to_string(hi));
+    throw usage_error("bad " + std::string(what) + " '" + s + "': want an integer from " + std::to_string(lo) + " to " +
+                      std::to_string(hi));
   return static_cast<int>(v);
 }
 

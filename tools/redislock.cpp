@@ -23,9 +23,9 @@ namespace redislock_cli {
 namespace {
 
 constexpr int exit_usage = 2;
-constexpr int exit_unavailable = 69;  // sysexits EX_UNAVAILABLE: Redis unreachable or refused
-constexpr int exit_conflict = 75;     // sysexits EX_TEMPFAIL: the lock was not obtained
-constexpr int exit_lost = 76;         // the lease was lost while COMMAND ran
+constexpr int exit_unavailable = 69;                            // sysexits EX_UNAVAILABLE: Redis unreachable or refused
+constexpr int exit_conflict = 75;                               // sysexits EX_TEMPFAIL: the lock was not obtained
+constexpr int exit_lost = 76;                                   // the lease was lost while COMMAND ran
 constexpr int exit_cannot_execute = 126, exit_not_found = 127;  // as the shell's
 
 void say(const std::string& line) { std::fprintf(stderr, "redislock: %s\n", line.c_str()); }
@@ -147,7 +147,8 @@ run_options parse_run(arg_cursor a) {
       unknown_option("run", a.peek());
     }
   }
-  if (a.done() || a.peek() == "--") throw usage_error("run: missing NAME (usage: redislock run [OPTIONS] NAME -- COMMAND)");
+  if (a.done() || a.peek() == "--")
+    throw usage_error("run: missing NAME (usage: redislock run [OPTIONS] NAME -- COMMAND)");
   o.name = a.take();
   if (a.done() || a.peek() != "--") {
     throw usage_error(a.done() ? "run: missing '--' before COMMAND (usage: redislock run [OPTIONS] NAME -- COMMAND)"
@@ -262,7 +263,8 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     say("could not release the lock '" + o.name + "' (its lease will run out): " + e.what());
   }
   if (released == redislock::release_status::lease_expired && !out.lost) {
-    say("the lock '" + o.name + "' had been lost when the command finished (its lease ran out, or it was broken or taken)");
+    say("the lock '" + o.name +
+        "' had been lost when the command finished (its lease ran out, or it was broken or taken)");
     out.lost = true;
   }
   if (out.lost && o.on_lost != on_lost_action::ignore) return exit_lost;
@@ -309,8 +311,8 @@ std::string json(const redislock::lock_info& i) {
   std::ostringstream s;
   s << "{\"name\":" << json_string(i.name) << ",\"key\":" << json_string(i.key) << ",\"kind\":\""
     << redislock::to_string(i.kind) << "\",\"held\":" << (i.held() ? "true" : "false")
-    << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence
-    << ",\"waiters\":" << i.waiters << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"holders\":[";
+    << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence << ",\"waiters\":" << i.waiters
+    << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"holders\":[";
   for (std::size_t k = 0; k < i.holders.size(); ++k) {
     const auto& h = i.holders[k];
     s << (k ? "," : "") << "{\"owner\":" << json_string(h.owner) << ",\"object\":" << json_string(h.object_id())
@@ -344,7 +346,8 @@ std::string text(const redislock::lock_info& i) {
     s << ", " << seconds(h.remaining) << "\n";
   }
   if (i.waiters >= 0) s << "  waiters queued: " << i.waiters << "\n";
-  if (i.writer_waiting.count() > 0) s << "  a writer waits (new readers held back for " << seconds(i.writer_waiting) << ")\n";
+  if (i.writer_waiting.count() > 0)
+    s << "  a writer waits (new readers held back for " << seconds(i.writer_waiting) << ")\n";
   s << "  last fencing token: " << i.last_fence << "\n";
   return s.str();
 }
@@ -423,7 +426,10 @@ int dispatch(int argc, char** argv) {
   args.erase(args.begin());
   if (sub == "--help" || sub == "-h" || sub == "help") {
     const std::string topic = args.empty() ? "" : args[0];
-    std::fputs(topic == "run" ? run_help() : topic == "status" ? status_help() : topic == "break" ? break_help() : main_help(),
+    std::fputs(topic == "run"      ? run_help()
+               : topic == "status" ? status_help()
+               : topic == "break"  ? break_help()
+                                   : main_help(),
                stdout);
     return 0;
   }
@@ -431,8 +437,12 @@ int dispatch(int argc, char** argv) {
     std::printf("redislock %d.%d.%d\n", REDISLOCK_VERSION_MAJOR, REDISLOCK_VERSION_MINOR, REDISLOCK_VERSION_PATCH);
     return 0;
   }
-  const char* help = sub == "run" ? run_help() : sub == "status" ? status_help() : sub == "break" ? break_help() : nullptr;
-  if (help == nullptr) throw usage_error("unknown subcommand '" + sub + "': want run, status or break (see 'redislock --help')");
+  const char* help = sub == "run"      ? run_help()
+                     : sub == "status" ? status_help()
+                     : sub == "break"  ? break_help()
+                                       : nullptr;
+  if (help == nullptr)
+    throw usage_error("unknown subcommand '" + sub + "': want run, status or break (see 'redislock --help')");
   if (wants_help(args)) {
     std::fputs(help, stdout);
     return 0;

@@ -124,7 +124,8 @@ class cluster_client {
     if (options_.seeds.empty()) throw invalid_argument("cluster_client: at least one seed is needed");
     if (options_.pool_size == 0) throw invalid_argument("cluster_client: pool_size must be at least 1");
     if (options_.max_redirects < 0) throw invalid_argument("cluster_client: max_redirects must not be negative");
-    if (options_.retry_timeout.count() < 0) throw invalid_argument("cluster_client: retry_timeout must not be negative");
+    if (options_.retry_timeout.count() < 0)
+      throw invalid_argument("cluster_client: retry_timeout must not be negative");
     for (const connection_options& s : options_.seeds) {
       if (!s.unix_path.empty()) throw invalid_argument("cluster_client: seeds must be TCP endpoints, not unix sockets");
       if (s.db != 0) throw invalid_argument("cluster_client: a cluster has only database 0");
@@ -188,7 +189,9 @@ class cluster_client {
   void refresh() { refresh_slots(map_generation(), steady::now() + options_.retry_timeout); }
 
   /// "host:port" of the master that owns `key`'s slot, as the client currently believes.
-  std::string node_of(std::string_view key) { return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint; }
+  std::string node_of(std::string_view key) {
+    return owner_of(detail::key_slot(key), steady::now() + options_.retry_timeout)->endpoint;
+  }
 
   /// "host:port" of every master in the current slot map.
   std::vector<std::string> masters() const {
@@ -208,7 +211,8 @@ class cluster_client {
  private:
   // run() with `retry_time` as the budget for waiting out refusals and refused connections.
   template <class F>
-  auto run_within(std::string_view key, std::chrono::milliseconds retry_time, F&& f) -> std::invoke_result_t<F, connection&> {
+  auto run_within(std::string_view key, std::chrono::milliseconds retry_time, F&& f)
+      -> std::invoke_result_t<F, connection&> {
     using result = std::invoke_result_t<F, connection&>;
     const int slot = detail::key_slot(key);
     const steady::time_point give_up = steady::now() + retry_time;
@@ -229,8 +233,8 @@ class cluster_client {
       try {
         if (!target) target = owner_of(slot, give_up);
         return target->pool.run(key, [&](connection& c) -> result {
-          c.ensure_ready();                      // a failed reconnect throws here: nothing sent
-          if (asking) c.command({"ASKING"});     // no effect of its own: safe to repeat
+          c.ensure_ready();                   // a failed reconnect throws here: nothing sent
+          if (asking) c.command({"ASKING"});  // no effect of its own: safe to repeat
           started = true;
           if constexpr (std::is_same_v<result, reply_ptr>) {
             // Callers that read raw replies (the mutex's plain SET) get the cluster's
@@ -289,7 +293,9 @@ class cluster_client {
     connection_options options;
     client pool;
     node(std::string e, connection_options o, const cluster_options& c)
-        : endpoint(std::move(e)), options(o), pool(client_options{std::move(o), c.pool_size, c.pool_wait_timeout, c.on_warning}) {}
+        : endpoint(std::move(e)),
+          options(o),
+          pool(client_options{std::move(o), c.pool_size, c.pool_wait_timeout, c.on_warning}) {}
   };
 
   // Refusals that mean "this command did not run here": MOVED/ASK are handled apart.
@@ -298,7 +304,8 @@ class cluster_client {
            detail::starts_with(message, "LOADING") || detail::starts_with(message, "MASTERDOWN");
   }
   static bool is_cluster_refusal(std::string_view message) {
-    return detail::starts_with(message, "MOVED ") || detail::starts_with(message, "ASK ") || is_retryable_refusal(message);
+    return detail::starts_with(message, "MOVED ") || detail::starts_with(message, "ASK ") ||
+           is_retryable_refusal(message);
   }
 
   // The node at "host:port" (created on first sight); nullptr for an unparsable endpoint.
@@ -322,7 +329,8 @@ class cluster_client {
 
   // Under state_mutex_.
   std::size_t node_index(const std::string& host, int port) {
-    const std::string endpoint = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    const std::string endpoint =
+        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
     for (std::size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i]->endpoint == endpoint) return i;
     connection_options o = options_.seeds.front();
@@ -342,7 +350,8 @@ class cluster_client {
   // by a connection error. A slot no master owns (a cluster being set up, or one that lost a
   // master without a failover) counts as CLUSTERDOWN: refreshed and waited for until give_up.
   std::shared_ptr<node> owner_of(int slot, steady::time_point give_up) {
-    const bool stale = stale_map_.load(std::memory_order_relaxed) && stale_map_.exchange(false, std::memory_order_relaxed);
+    const bool stale =
+        stale_map_.load(std::memory_order_relaxed) && stale_map_.exchange(false, std::memory_order_relaxed);
     if (map_generation() == 0 || stale) {
       try {
         refresh_slots(map_generation(), give_up);
@@ -431,10 +440,10 @@ class cluster_client {
 
   cluster_options options_;
   detail::fork_guard forked_;
-  mutable std::mutex state_mutex_;               // nodes_ and slot_owner_
-  std::vector<std::shared_ptr<node>> nodes_;     // every node ever seen; never shrinks
-  std::vector<int> slot_owner_;                  // slot -> index in nodes_, -1: unknown
-  std::mutex refresh_mutex_;                     // one CLUSTER SLOTS at a time
+  mutable std::mutex state_mutex_;            // nodes_ and slot_owner_
+  std::vector<std::shared_ptr<node>> nodes_;  // every node ever seen; never shrinks
+  std::vector<int> slot_owner_;               // slot -> index in nodes_, -1: unknown
+  std::mutex refresh_mutex_;                  // one CLUSTER SLOTS at a time
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stale_map_{false};
   std::atomic<std::uint64_t> renewal_failures_seen_{0};

@@ -145,8 +145,9 @@ class connection {
 #ifdef REDIS_ERR_TIMEOUT
     if (c.err == REDIS_ERR_TIMEOUT) return true;
 #endif
-    return std::strstr(c.errstr, "timed out") != nullptr || std::strstr(c.errstr, "temporarily unavailable") != nullptr ||
-           std::strstr(c.errstr, "Timeout") != nullptr || std::strstr(c.errstr, "timeout") != nullptr;
+    return std::strstr(c.errstr, "timed out") != nullptr ||
+           std::strstr(c.errstr, "temporarily unavailable") != nullptr || std::strstr(c.errstr, "Timeout") != nullptr ||
+           std::strstr(c.errstr, "timeout") != nullptr;
   }
 
   // Builds a new, ready context; leaves *this untouched on failure. A TLS context, if any, is
@@ -175,7 +176,8 @@ class connection {
       if (looks_like_timeout(*c)) throw timeout_error(what);
       throw connection_error(what);
     }
-    if (options_.command_timeout.count() > 0 && redisSetTimeout(c.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
+    if (options_.command_timeout.count() > 0 &&
+        redisSetTimeout(c.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
       throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
     if (options_.tls) {
@@ -196,7 +198,8 @@ class connection {
         ptrs.push_back(a.data());
         lens.push_back(a.size());
       }
-      reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+      reply_ptr r(
+          static_cast<redisReply*>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
       if (!r) {
         std::string what = "connection to " + options_.endpoint() + " failed during handshake: " + c->errstr;
         if (looks_like_timeout(*c)) throw timeout_error(what);
@@ -223,7 +226,7 @@ class connection {
     if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
     char byte;
     ssize_t n = ::recv(context_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;                                   // orderly shutdown by the server
+    if (n == 0) return true;                                    // orderly shutdown by the server
     if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // reset
     return !options_.tls;  // plain RESP2 never sends unsolicited data; TLS may (session tickets)
   }

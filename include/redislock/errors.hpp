@@ -146,14 +146,12 @@ inline bool starts_with(std::string_view s, std::string_view prefix) noexcept {
   if (starts_with(message, "NOSCRIPT")) throw noscript_error(std::move(message));
   // Inside a script Redis 7 forwards the original error code first.
   if (starts_with(message, "WRONGTYPE")) throw wrong_type_error(std::move(message));
-  if (starts_with(message, "NOAUTH") || starts_with(message, "WRONGPASS") ||
-      starts_with(message, "NOPERM") || starts_with(message, "ERR invalid password") ||
-      starts_with(message, "ERR AUTH") ||
+  if (starts_with(message, "NOAUTH") || starts_with(message, "WRONGPASS") || starts_with(message, "NOPERM") ||
+      starts_with(message, "ERR invalid password") || starts_with(message, "ERR AUTH") ||
       // An ACL denial inside a script: Redis 7.0 words it as ERR, later versions as NOPERM.
       starts_with(message, "ERR The user executing the script can't"))
     throw auth_error(std::move(message));
-  if (starts_with(message, "MOVED ") || starts_with(message, "ASK "))
-    throw redirect_error(std::move(message));
+  if (starts_with(message, "MOVED ") || starts_with(message, "ASK ")) throw redirect_error(std::move(message));
   throw reply_error(std::move(message));
 }
 

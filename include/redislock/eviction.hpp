@@ -22,9 +22,9 @@ namespace redislock {
 
 /// What the server's memory policy means for held locks.
 enum class eviction_risk {
-  none,         ///< maxmemory-policy noeviction, or no maxmemory limit
-  evicts_locks, ///< a limit is set and the policy may evict keys with a TTL: held locks may vanish
-  unknown,      ///< not checked yet, or CONFIG GET was refused (ACL, renamed command, managed service)
+  none,          ///< maxmemory-policy noeviction, or no maxmemory limit
+  evicts_locks,  ///< a limit is set and the policy may evict keys with a TTL: held locks may vanish
+  unknown,       ///< not checked yet, or CONFIG GET was refused (ACL, renamed command, managed service)
 };
 
 struct eviction_check {
@@ -62,7 +62,8 @@ inline eviction_check check_eviction(connection& c) {
   eviction_check out;
   out.policy = detail::config_value(*policy);
   const std::string bytes = detail::config_value(*limit);
-  if (out.policy.empty() || bytes.empty() || bytes.size() > 19 || bytes.find_first_not_of("0123456789") != std::string::npos) {
+  if (out.policy.empty() || bytes.empty() || bytes.size() > 19 ||
+      bytes.find_first_not_of("0123456789") != std::string::npos) {
     out.policy.clear();
     return out;
   }

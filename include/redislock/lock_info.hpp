@@ -44,7 +44,7 @@ inline const char* to_string(lock_kind k) noexcept {
 struct lock_holder {
   /// mutex: the owner token ("<object id>:<acquisition>"); reentrant/shared: the owner id.
   std::string owner;
-  std::string role;  ///< "holder" (mutex, reentrant), "writer" or "reader" (shared)
+  std::string role;        ///< "holder" (mutex, reentrant), "writer" or "reader" (shared)
   std::int64_t count = 1;  ///< nested holds (reentrant, shared readers); 1 for the mutex
   /// What is left of this hold's lease (-1 ms: the key has no expiry).
   std::chrono::milliseconds remaining{0};
@@ -60,7 +60,7 @@ struct lock_info {
   std::string name;
   std::string key;  ///< the lock's key, e.g. "redislock:{name}"
   lock_kind kind = lock_kind::none;
-  std::string foreign_type;  ///< kind == foreign: "hash", "list", ... (TYPE of the key)
+  std::string foreign_type;          ///< kind == foreign: "hash", "list", ... (TYPE of the key)
   std::vector<lock_holder> holders;  ///< empty: free
   /// When the key goes if nobody renews (PTTL): -2 ms absent, -1 ms no expiry.
   std::chrono::milliseconds key_ttl{-2};

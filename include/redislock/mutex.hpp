@@ -180,7 +180,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   bool acquire(const detail::deadline& d) {
     // The holder waiting for itself would wait forever (or out its whole timeout) on the gate.
-    if (held_.load(std::memory_order_acquire) && holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
+    if (held_.load(std::memory_order_acquire) &&
+        holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
       throw lock_error("lock: this thread already holds lock '" + name_ +
                        "' (a mutex is not recursive: use reentrant_mutex); resource deadlock would occur");
     if (!gate_.lock_until(d)) return false;
@@ -229,13 +230,14 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     };
     auto handed_over = [&](detail::subscriber::subscription& s) {
       if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
-      finish_attempt(queue_sent_);  // the release made us the holder
+      finish_attempt(queue_sent_);                // the release made us the holder
       return true;
     };
     bool acquired = false;
     try {
       acquired = detail::wait_for_release(
-          client_, channel_, d, detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
+          client_, channel_, d,
+          detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &channel_subscription_);
     } catch (...) {
       if (queued) leave_after_failure();
@@ -294,8 +296,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   std::int64_t send_release() {
     return client_.run(key_, [&](connection& c) {
-      return detail::as_integer(
-          *detail::mutex_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_}, {token_, waiter_prefix_}));
+      return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_},
+                                                                      {token_, waiter_prefix_}));
     });
   }
 
@@ -326,7 +328,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       }
       return c.read_reply();
     });
-    if (r->type == REDIS_REPLY_ERROR && with_get && std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+    if (r->type == REDIS_REPLY_ERROR && with_get &&
+        std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
       set_get_supported_.store(false, std::memory_order_relaxed);
       return attempt_first();
     }
@@ -377,7 +380,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   }
 
   // The current acquisition's owner-checked extend (for the watchdog and min_replicas).
-  detail::renewal_target renewal() const { return {&detail::mutex_scripts::extend(), {key_}, {current_token(), lease_ms_}}; }
+  detail::renewal_target renewal() const {
+    return {&detail::mutex_scripts::extend(), {key_}, {current_token(), lease_ms_}};
+  }
 
   void require_held(const char* what) const {
     if (!held_.load(std::memory_order_acquire))
@@ -408,13 +413,13 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   // Our hand-off channel, subscribed on the first contended wait and kept until destruction
   // (gate holder only).
   detail::subscriber::subscription channel_subscription_;
-  std::string token_;              // written only by the thread that holds gate_, under token_mutex_
-  std::uint64_t fence_ = 0;        // this acquisition's fencing token once asked for; under token_mutex_
+  std::string token_;        // written only by the thread that holds gate_, under token_mutex_
+  std::uint64_t fence_ = 0;  // this acquisition's fencing token once asked for; under token_mutex_
   mutable std::mutex token_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false};
   std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
-  std::atomic<bool> set_get_supported_{true};  // false once the server refused SET NX GET (Redis < 7)
+  std::atomic<bool> set_get_supported_{true};     // false once the server refused SET NX GET (Redis < 7)
   std::atomic<release_status> last_release_{release_status::not_held};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
   detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)

@@ -27,9 +27,9 @@ struct connection_options {
   /// rediss:// — requires hiredis >= 1.0 with hiredis_ssl and REDISLOCK_WITH_TLS (see README);
   /// without them, connecting with tls = true throws invalid_argument.
   bool tls = false;
-  std::string tls_ca_file;      ///< CA bundle to verify the server; empty: system default
-  std::string tls_cert_file;    ///< client certificate (mutual TLS), optional
-  std::string tls_key_file;     ///< client private key (mutual TLS), optional
+  std::string tls_ca_file;    ///< CA bundle to verify the server; empty: system default
+  std::string tls_cert_file;  ///< client certificate (mutual TLS), optional
+  std::string tls_key_file;   ///< client private key (mutual TLS), optional
   /// The name the server's certificate must carry (DNS name or IP address) and the SNI sent
   /// (DNS names only); empty: host.
   std::string tls_server_name;
@@ -39,9 +39,7 @@ struct connection_options {
   std::chrono::milliseconds command_timeout{1000};
 
   /// "host:port" or the socket path: for messages (never includes credentials).
-  std::string endpoint() const {
-    return unix_path.empty() ? host + ":" + std::to_string(port) : unix_path;
-  }
+  std::string endpoint() const { return unix_path.empty() ? host + ":" + std::to_string(port) : unix_path; }
 };
 
 /// Options of a redislock::client (a thread-safe pool of connections).

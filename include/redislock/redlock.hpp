@@ -84,7 +84,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       throw invalid_argument("redlock: drift_factor must be in [0, 1) and drift_floor >= 0");
     if (redlock_.instance_timeout.count() < 0) throw invalid_argument("redlock: instance_timeout must not be negative");
     if (redlock_.instance_timeout.count() == 0)
-      redlock_.instance_timeout = std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(50), options_.lease / 10));
+      redlock_.instance_timeout =
+          std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(50), options_.lease / 10));
     drift_ = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease * redlock_.drift_factor) +
              redlock_.drift_floor;
     if (redlock_.instance_timeout + drift_ >= options_.lease)
@@ -116,9 +117,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     stop_renewal();
     const hold h = current();
     auto r = send_release(h);
-    const detail::tally t = r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) {
-      return c.pending == 0;
-    });
+    const detail::tally t =
+        r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
     // A master our acquire never reached (skipped) or refused cannot hold our key: it counts as "not held".
     // One that did not answer may: with a bare majority, one stalled master leaves "cannot tell".
     const std::size_t deleted = t.yes, not_held = t.no + t.skipped, answered = deleted + not_held;
@@ -163,10 +163,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
   bool still_held() {
     if (!held_.load(std::memory_order_acquire)) return false;
     const hold h = current();
-    auto r = quorum_->send(key_, [key = key_, token = h.token](connection& c, std::int64_t&) {
-      const std::int64_t pttl = detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key}, {token}));
-      return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
-    }, true);
+    auto r = quorum_->send(
+        key_,
+        [key = key_, token = h.token](connection& c, std::int64_t&) {
+          const std::int64_t pttl = detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key}, {token}));
+          return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
+        },
+        true);
     const detail::tally t = r->wait(steady::now() + quorum_->instance_timeout(), decided(false));
     r->close();
     if (t.yes >= quorum_->needed()) return true;
@@ -194,10 +197,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     if (h.fence != 0) return h.fence;
     std::int64_t floor = 0;  // registers seen at or above a refused proposal
     for (int tries = 0; tries < 5; ++tries) {
-      auto read = quorum_->send(key_, [key = key_, fence = fence_key_, token = h.token](connection& c, std::int64_t& v) {
-        v = detail::as_integer(*detail::redlock_scripts::fence_read().run(c, {key, fence}, {token}));
-        return v >= 0 ? detail::answer::yes : detail::answer::no;
-      }, true);
+      auto read = quorum_->send(
+          key_,
+          [key = key_, fence = fence_key_, token = h.token](connection& c, std::int64_t& v) {
+            v = detail::as_integer(*detail::redlock_scripts::fence_read().run(c, {key, fence}, {token}));
+            return v >= 0 ? detail::answer::yes : detail::answer::no;
+          },
+          true);
       const detail::tally tr = read->wait(steady::now() + quorum_->instance_timeout(), decided(false));
       read->close();
       check_majority(tr, *read, h, "fencing_token");
@@ -205,11 +211,14 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       for (std::size_t i = 0; i < quorum_->size(); ++i)
         if (read->answer_of(i) == detail::answer::yes) highest = std::max(highest, read->value_of(i));
       const std::string proposed = std::to_string(highest + 1);
-      auto raise = quorum_->send(key_, [key = key_, fence = fence_key_, token = h.token, proposed](connection& c, std::int64_t& v) {
-        v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
-        if (v == 0) return detail::answer::yes;
-        return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
-      }, true);
+      auto raise = quorum_->send(
+          key_,
+          [key = key_, fence = fence_key_, token = h.token, proposed](connection& c, std::int64_t& v) {
+            v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
+            if (v == 0) return detail::answer::yes;
+            return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
+          },
+          true);
       const detail::tally tw = raise->wait(steady::now() + quorum_->instance_timeout(), decided(false));
       raise->close();
       if (tw.yes >= quorum_->needed()) {
@@ -265,10 +274,11 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     if (!gate_.lock_until(d)) return false;
     bool acquired = false;
     try {
-      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max, [&]() -> std::optional<std::chrono::milliseconds> {
-        if (attempt()) return std::nullopt;
-        return std::chrono::milliseconds(-1);  // the holder's lease is not known
-      });
+      acquired = detail::retry_until(d, options_.retry_min, options_.retry_max,
+                                     [&]() -> std::optional<std::chrono::milliseconds> {
+                                       if (attempt()) return std::nullopt;
+                                       return std::chrono::milliseconds(-1);  // the holder's lease is not known
+                                     });
     } catch (...) {
       gate_.unlock();
       throw;
@@ -294,10 +304,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     hold h;
     h.token = detail::random_token();
     const steady::time_point start = steady::now();
-    h.acquired = quorum_->send(key_, [key = key_, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
-      reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
-      return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
-    }, true);
+    h.acquired = quorum_->send(
+        key_,
+        [key = key_, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
+          reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
+          return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
+        },
+        true);
     // Not closed when it succeeds: masters that answer late still get the key (more margin).
     const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
     h.valid_until = start + options_.lease - drift_;
@@ -318,7 +331,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     // Unreachable: too many masters failed (or never answered) for any outcome; refused by a
     // holder otherwise (a round decided early may leave answers pending: they do not count).
     const bool timed_out = !decided()(t);
-    if (t.failed + (timed_out ? t.pending : 0) > quorum_->size() - quorum_->needed()) throw_unreachable(*h.acquired, "lock");
+    if (t.failed + (timed_out ? t.pending : 0) > quorum_->size() - quorum_->needed())
+      throw_unreachable(*h.acquired, "lock");
     return false;
   }
 
@@ -328,7 +342,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     return quorum_->send(
         key_,
         [key = key_, token = h.token](connection& c, std::int64_t&) {
-          const std::int64_t deleted = detail::as_integer(*detail::mutex_scripts::release_owned().run(c, {key}, {token}));
+          const std::int64_t deleted =
+              detail::as_integer(*detail::mutex_scripts::release_owned().run(c, {key}, {token}));
           return deleted == 1 ? detail::answer::yes : detail::answer::no;
         },
         false,
@@ -343,10 +358,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       mark_lost_if_current(h.token);
       return false;
     }
-    auto r = quorum_->send(key_, [key = key_, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
-      const std::int64_t ok = detail::as_integer(*detail::mutex_scripts::extend().run(c, {key}, {token, ms}));
-      return ok == 1 ? detail::answer::yes : detail::answer::no;
-    }, true);
+    auto r = quorum_->send(
+        key_,
+        [key = key_, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
+          const std::int64_t ok = detail::as_integer(*detail::mutex_scripts::extend().run(c, {key}, {token, ms}));
+          return ok == 1 ? detail::answer::yes : detail::answer::no;
+        },
+        true);
     const detail::tally t = r->wait(start + quorum_->instance_timeout(), decided(false));
     const steady::time_point valid_until = start + lease - drift_;
     if (t.yes >= quorum_->needed() && steady::now() < valid_until && start < h.valid_until) {
@@ -438,7 +456,9 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
         }
         return;
       }
-      next = renewed ? sent + options_.lease / 3 : std::min(h.valid_until, now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1)));
+      next = renewed ? sent + options_.lease / 3
+                     : std::min(h.valid_until,
+                                now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1)));
       g.lock();
     }
   }

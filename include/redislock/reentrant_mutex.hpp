@@ -183,7 +183,8 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
     }
     owners_.set_mine(h);
     if (outermost) {
-      const detail::renewal_target renewal{&detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}};
+      const detail::renewal_target renewal{
+          &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}};
       detail::require_replicas(client_, options_, name_, keys_.lock, renewal, d, [this]() noexcept { this->unlock(); });
       try {
         h.lease->start(client_, options_, name_, keys_.lock, renewal, sent);

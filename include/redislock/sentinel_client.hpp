@@ -182,13 +182,15 @@ class sentinel_client {
     if (options_.sentinels.empty()) throw invalid_argument("sentinel_client: at least one sentinel is needed");
     if (options_.service_name.empty()) throw invalid_argument("sentinel_client: service_name must not be empty");
     if (options_.pool_size == 0) throw invalid_argument("sentinel_client: pool_size must be at least 1");
-    if (options_.retries < 0 || options_.retries > 100) throw invalid_argument("sentinel_client: retries must be in [0, 100]");
+    if (options_.retries < 0 || options_.retries > 100)
+      throw invalid_argument("sentinel_client: retries must be in [0, 100]");
     if (options_.retry_backoff.count() < 0 || options_.retry_backoff > std::chrono::minutes(1))
       throw invalid_argument("sentinel_client: retry_backoff must be in [0, 1 min]");
     if (options_.recheck_interval.count() < 0 || options_.recheck_interval > std::chrono::hours(24))
       throw invalid_argument("sentinel_client: recheck_interval must be in [0, 24 h]");
     for (const auto& s : options_.sentinels)
-      if (s.host.empty() || s.port <= 0 || s.port > 65535) throw invalid_argument("sentinel_client: bad sentinel address");
+      if (s.host.empty() || s.port <= 0 || s.port > 65535)
+        throw invalid_argument("sentinel_client: bad sentinel address");
     idle_.reserve(options_.pool_size);
   }
   /// Same as sentinel_client(parse_sentinel_uri(uri)).
@@ -247,13 +249,15 @@ class sentinel_client {
         if (last || !detail::is_not_master_reply(e.server_message())) throw;
         continue;
       } catch (const not_master&) {
-        if (last) throw connection_error("sentinel: " + options_.service_name + ": the node Sentinel names is not a master");
+        if (last)
+          throw connection_error("sentinel: " + options_.service_name + ": the node Sentinel names is not a master");
         continue;
       }
       try {
         if constexpr (std::is_same_v<result, reply_ptr>) {
           reply_ptr r = f(*l->conn);  // f may be called again: never moved from
-          if (!last && r && r->type == REDIS_REPLY_ERROR && detail::is_not_master_reply(std::string_view(r->str, r->len))) {
+          if (!last && r && r->type == REDIS_REPLY_ERROR &&
+              detail::is_not_master_reply(std::string_view(r->str, r->len))) {
             l->stale();
             continue;
           }
@@ -448,8 +452,8 @@ class sentinel_client {
                                              [&] { return !idle_.empty() || open_ < options_.pool_size; });
       if (!ready)
         throw pool_timeout("sentinel_client: no free connection within " +
-                            std::to_string(options_.pool_wait_timeout.count()) + " ms (pool_size " +
-                            std::to_string(options_.pool_size) + ")");
+                           std::to_string(options_.pool_wait_timeout.count()) + " ms (pool_size " +
+                           std::to_string(options_.pool_size) + ")");
       if (idle_.empty()) break;
       pooled p = std::move(idle_.back());
       idle_.pop_back();
@@ -531,13 +535,13 @@ class sentinel_client {
   std::condition_variable available_;
   std::vector<pooled> idle_;
   std::size_t open_ = 0;
-  std::optional<detail::master_address> master_;       // under mutex_; empty: ask the sentinels
-  std::optional<detail::master_address> last_master_;  // under mutex_; what generation_ refers to
+  std::optional<detail::master_address> master_;        // under mutex_; empty: ask the sentinels
+  std::optional<detail::master_address> last_master_;   // under mutex_; what generation_ refers to
   std::uint64_t generation_ = 0;                        // under mutex_; +1 per master address change
   std::size_t preferred_sentinel_ = 0;                  // under mutex_; the one that answered last
   std::chrono::steady_clock::time_point recheck_at_{};  // under mutex_; next periodic discovery
   std::atomic<bool> eviction_checked_{false};
-  eviction_check eviction_;  // under mutex_
+  eviction_check eviction_;                                   // under mutex_
   std::vector<std::unique_ptr<detail::subscriber>> retired_;  // under mutex_; replaced subscribers
   std::unique_ptr<detail::subscriber> subscriber_;            // under mutex_
   std::uint64_t subscriber_generation_ = 0;                   // under mutex_

@@ -141,8 +141,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
         },
         [&](const std::string& owner, const hold& h) {
           if (h.reads == 0) h.lease->read.stop();  // the last read hold: before it is sent
-          return h.lease->read.outcome(
-              run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, std::to_string(h.reads)}) == 1);
+          return h.lease->read.outcome(run_integer(detail::shared_scripts::release_shared(),
+                                                   {owner, keys_.channel, std::to_string(h.reads)}) == 1);
         });
   }
 
@@ -248,8 +248,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   // on_acquired(hold&) updates the hold and returns the side's lease keeper when a new hold
   // on that side began (renewed from now on), nullptr for a nested read.
   template <class LastArg, class OnAcquired>
-  bool attempt_until(const detail::deadline& d, const script& s, std::chrono::milliseconds max_sleep,
-                     LastArg last_arg, OnAcquired on_acquired, const char* side) {
+  bool attempt_until(const detail::deadline& d, const script& s, std::chrono::milliseconds max_sleep, LastArg last_arg,
+                     OnAcquired on_acquired, const char* side) {
     const std::string owner = owners_.owner_id();
     detail::steady::time_point sent;  // the lease starts no earlier
     const bool acquired = detail::wait_for_release(
@@ -300,8 +300,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
     if (write ? !h.writing : h.reads == 0)
       throw lock_error(std::string(write ? "extend" : "extend_shared") + ": shared lock '" + name_ +
                        "' is not held on that side by this thread");
-    const bool ours =
-        run_integer(detail::shared_scripts::extend(), {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
+    const bool ours = run_integer(detail::shared_scripts::extend(),
+                                  {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
     if (!ours) (write ? h.lease->write : h.lease->read).mark_lost();
     return ours;
   }
@@ -313,7 +313,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   std::chrono::milliseconds remaining(bool held, const char* side) {
     if (!held) return std::chrono::milliseconds(0);
-    return detail::to_remaining(run_integer(detail::shared_scripts::remaining(), {owners_.owner_id(), keys_.channel, side}));
+    return detail::to_remaining(
+        run_integer(detail::shared_scripts::remaining(), {owners_.owner_id(), keys_.channel, side}));
   }
 
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {

@@ -60,13 +60,13 @@ namespace redislock {
 
 /// Counters of one watchdog (a snapshot; see watchdog::stats()).
 struct watchdog_stats {
-  std::uint64_t ticks = 0;     ///< wake-ups that found renewals due (a tick drains all of them)
-  std::uint64_t batches = 0;   ///< pipelines sent (one round trip each)
-  std::uint64_t renewals = 0;  ///< leases renewed (the script answered 1)
-  std::uint64_t failures = 0;  ///< renewals not answered 1 or 0 (connection errors, error replies)
-  std::uint64_t lost = 0;      ///< leases found lost
-  std::size_t registered = 0;  ///< locks currently renewed
-  std::size_t in_flight = 0;   ///< renewals sent (or about to be) and not yet answered
+  std::uint64_t ticks = 0;                 ///< wake-ups that found renewals due (a tick drains all of them)
+  std::uint64_t batches = 0;               ///< pipelines sent (one round trip each)
+  std::uint64_t renewals = 0;              ///< leases renewed (the script answered 1)
+  std::uint64_t failures = 0;              ///< renewals not answered 1 or 0 (connection errors, error replies)
+  std::uint64_t lost = 0;                  ///< leases found lost
+  std::size_t registered = 0;              ///< locks currently renewed
+  std::size_t in_flight = 0;               ///< renewals sent (or about to be) and not yet answered
   std::chrono::microseconds last_tick{0};  ///< duration of the latest finished tick
   std::chrono::microseconds max_tick{0};   ///< longest tick so far
   std::chrono::microseconds max_late{0};   ///< worst delay of a renewal's send after its due time (lease/3)
@@ -74,11 +74,11 @@ struct watchdog_stats {
 
 /// What a lock kind hands the watchdog to renew one acquisition.
 struct renewal_request {
-  std::string name;                 ///< the lock's name, passed to on_lost
-  std::string route_key;            ///< the key the client routes by (the lock's keys share its hash tag)
-  const script* extend = nullptr;   ///< owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration.
-  std::vector<std::string> keys;    ///< KEYS of `extend`
-  std::vector<std::string> args;    ///< ARGV of `extend`
+  std::string name;                    ///< the lock's name, passed to on_lost
+  std::string route_key;               ///< the key the client routes by (the lock's keys share its hash tag)
+  const script* extend = nullptr;      ///< owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration.
+  std::vector<std::string> keys;       ///< KEYS of `extend`
+  std::vector<std::string> args;       ///< ARGV of `extend`
   std::chrono::milliseconds lease{0};  ///< the lease the script sets; renewals every lease/3
   /// Local send time of the command that set the current lease (the acquisition). Default: now.
   std::chrono::steady_clock::time_point confirmed{};
@@ -523,7 +523,8 @@ class watchdog {
             break;
           }
           if (sent[i] > e.due)
-            stats_.max_late = std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
+            stats_.max_late =
+                std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
           e.renewed(sent[i]);
           if (e.req.valid_until != nullptr) {
             // seq_cst with lease_keeper::lost(): a reader who saw the old end pass has set the
@@ -540,9 +541,7 @@ class watchdog {
           lost = now >= end;
           break;
         case outcome::not_ours:
-        case outcome::expired:
-          lost = true;
-          break;
+        case outcome::expired: lost = true; break;
       }
       if (!lost) continue;
       e.lost = true;

@@ -22,8 +22,7 @@ int main() {
   redislock::mutex lock(client, "consumer");
   {
     std::lock_guard<redislock::mutex> guard(lock);
-    std::printf("consumer holds the lock, fencing token %llu\n",
-                static_cast<unsigned long long>(lock.fencing_token()));
+    std::printf("consumer holds the lock, fencing token %llu\n", static_cast<unsigned long long>(lock.fencing_token()));
   }
   return lock.last_release() == redislock::release_status::released ? 0 : 1;
 }

@@ -30,14 +30,25 @@ class sentinel_topology {
 
   sentinel_topology() {
     nodes_[0] = std::make_unique<redis_server>(data_args({}));
-    nodes_[1] = std::make_unique<redis_server>(data_args({"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())}));
-    const std::string conf = "sentinel monitor " + std::string(service) + " 127.0.0.1 " + std::to_string(nodes_[0]->port()) +
+    nodes_[1] =
+        std::make_unique<redis_server>(data_args({"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())}));
+    const std::string conf = "sentinel monitor " + std::string(service) + " 127.0.0.1 " +
+                             std::to_string(nodes_[0]->port()) +
                              " 2\n"
-                             "sentinel auth-pass " + std::string(service) + " " + data_password + "\n"
-                             "sentinel down-after-milliseconds " + std::string(service) + " 500\n"
-                             "sentinel failover-timeout " + std::string(service) + " 2000\n"
-                             "sentinel sentinel-pass " + std::string(sentinel_password) + "\n"
-                             "requirepass " + std::string(sentinel_password) + "\n";
+                             "sentinel auth-pass " +
+                             std::string(service) + " " + data_password +
+                             "\n"
+                             "sentinel down-after-milliseconds " +
+                             std::string(service) +
+                             " 500\n"
+                             "sentinel failover-timeout " +
+                             std::string(service) +
+                             " 2000\n"
+                             "sentinel sentinel-pass " +
+                             std::string(sentinel_password) +
+                             "\n"
+                             "requirepass " +
+                             std::string(sentinel_password) + "\n";
     for (int i = 0; i < 3; ++i) sentinels_.push_back(std::make_unique<redis_server>(server_config{{}, true, conf}));
     if (!wait_healthy(std::chrono::seconds(30))) throw std::runtime_error("sentinel_topology: not ready within 30 s");
   }
@@ -48,7 +59,8 @@ class sentinel_topology {
   /// "h1:p1,h2:p2,h3:p3" for a redis-sentinel:// URI.
   std::string sentinel_hosts() const {
     std::string s;
-    for (const auto& x : sentinels_) s += (s.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(x->port());
+    for (const auto& x : sentinels_)
+      s += (s.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(x->port());
     return s;
   }
   std::string uri() const {
@@ -147,7 +159,8 @@ class sentinel_topology {
     }
     if (info(node_options(m), "replication")["role"] != "master") return false;
     auto r = info(node_options(1 - m), "replication");
-    return r["role"] == "slave" && r["master_port"] == std::to_string(nodes_[m]->port()) && r["master_link_status"] == "up";
+    return r["role"] == "slave" && r["master_port"] == std::to_string(nodes_[m]->port()) &&
+           r["master_link_status"] == "up";
   }
 
   /// Prints what healthy() looks at (for a failure's diagnosis).

@@ -70,11 +70,17 @@ class tcp_proxy {
   std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
   /// Every chunk read from either side is forwarded `d` later (0: at once).
-  void set_delay(std::chrono::milliseconds d) { command([&] { delay_ = d; }); }
+  void set_delay(std::chrono::milliseconds d) {
+    command([&] { delay_ = d; });
+  }
   /// Stops (true) or resumes (false) forwarding; accepted connections stay open.
-  void set_stalled(bool stalled) { command([&] { stalled_ = stalled; }); }
+  void set_stalled(bool stalled) {
+    command([&] { stalled_ = stalled; });
+  }
   /// New connections are reset right after accept while true.
-  void set_refusing(bool refusing) { command([&] { refusing_ = refusing; }); }
+  void set_refusing(bool refusing) {
+    command([&] { refusing_ = refusing; });
+  }
 
   /// Resets every open connection; returns once the proxy thread has done it (bounded).
   void cut_all() {

@@ -108,14 +108,14 @@ inline long marker_pid(const std::string& marker) {
 /// worker killed by SIGKILL keeps what it counted). Lock-free atomics work across processes.
 struct worker_stats {
   std::atomic<std::uint64_t> acquisitions{0};
-  std::atomic<std::uint64_t> writes{0};           ///< fenced writes the server confirmed
-  std::atomic<std::uint64_t> writes_unknown{0};   ///< fenced writes whose reply was lost
-  std::atomic<std::uint64_t> stale_rejected{0};   ///< late writes of an expired holder, rejected by F
-  std::atomic<std::uint64_t> stale_overlaps{0};   ///< markers of holders whose lease had run out
-  std::atomic<std::uint64_t> epoch_skips{0};      ///< steps skipped because the server restarted
-  std::atomic<std::uint64_t> lease_expired{0};    ///< releases that found the lease gone
-  std::atomic<std::uint64_t> errors{0};           ///< typed errors from the library or data path
-  std::atomic<std::uint64_t> violations{0};       ///< two certainly-valid holders at once
+  std::atomic<std::uint64_t> writes{0};          ///< fenced writes the server confirmed
+  std::atomic<std::uint64_t> writes_unknown{0};  ///< fenced writes whose reply was lost
+  std::atomic<std::uint64_t> stale_rejected{0};  ///< late writes of an expired holder, rejected by F
+  std::atomic<std::uint64_t> stale_overlaps{0};  ///< markers of holders whose lease had run out
+  std::atomic<std::uint64_t> epoch_skips{0};     ///< steps skipped because the server restarted
+  std::atomic<std::uint64_t> lease_expired{0};   ///< releases that found the lease gone
+  std::atomic<std::uint64_t> errors{0};          ///< typed errors from the library or data path
+  std::atomic<std::uint64_t> violations{0};      ///< two certainly-valid holders at once
   /// Redlock: releases (or fencing_token calls) that found the majority gone while the lease was
   /// certainly valid, when a master fault happened during the hold (a killed master takes our key
   /// with it; a stalled one cannot confirm). Without such a fault it is a violation.
@@ -124,7 +124,7 @@ struct worker_stats {
   /// lost its data (README, "Fencing": a master restarted empty can let a token repeat). Without
   /// any data loss it is a violation.
   std::atomic<std::uint64_t> fence_regressions{0};
-  std::atomic<std::uint64_t> finished{0};         ///< 1 once the worker exited cleanly
+  std::atomic<std::uint64_t> finished{0};  ///< 1 once the worker exited cleanly
 };
 
 struct shared_state {

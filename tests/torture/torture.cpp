@@ -73,8 +73,8 @@ struct config {
   long fault_every_ms = 1500;
   std::vector<std::string> faults;
   unsigned long long min_faults = 0;
-  int masters = 0;              // Redlock kinds: lock servers (default 3)
-  long restart_delay_ms = -1;   // master faults: downtime before an empty restart (default lease * 1.1)
+  int masters = 0;             // Redlock kinds: lock servers (default 3)
+  long restart_delay_ms = -1;  // master faults: downtime before an empty restart (default lease * 1.1)
   // worker mode
   int slot = -1;
   std::string shm, run_id;
@@ -120,7 +120,8 @@ config parse(int argc, char** argv) {
     else if (a == "--worker") c.slot = std::stoi(value());
     else if (a == "--shm") c.shm = value();
     else if (a == "--run-id") c.run_id = value();
-    else if (a == "--lock-ports") for (const auto& p : split(value())) c.lock_ports.push_back(std::stoi(p));
+    else if (a == "--lock-ports")
+      for (const auto& p : split(value())) c.lock_ports.push_back(std::stoi(p));
     else if (a == "--masters") c.masters = std::stoi(value());
     else if (a == "--restart-delay-ms") c.restart_delay_ms = std::stol(value());
     else if (a == "--data-port") c.data_port = std::stoi(value());
@@ -180,8 +181,13 @@ struct keys {
 class holder_thread {
  public:
   holder_thread(const config& cfg, const clients& locks, const shared_state& shared, worker_stats& stats, int index)
-      : cfg_(cfg), shared_(shared), stats_(stats), keys_(cfg.run_id), index_(index),
-        lease_ns_(cfg.lease_ms * 1000000LL), margin_ns_(lease_ns_ / 20 + 2000000LL) {
+      : cfg_(cfg),
+        shared_(shared),
+        stats_(stats),
+        keys_(cfg.run_id),
+        index_(index),
+        lease_ns_(cfg.lease_ms * 1000000LL),
+        margin_ns_(lease_ns_ / 20 + 2000000LL) {
     lock_options o;
     o.lease = milliseconds(cfg.lease_ms);
     lock_ = make_lock(cfg.kind, locks, "torture-" + cfg.run_id, o);
@@ -196,7 +202,8 @@ class holder_thread {
     while (stop.load() == 0) {
       try {
         if (!data_) data_ = std::make_unique<connection>(data_options_);
-        const std::string epoch(detail::as_string(*epoch_script().run(*data_, {keys_.epoch}, {detail::random_token()})));
+        const std::string epoch(
+            detail::as_string(*epoch_script().run(*data_, {keys_.epoch}, {detail::random_token()})));
         fault_events_at_ = shared_.master_fault_events.load();
         const std::int64_t sent_at = now_ns();  // before the attempt is sent: the lease starts later
         if (!lock_->try_lock()) {
@@ -221,15 +228,15 @@ class holder_thread {
       stats_.violations.fetch_add(1);
       if (report_violation())
         std::fprintf(stderr, "torture: VIOLATION (%s) pid %d thread %d met %s, %lld ns before its lease end\n", where,
-                   ::getpid(), index_, other.c_str(), static_cast<long long>(other_valid_until - now));
+                     ::getpid(), index_, other.c_str(), static_cast<long long>(other_valid_until - now));
     } else {
       stats_.stale_overlaps.fetch_add(1);
     }
   }
 
   void critical_section(const std::string& epoch, std::int64_t valid_until) {
-    const std::string me = std::to_string(::getpid()) + "." + std::to_string(index_) + "." +
-                           std::to_string(++seq_) + "|" + std::to_string(valid_until);
+    const std::string me = std::to_string(::getpid()) + "." + std::to_string(index_) + "." + std::to_string(++seq_) +
+                           "|" + std::to_string(valid_until);
     std::uint64_t fence = 0;
     try {
       fence = lock_->fencing_token();  // asks the server(s): the lease must still be valid
@@ -252,8 +259,8 @@ class holder_thread {
         const std::string next = std::to_string(value + 1), token = std::to_string(fence);
         std::int64_t written = 0;
         try {
-          written = detail::as_integer(
-              *fenced_write_script().run(*data_, {keys_.epoch, keys_.counter, keys_.fence, keys_.applied}, {epoch, next, token}));
+          written = detail::as_integer(*fenced_write_script().run(
+              *data_, {keys_.epoch, keys_.counter, keys_.fence, keys_.applied}, {epoch, next, token}));
         } catch (const connection_error&) {
           stats_.writes_unknown.fetch_add(1);  // applied or not: the reply was lost
           throw;
@@ -267,7 +274,7 @@ class holder_thread {
             stats_.violations.fetch_add(1);
             if (report_violation())
               std::fprintf(stderr, "torture: VIOLATION (fence) token %llu rejected while its lease was valid\n",
-                         static_cast<unsigned long long>(fence));
+                           static_cast<unsigned long long>(fence));
           } else {
             stats_.stale_rejected.fetch_add(1);
           }
@@ -314,7 +321,8 @@ class holder_thread {
           return;
         }
         stats_.violations.fetch_add(1);
-        if (report_violation()) std::fprintf(stderr, "torture: VIOLATION (release) lease lost before it could run out\n");
+        if (report_violation())
+          std::fprintf(stderr, "torture: VIOLATION (release) lease lost before it could run out\n");
       }
     } catch (const redislock::error&) {
       stats_.errors.fetch_add(1);
@@ -435,7 +443,9 @@ class coordinator {
     for (int i = 0; i < next_slot_; ++i) sum += (state_->workers[i].*field).load();
     return sum;
   }
-  bool target_reached() const { return cfg_.acquisitions != 0 && total(&worker_stats::acquisitions) >= cfg_.acquisitions; }
+  bool target_reached() const {
+    return cfg_.acquisitions != 0 && total(&worker_stats::acquisitions) >= cfg_.acquisitions;
+  }
 
   void spawn() {
     if (next_slot_ >= static_cast<int>(shared_state::max_workers)) throw std::runtime_error("too many workers");
@@ -446,11 +456,25 @@ class coordinator {
     self[n] = 0;
     std::string ports;
     for (int p : cfg_.lock_ports) ports += (ports.empty() ? "" : ",") + std::to_string(p);
-    std::vector<std::string> argv = {self, "--worker", std::to_string(slot), "--shm", cfg_.shm, "--run-id", cfg_.run_id,
-                                     "--lock-ports", ports, "--data-port",
-                                     std::to_string(cfg_.data_port), "--kind", cfg_.kind, "--threads",
-                                     std::to_string(cfg_.threads), "--lease-ms", std::to_string(cfg_.lease_ms),
-                                     "--masters", std::to_string(cfg_.masters)};
+    std::vector<std::string> argv = {self,
+                                     "--worker",
+                                     std::to_string(slot),
+                                     "--shm",
+                                     cfg_.shm,
+                                     "--run-id",
+                                     cfg_.run_id,
+                                     "--lock-ports",
+                                     ports,
+                                     "--data-port",
+                                     std::to_string(cfg_.data_port),
+                                     "--kind",
+                                     cfg_.kind,
+                                     "--threads",
+                                     std::to_string(cfg_.threads),
+                                     "--lease-ms",
+                                     std::to_string(cfg_.lease_ms),
+                                     "--masters",
+                                     std::to_string(cfg_.masters)};
     workers_.push_back(worker{slot, redislock_test::child_process(argv)});
   }
 
@@ -603,27 +627,29 @@ class coordinator {
     const long long in_flight = count("kill9") * cfg_.threads + static_cast<long long>(unknown);
     if (!restarted && read_ok) {
       if (applied < static_cast<long long>(writes)) lost += static_cast<long long>(writes) - applied;
-      if (applied > static_cast<long long>(writes) + in_flight) lost += applied - static_cast<long long>(writes) - in_flight;
+      if (applied > static_cast<long long>(writes) + in_flight)
+        lost += applied - static_cast<long long>(writes) - in_flight;
     }
     std::string fault_list;
-    for (const auto& [name, n] : counts_) fault_list += (fault_list.empty() ? "" : " ") + name + "=" + std::to_string(n);
+    for (const auto& [name, n] : counts_)
+      fault_list += (fault_list.empty() ? "" : " ") + name + "=" + std::to_string(n);
     const bool pass = read_ok && violations == 0 && lost == 0 && stalls_ == 0 && unexpected_exits_ == 0 &&
                       acquisitions > 0 && faults_ >= cfg_.min_faults;
     std::string redlock_fields;  // Redlock mode: the masters and what their faults cost
     if (!masters_.empty())
-      redlock_fields = " masters=" + std::to_string(masters_.size()) + " restart_delay_ms=" +
-                       std::to_string(cfg_.restart_delay_ms) + " outage_acquisitions=" +
-                       std::to_string(outage_acquisitions_) + " majority_lost=" +
-                       std::to_string(total(&worker_stats::majority_lost)) + " fence_regressions=" +
-                       std::to_string(total(&worker_stats::fence_regressions));
+      redlock_fields = " masters=" + std::to_string(masters_.size()) +
+                       " restart_delay_ms=" + std::to_string(cfg_.restart_delay_ms) +
+                       " outage_acquisitions=" + std::to_string(outage_acquisitions_) +
+                       " majority_lost=" + std::to_string(total(&worker_stats::majority_lost)) +
+                       " fence_regressions=" + std::to_string(total(&worker_stats::fence_regressions));
     std::printf(
         "torture: kind=%s%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
         "faults=%llu (%s) stale_rejected=%llu stale_overlaps=%llu lease_expired=%llu epoch_skips=%llu errors=%llu "
         "stalls=%llu unexpected_exits=%llu counter=%lld applied=%lld violations=%llu lost_updates=%lld %s\n",
         cfg_.kind.c_str(), redlock_fields.c_str(), cfg_.processes, cfg_.threads, cfg_.lease_ms, seconds,
-        (unsigned long long)acquisitions,
-        (unsigned long long)writes, (unsigned long long)faults_, fault_list.empty() ? "none" : fault_list.c_str(),
-        (unsigned long long)total(&worker_stats::stale_rejected), (unsigned long long)total(&worker_stats::stale_overlaps),
+        (unsigned long long)acquisitions, (unsigned long long)writes, (unsigned long long)faults_,
+        fault_list.empty() ? "none" : fault_list.c_str(), (unsigned long long)total(&worker_stats::stale_rejected),
+        (unsigned long long)total(&worker_stats::stale_overlaps),
         (unsigned long long)total(&worker_stats::lease_expired), (unsigned long long)total(&worker_stats::epoch_skips),
         (unsigned long long)total(&worker_stats::errors), (unsigned long long)stalls_,
         (unsigned long long)unexpected_exits_, counter, applied, (unsigned long long)violations, lost,
@@ -635,7 +661,7 @@ class coordinator {
   config cfg_;
   std::mt19937 rng_;
   shared_state* state_ = nullptr;
-  std::unique_ptr<redislock_test::redis_server> server_;               // Redlock mode: the record only
+  std::unique_ptr<redislock_test::redis_server> server_;                // Redlock mode: the record only
   std::vector<std::unique_ptr<redislock_test::redis_server>> masters_;  // Redlock mode: the lock
   std::unique_ptr<redislock_test::tcp_proxy> proxy_;
   connection_options admin_options_;

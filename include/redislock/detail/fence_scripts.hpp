@@ -40,7 +40,8 @@ local function next_fence(key)
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', key, string.format('%d', token))
   end
-  redis.call('PEXPIRE', key, )lua" + std::to_string(kFenceTtlMs) + R"lua()
+  redis.call('PEXPIRE', key, )lua" +
+         std::to_string(kFenceTtlMs) + R"lua()
   return token
 end
 )lua";

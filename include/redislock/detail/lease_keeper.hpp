@@ -104,12 +104,12 @@ void require_replicas(Client& client, const lock_options& o, const std::string& 
   }
   if (acknowledged >= o.min_replicas) return;
   release();
-  throw replication_error(
-      acknowledged < 0 ? "lock '" + name + "': the hold was gone before replicas acknowledged it (released)"
-                       : "lock '" + name + "': " + std::to_string(acknowledged) + " of " + std::to_string(o.min_replicas) +
-                             " replicas acknowledged the acquisition within " + std::to_string(wait.count()) +
-                             " ms (released)",
-      o.min_replicas, static_cast<int>(std::max<std::int64_t>(acknowledged, 0)));
+  throw replication_error(acknowledged < 0
+                              ? "lock '" + name + "': the hold was gone before replicas acknowledged it (released)"
+                              : "lock '" + name + "': " + std::to_string(acknowledged) + " of " +
+                                    std::to_string(o.min_replicas) + " replicas acknowledged the acquisition within " +
+                                    std::to_string(wait.count()) + " ms (released)",
+                          o.min_replicas, static_cast<int>(std::max<std::int64_t>(acknowledged, 0)));
 }
 
 class lease_keeper {

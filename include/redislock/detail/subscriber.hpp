@@ -69,10 +69,10 @@ namespace detail {
 
 class subscriber {
   struct channel_state {
-    int refs = 0;        // local waiters registered on the channel
-    int in_flight = 0;   // SUBSCRIBE/UNSUBSCRIBE sent, reply not yet read
-    int tokens = 0;      // wake-ups not yet consumed (at most refs)
-    bool failed = false; // SUBSCRIBE refused or connection lost: waiters back off
+    int refs = 0;                      // local waiters registered on the channel
+    int in_flight = 0;                 // SUBSCRIBE/UNSUBSCRIBE sent, reply not yet read
+    int tokens = 0;                    // wake-ups not yet consumed (at most refs)
+    bool failed = false;               // SUBSCRIBE refused or connection lost: waiters back off
     std::deque<std::string> messages;  // the latest payloads (a few), for take_message()
     std::condition_variable cv;        // its waiters: notices, confirmation, the reader's turn
   };
@@ -83,7 +83,8 @@ class subscriber {
   class subscription {
    public:
     subscription() = default;
-    subscription(subscription&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)), channel_(std::move(o.channel_)), state_(std::move(o.state_)) {}
+    subscription(subscription&& o) noexcept
+        : owner_(std::exchange(o.owner_, nullptr)), channel_(std::move(o.channel_)), state_(std::move(o.state_)) {}
     subscription& operator=(subscription&& o) noexcept {
       if (this != &o) {
         reset();
@@ -203,7 +204,8 @@ class subscriber {
     subscription sub(this, channel, s);
     // Connect, handshake (AUTH, SELECT) and SUBSCRIBE may each take up to their timeout.
     steady::time_point limit = steady::now() + options_.connect_timeout + 3 * options_.command_timeout;
-    if (options_.connect_timeout.count() == 0 || options_.command_timeout.count() == 0) limit = steady::time_point::max();
+    if (options_.connect_timeout.count() == 0 || options_.command_timeout.count() == 0)
+      limit = steady::time_point::max();
     const steady::time_point until = d ? std::min(*d, limit) : limit;
     try {
       await(g, *s, until, [&] { return confirmed(*s) || s->failed; });
@@ -219,7 +221,7 @@ class subscriber {
       // Not sent yet (still connecting): never send it.
       outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(), [&](const request& r) { return r.state == s; }),
                     outbox_.end());
-      s->cv.notify_all();  // other waiters on it back off too
+      s->cv.notify_all();    // other waiters on it back off too
       if (reading_) wake();  // one of them may be the reader, in poll()
     }
     return sub;
@@ -556,13 +558,13 @@ class subscriber {
   mutable std::mutex mutex_;
   std::condition_variable idle_cv_;  // the destructor waits here for waiters to leave
   std::unordered_map<std::string, state_ptr> channels_;
-  std::vector<request> outbox_;  // not yet sent
-  std::deque<request> sent_;     // sent, reply pending (in order)
+  std::vector<request> outbox_;                    // not yet sent
+  std::deque<request> sent_;                       // sent, reply pending (in order)
   std::vector<std::pair<state_ptr, bool>> woken_;  // to notify (all?) once mutex_ is released
-  std::list<channel_state*> waiting_;  // threads inside await(), longest waiting first
-  std::unique_ptr<connection> conn_;   // touched by the reader only (or by anyone while nobody reads)
-  bool reading_ = false;               // a thread holds the reader role (reads, writes, closes)
-  bool connecting_ = false;            // connector_ is connecting
+  std::list<channel_state*> waiting_;              // threads inside await(), longest waiting first
+  std::unique_ptr<connection> conn_;               // touched by the reader only (or by anyone while nobody reads)
+  bool reading_ = false;                           // a thread holds the reader role (reads, writes, closes)
+  bool connecting_ = false;                        // connector_ is connecting
   std::thread connector_;
   bool connected_ = false;
   bool stopping_ = false;

@@ -121,7 +121,8 @@ class backoff {
     ceiling_ = std::min(max_, ceiling_ * 2);
     // +1 ms: the key is gone when its PTTL has run out on the server, not a moment before.
     if (holder_pttl.count() >= 0) wait = std::min<microseconds>(wait, holder_pttl + std::chrono::milliseconds(1));
-    if (d) wait = std::min(wait, std::max(microseconds(0), std::chrono::duration_cast<microseconds>(*d - steady::now())));
+    if (d)
+      wait = std::min(wait, std::max(microseconds(0), std::chrono::duration_cast<microseconds>(*d - steady::now())));
     return wait;
   }
 

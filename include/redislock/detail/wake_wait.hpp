@@ -28,8 +28,8 @@ struct has_subscriber<Client, std::void_t<decltype(std::declval<Client&>().subsc
 
 struct wait_plan {
   std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
-  std::chrono::milliseconds max_sleep;              // attempt at least this often (fair: refresh)
-  bool caller_tries_last = false;  // the caller makes its own last attempt once the deadline passed
+  std::chrono::milliseconds max_sleep;             // attempt at least this often (fair: refresh)
+  bool caller_tries_last = false;                  // the caller makes its own last attempt once the deadline passed
 };
 
 inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
@@ -43,8 +43,9 @@ inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, cons
                                      std::chrono::milliseconds max_sleep) {
   // +1 ms: the key is gone when its PTTL has run out on the server, not a moment before.
   // A holder without expiry (someone PERSISTed the key) is re-checked every second.
-  std::chrono::milliseconds sleep = std::min(max_sleep, holder_pttl.count() >= 0 ? holder_pttl + std::chrono::milliseconds(1)
-                                                                                 : std::chrono::milliseconds(1000));
+  std::chrono::milliseconds sleep =
+      std::min(max_sleep,
+               holder_pttl.count() >= 0 ? holder_pttl + std::chrono::milliseconds(1) : std::chrono::milliseconds(1000));
   steady::time_point t = steady::now() + sleep;
   return d ? std::min(t, *d) : t;
 }
@@ -100,7 +101,8 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
 template <class Client, class Attempt>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
                       std::chrono::milliseconds max_sleep, Attempt&& attempt) {
-  return wait_for_release(client, channel, d, wait_plan{o.retry_min, o.retry_max, std::min(max_sleep, o.recheck_interval)},
+  return wait_for_release(client, channel, d,
+                          wait_plan{o.retry_min, o.retry_max, std::min(max_sleep, o.recheck_interval)},
                           std::forward<Attempt>(attempt), [](subscriber::subscription&) { return false; });
 }
 
