@@ -15,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
+# The code follows .clang-format (scripts/format.sh --fix reformats): checked first, in seconds.
+bash scripts/format.sh --check
+
 jobs=$(nproc 2>/dev/null || echo 2)
 variants=("$@")
 [ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1)
