@@ -92,6 +92,12 @@ TEST(Errors, ReplyErrorsAreTyped) {
     return "none";
   };
   EXPECT_EQ(kind("NOSCRIPT No matching script."), "noscript");
+  EXPECT_EQ(kind("MOVED 3999 127.0.0.1:6381"), "moved 3999 127.0.0.1:6381");
+  EXPECT_EQ(kind("ASK 16383 127.0.0.1:6381"), "ask 16383 127.0.0.1:6381");
+  // Out of the slot range (a broken or hostile peer): no slot, never an index past the map.
+  EXPECT_EQ(kind("MOVED 16384 127.0.0.1:6381"), "moved -1 127.0.0.1:6381");
+  EXPECT_EQ(kind("MOVED 20000 127.0.0.1:6381"), "moved -1 127.0.0.1:6381");
+  EXPECT_EQ(kind("MOVED 99999999999 127.0.0.1:6381"), "moved -1 127.0.0.1:6381");
   EXPECT_EQ(kind("WRONGTYPE Operation against a key holding the wrong kind of value"), "wrongtype");
   EXPECT_EQ(kind("NOAUTH Authentication required."), "auth");
   EXPECT_EQ(kind("WRONGPASS invalid username-password pair or user is disabled."), "auth");

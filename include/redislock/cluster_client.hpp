@@ -341,6 +341,7 @@ class cluster_client {
   }
 
   void assign_slot(int slot, const std::shared_ptr<node>& n) {
+    if (slot < 0 || static_cast<std::size_t>(slot) >= slot_owner_.size()) return;  // a malformed redirect
     std::lock_guard<std::mutex> g(state_mutex_);
     for (std::size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i] == n) slot_owner_[static_cast<std::size_t>(slot)] = static_cast<int>(i);

@@ -93,6 +93,7 @@ class redirect_error : public reply_error {
       slot_ = 0;  // parsed by hand: a malformed reply must not throw a non-redislock exception
       for (std::size_t i = first + 1; i < second && slot_ >= 0; ++i)
         slot_ = (m[i] >= '0' && m[i] <= '9' && slot_ < 16384) ? slot_ * 10 + (m[i] - '0') : -1;
+      if (slot_ >= 16384) slot_ = -1;  // the last digit can take it past the slot range
       endpoint_ = m.substr(second + 1);
     }
   }

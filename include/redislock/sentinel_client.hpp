@@ -37,6 +37,7 @@
 #include <redislock/options.hpp>
 #include <redislock/watchdog.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -232,7 +233,7 @@ class sentinel_client {
       const bool last = round >= options_.retries;
       if (round > 0 && pause.count() > 0) {
         std::this_thread::sleep_for(pause);
-        pause *= 2;
+        pause = std::min(pause * 2, std::max(options_.retry_backoff, std::chrono::milliseconds(1000)));  // capped
       }
       std::optional<lease> l;
       try {

@@ -58,11 +58,17 @@ inline master_address ask_sentinels(const std::vector<sentinel_endpoint>& sentin
       const std::string_view port = as_string(element(*r, 1));
       master_address a;
       a.host = std::string(host);
-      a.port = parse_port_or_db(port, "port", 65535);
+      try {
+        a.port = parse_port_or_db(port, "port", 65535);
+      } catch (const invalid_argument&) {  // the sentinel's answer is bad, not the caller's input
+        throw reply_error("SENTINEL GET-MASTER-ADDR-BY-NAME: bad port");
+      }
       if (a.host.empty() || a.port == 0) throw reply_error("SENTINEL GET-MASTER-ADDR-BY-NAME: bad address");
       answered = i;
       return a;
-    } catch (const error& e) {  // connection_error, auth_error, reply_error, invalid_argument
+    } catch (const invalid_argument&) {
+      throw;                    // the options cannot work with any sentinel (e.g. TLS without TLS support)
+    } catch (const error& e) {  // connection_error, auth_error, reply_error
       failures += "; " + base.endpoint() + ": " + e.what();
     }
   }
