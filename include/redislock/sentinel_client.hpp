@@ -75,11 +75,10 @@ struct sentinel_options {
   std::size_t pool_size = 8;
   std::chrono::milliseconds pool_wait_timeout{1000};
   /// Re-discoveries one call may make after finding the master gone, with a pause before each
-  /// (retry_backoff, doubling up to max(retry_backoff, 1 s)). With the defaults a call gives up after about 0.7 s plus the
-  /// timeouts of its attempts; the lock's caller retries as after any connection error.
-  /// Worst case of one call when every node stalls: (retries + 1) × (sentinels × (connect +
-  /// command timeout) + connect + 2 command timeouts) plus the pauses: bounded, but choose
-  /// timeouts with it in mind.
+  /// (retry_backoff, doubling up to max(retry_backoff, 1 s)). With the defaults a call gives up after about 0.7 s plus
+  /// the timeouts of its attempts; the lock's caller retries as after any connection error. Worst case of one call when
+  /// every node stalls: (retries + 1) × (sentinels × (connect + command timeout) + connect + 2 command timeouts) plus
+  /// the pauses: bounded, but choose timeouts with it in mind.
   int retries = 3;
   std::chrono::milliseconds retry_backoff{100};
   /// Ask the sentinels again at least this often while calls are made (one call per interval
