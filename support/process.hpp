@@ -23,14 +23,17 @@ namespace redislock_test {
 class child_process {
  public:
   child_process() = default;
-  /// argv[0] is searched in PATH. stdout_fd, when >= 0, becomes the child's stdout.
-  explicit child_process(const std::vector<std::string>& argv, int stdout_fd = -1) {
+  /// argv[0] is searched in PATH. stdout_fd, when >= 0, becomes the child's stdout; and its
+  /// stderr too with also_stderr (a server must not keep the test's own output open: should
+  /// the test crash, a runner reading that output would wait for the orphan to exit).
+  explicit child_process(const std::vector<std::string>& argv, int stdout_fd = -1, bool also_stderr = false) {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     if (stdout_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDOUT_FILENO);
+    if (stdout_fd >= 0 && also_stderr) posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDERR_FILENO);
     int rc = posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) throw std::runtime_error("cannot spawn " + argv[0]);

@@ -187,7 +187,7 @@ class redis_server {
     // A sentinel never logs "Ready to accept connections" (Redis 7.0): its ID line comes once
     // it listens and has loaded its configuration.
     const std::string ready_line = sentinel_ ? "Sentinel ID is" : "Ready to accept connections";
-    process_ = child_process(argv, fds[1]);
+    process_ = child_process(argv, fds[1], true);
     ::close(fds[1]);
     ready_ = failed_ = false;
     // Reads the log to its end (the server's exit), so the pipe never fills up.

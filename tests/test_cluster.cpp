@@ -185,7 +185,7 @@ TEST(ClusterSlots, KeySlotMatchesClusterKeyslot) {
                                    "{a",
                                    "a}",
                                    "redislock:{orders}:queue",
-                                   std::string("bin\0ary{\xff\x01}", 13)};
+                                   std::string("bin\0ary{\xff\x01}", 11)};
   for (int i = 0; i < 300; ++i)
     keys.push_back("k" + std::to_string(i * 7919) + (i % 3 ? "{t" + std::to_string(i) + "}" : ""));
   for (const std::string& k : keys)
