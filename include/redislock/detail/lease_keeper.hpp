@@ -164,7 +164,8 @@ class lease_keeper {
   void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
   bool lost() const noexcept {
     if (lost_.load()) return true;
-    if (std::chrono::steady_clock::now().time_since_epoch().count() < valid_until_.load()) return false;
+    const ticks until = valid_until_.load();
+    if (until == never || std::chrono::steady_clock::now().time_since_epoch().count() < until) return false;
     // Sticky: a renewal confirmed later does not undo it. seq_cst (with the watchdog's store
     // of valid_until and its load of this flag) so that the watchdog then reports the loss.
     lost_.store(true);
