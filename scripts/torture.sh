@@ -7,6 +7,9 @@
 # Redlock: with --kind redlock the faults are the masters' (kill -9 of one and of two, stop,
 # SIGSTOP past the per-instance timeout; back empty after a lease) plus kill -9 / SIGSTOP of
 # holders, e.g. scripts/torture.sh 100000 --kind redlock --masters 5
+# Cluster: with --cluster the lock runs on a 3-master, 3-replica Redis Cluster and the faults are
+# slot migrations, CLUSTER FAILOVER, kill -9 of masters, kill -9 / SIGSTOP of holders, e.g.
+#   scripts/torture.sh 1000000 --cluster --kind mutex,mutex-waiting,mutex-fair
 # (ctest runs the short scenarios: ctest --test-dir build/test -L torture)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,9 @@ prev=
 for a in "$@"; do
   if [ "$prev" = --kind ] && [ "$a" = redlock ]; then
     faults=master-kill9,master-sigstop,master-kill9x2,kill9,master-restart,sigstop
+  fi
+  if [ "$a" = --cluster ]; then
+    faults=migrate,failover,kill9,master-kill9,sigstop
   fi
   prev=$a
 done

@@ -112,6 +112,26 @@ class redis_cluster {
     return 0;
   }
 
+  /// Moves `slot` from the master on `src` to the master on `dst` the way redis-cli reshards:
+  /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master.
+  void migrate_slot(int slot, int src, int dst) {
+    const std::string s = std::to_string(slot), dst_id = node_id(dst);
+    redislock::connection source = admin(src), target = admin(dst);
+    target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", node_id(src)});
+    source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
+    for (int round = 0; round < 100; ++round) {
+      redislock::reply_ptr keys = source.command({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
+      if (keys->elements == 0) break;
+      std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(dst), "", "0", "5000", "KEYS"};
+      for (std::size_t i = 0; i < keys->elements; ++i) argv.emplace_back(keys->element[i]->str, keys->element[i]->len);
+      source.command(std::vector<std::string_view>(argv.begin(), argv.end()));
+    }
+    target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+    source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+    for (int port : masters())
+      if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+  }
+
   /// Every node reports cluster_state:ok and the same slot map as node 0.
   bool wait_until_stable(std::chrono::milliseconds bound) {
     const auto end = std::chrono::steady_clock::now() + bound;

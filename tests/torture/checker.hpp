@@ -21,11 +21,22 @@
 // their own (the record, never faulted), so the masters' crashes, restarts and stalls cannot touch
 // the record. The same bound holds: a majority set PX lease after the attempt was sent, and any
 // other majority shares one of those masters.
+//
+// Cluster mode (--cluster): the lock lives on a 3-master, 3-replica Redis Cluster under many lock
+// names (each with its own M, C, F, A; E is shared) and the record again on a server of its own.
+// Replication is asynchronous, so a failover may lose a lock the old master granted: the
+// coordinator opens a *failover window* when it starts a failover fault and closes it a lease
+// after the cluster serves again (every node up, agreeing on the slot map). What a certainly-valid
+// holder meets at a moment inside a window (an overlap, a lease gone early, a fence token
+// rejected) is counted apart, not a violation; the same outside every window is one. A slot
+// migration opens no window: it must lose nothing.
 
 #include <redislock/redislock.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -124,7 +135,27 @@ struct worker_stats {
   /// lost its data (README, "Fencing": a master restarted empty can let a token repeat). Without
   /// any data loss it is a violation.
   std::atomic<std::uint64_t> fence_regressions{0};
+  /// Cluster: overlaps of two certainly-valid holders, and leases found gone before they could
+  /// run out, at a moment inside a failover window (reported, not failing).
+  std::atomic<std::uint64_t> window_violations{0};
+  std::atomic<std::uint64_t> window_lost{0};
   std::atomic<std::uint64_t> finished{0};  ///< 1 once the worker exited cleanly
+};
+
+/// Cluster mode: one failover fault's window [start_ns, end_ns] (steady clock); end_ns is
+/// INT64_MAX while the fault is still under way.
+struct failover_window {
+  std::atomic<std::int64_t> start_ns{0}, end_ns{0};
+};
+
+/// Cluster mode: per lock name, written by its holders.
+struct name_stats {
+  std::atomic<std::uint64_t> acquisitions{0};
+  /// Window violations, window losses and fence regressions met on this name: a lost update on
+  /// it is then expected (two holders did overlap), not counted as one.
+  std::atomic<std::uint64_t> window_events{0};
+  /// The first acquisition since shared_state::recovery_mark_ns (0: none yet).
+  std::atomic<std::int64_t> first_since_mark_ns{0};
 };
 
 struct shared_state {
@@ -136,6 +167,22 @@ struct shared_state {
   std::atomic<std::uint64_t> master_fault_events{0};
   std::atomic<std::uint64_t> master_data_losses{0};
   worker_stats workers[max_workers];
+  static constexpr std::size_t max_windows = 1024, max_names = 256;
+  std::atomic<std::uint64_t> windows_opened{0};
+  failover_window windows[max_windows];
+  name_stats names[max_names];
+  /// Set by the coordinator once a fault is over: recovery is each name acquired again since.
+  std::atomic<std::int64_t> recovery_mark_ns{INT64_MAX};
+
+  /// Whether `t` falls inside a failover window (an open one counts up to now and beyond).
+  bool in_failover_window(std::int64_t t) const {
+    const std::uint64_t n = std::min<std::uint64_t>(windows_opened.load(), max_windows);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::int64_t start = windows[i].start_ns.load(), end = windows[i].end_ns.load();
+      if (start != 0 && t >= start && t <= end) return true;
+    }
+    return false;
+  }
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "cross-process counters need lock-free atomics");
 

@@ -2,7 +2,9 @@
 // The lock kinds the torture checker can drive, chosen by `--kind NAME`. A kind is a factory
 // returning a torture_lock: one would-be holder (one object per thread). To add a kind (e.g. a
 // reentrant or shared mutex), wrap it in a torture_lock and add a line to make_lock().
-// Single-server kinds get one client; the Redlock kinds (multi_master()) one per master.
+// Single-server kinds get one client; the Redlock kinds (multi_master()) one per master. The
+// single-server kinds are templates on the client, so the cluster mode runs them on a
+// redislock::cluster_client (make_single_lock).
 
 #include <redislock/redislock.hpp>
 
@@ -47,10 +49,10 @@ class exclusive_adapter final : public torture_lock {
 /// The mutex acquired by waiting (try_lock_for), so acquisitions go through the server-side
 /// queue and the release's hand-off. The caller takes the time before the call as the lease's
 /// earliest start, which is conservative: the acquiring attempt (or hand-off) comes later.
+template <class Client>
 class waiting_adapter final : public torture_lock {
  public:
-  waiting_adapter(redislock::client& c, const std::string& name, const redislock::lock_options& o)
-      : lock_(c, name, o) {}
+  waiting_adapter(Client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
   bool try_lock() override { return lock_.try_lock_for(std::chrono::milliseconds(200)); }
   redislock::release_status unlock() noexcept override {
     lock_.unlock();
@@ -59,15 +61,16 @@ class waiting_adapter final : public torture_lock {
   std::uint64_t fencing_token() override { return lock_.fencing_token(); }
 
  private:
-  redislock::mutex lock_;
+  redislock::basic_mutex<Client> lock_;
 };
 
 /// A deliberately broken lock for the checker's self-test: it takes the key even while someone
 /// else holds it (SET without NX), as an acquire script that ignored the holder would. The
 /// checker must report violations with it, or it could not catch that bug.
+template <class Client>
 class stealing_lock final : public torture_lock {
  public:
-  stealing_lock(redislock::client& c, const std::string& name, const redislock::lock_options& o)
+  stealing_lock(Client& c, const std::string& name, const redislock::lock_options& o)
       : client_(c), key_(redislock::detail::base_key(name, o)), lease_(std::to_string(o.lease.count())) {}
   bool try_lock() override {
     token_ = redislock::detail::random_token();
@@ -79,7 +82,7 @@ class stealing_lock final : public torture_lock {
   }
   redislock::release_status unlock() noexcept override {
     try {
-      client_.command({"DEL", key_});
+      client_.run(key_, [&](redislock::connection& c) { c.command({"DEL", key_}); });
       return redislock::release_status::released;
     } catch (...) {
       return redislock::release_status::failed;
@@ -88,7 +91,7 @@ class stealing_lock final : public torture_lock {
   std::uint64_t fencing_token() override { return fence_; }
 
  private:
-  redislock::client& client_;
+  Client& client_;
   std::string key_, lease_, token_;
   std::uint64_t fence_ = 0;
 };
@@ -102,19 +105,26 @@ inline bool multi_master(const std::string& kind) { return kind == "redlock" || 
 
 using clients = std::vector<std::reference_wrapper<redislock::client>>;
 
+/// A single-server kind on one client (a redislock::client or a redislock::cluster_client).
+template <class Client>
+std::unique_ptr<torture_lock> make_single_lock(const std::string& kind, Client& c, const std::string& name,
+                                               const redislock::lock_options& o) {
+  if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::basic_mutex<Client>>>(c, name, o);
+  if (kind == "mutex-waiting") return std::make_unique<waiting_adapter<Client>>(c, name, o);
+  if (kind == "mutex-fair") {
+    redislock::lock_options fair = o;
+    fair.fair = true;
+    return std::make_unique<waiting_adapter<Client>>(c, name, fair);
+  }
+  if (kind == "broken-stealing") return std::make_unique<stealing_lock<Client>>(c, name, o);
+  throw std::invalid_argument("unknown lock kind '" + kind + "'");
+}
+
 inline std::unique_ptr<torture_lock> make_lock(const std::string& kind, const clients& cs, const std::string& name,
                                                const redislock::lock_options& o) {
   if (cs.empty() || (!multi_master(kind) && cs.size() != 1))
     throw std::invalid_argument("lock kind '" + kind + "' got " + std::to_string(cs.size()) + " servers");
-  redislock::client& c = cs.front();
-  if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::mutex>>(c, name, o);
-  if (kind == "mutex-waiting") return std::make_unique<waiting_adapter>(c, name, o);
-  if (kind == "mutex-fair") {
-    redislock::lock_options fair = o;
-    fair.fair = true;
-    return std::make_unique<waiting_adapter>(c, name, fair);
-  }
-  if (kind == "broken-stealing") return std::make_unique<stealing_lock>(c, name, o);
+  if (!multi_master(kind)) return make_single_lock<redislock::client>(kind, cs.front(), name, o);
   if (kind == "redlock") return std::make_unique<exclusive_adapter<redislock::redlock>>(cs, name, o);
   // The Redlock self-test: each object runs the real basic_redlock on one master of its own
   // (random) choosing, i.e. it takes the lock with a minority, as a quorum bug would. Objects on

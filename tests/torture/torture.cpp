@@ -30,9 +30,23 @@
 // (far longer than the per-instance timeout), then SIGCONT. kill9 and sigstop hit holders, as
 // in single-server mode.
 //
+// Cluster mode (--cluster; --kind may list several single-server kinds, e.g.
+// mutex,mutex-waiting,mutex-fair) runs the lock on a 3-master, 3-replica Redis Cluster through
+// redislock::cluster_client, under --names lock names (default 12) spread over the masters
+// (name i on master i % 3, kind number (i / 3) % kinds; thread t of worker w takes name
+// (w * threads + t) % names); the first server then holds only the record (per name) and is
+// never faulted. Cluster faults (cluster_faults.hpp): failover (CLUSTER FAILOVER on a replica),
+// master-kill9 (kill -9 of a master, promoted replica, the victim back as a replica), migrate
+// (a lock name's slot moved to another master); kill9 and sigstop hit holders. Failover faults
+// open a failover window (checker.hpp): what a certainly-valid holder meets inside one is
+// reported (window_violations, window_lost, fence_regressions, window_lost_updates), not
+// failed; outside, it is a violation. After each cluster fault every name must be acquired
+// again within --max-recovery-ms (default 15000) of the fault's start, or it is a stall.
+//
 // Exit status 0 only when there was no violation, no lost update, no stall, no unexpected
 // worker exit, at least one acquisition and at least --min-faults faults.
 #include "checker.hpp"
+#include "cluster_faults.hpp"
 #include "lock_kinds.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
@@ -75,6 +89,11 @@ struct config {
   unsigned long long min_faults = 0;
   int masters = 0;             // Redlock kinds: lock servers (default 3)
   long restart_delay_ms = -1;  // master faults: downtime before an empty restart (default lease * 1.1)
+  bool cluster = false;        // the lock on a Redis Cluster (cluster_client)
+  int names = 0;               // cluster: lock names (default 12)
+  long max_recovery_ms = 15000;
+  std::vector<std::string> kinds;       // --kind split at commas (several only in cluster mode)
+  std::vector<std::string> lock_names;  // cluster worker mode: the names, from the coordinator
   // worker mode
   int slot = -1;
   std::string shm, run_id;
@@ -125,11 +144,32 @@ config parse(int argc, char** argv) {
     else if (a == "--masters") c.masters = std::stoi(value());
     else if (a == "--restart-delay-ms") c.restart_delay_ms = std::stol(value());
     else if (a == "--data-port") c.data_port = std::stoi(value());
+    else if (a == "--cluster") c.cluster = true;
+    else if (a == "--names") c.names = std::stoi(value());
+    else if (a == "--lock-names") c.lock_names = split(value());
+    else if (a == "--max-recovery-ms") c.max_recovery_ms = std::stol(value());
     else usage("unknown argument " + a);
   }
   // Holder faults apply to every kind; server faults to the single server; master faults to Redlock.
   static const std::set<std::string> holder = {"kill9", "sigstop"}, server = {"restart", "client-kill", "proxy"},
-                                     master = {"master-kill9", "master-kill9x2", "master-restart", "master-sigstop"};
+                                     master = {"master-kill9", "master-kill9x2", "master-restart", "master-sigstop"},
+                                     cluster = {"failover", "master-kill9", "migrate"};
+  c.kinds = split(c.kind);
+  if (c.kinds.empty()) usage("missing --kind");
+  if (c.kinds.size() > 1 && !c.cluster) usage("several kinds need --cluster");
+  if (c.cluster) {
+    for (const auto& k : c.kinds)
+      if (multi_master(k)) usage("--cluster runs single-server kinds, not " + k);
+    for (const auto& f : c.faults)
+      if (!holder.count(f) && !cluster.count(f)) usage("fault " + f + " is not a cluster fault");
+    if (c.masters != 0) usage("--masters needs a Redlock kind, not --cluster");
+    if (c.names == 0) c.names = 12;
+    if (c.names < 1 || c.names > static_cast<int>(shared_state::max_names)) usage("bad --names");
+    if (c.restart_delay_ms < 0) c.restart_delay_ms = 0;
+    if (c.processes < 1 || c.threads < 1 || c.lease_ms < 50) usage("bad --processes/--threads/--lease-ms");
+    return c;
+  }
+  if (c.names != 0) usage("--names needs --cluster");
   const bool redlock_mode = multi_master(c.kind);
   for (const auto& f : c.faults) {
     if (!holder.count(f) && !server.count(f) && !master.count(f)) usage("unknown fault " + f);
@@ -166,11 +206,12 @@ bool report_violation() {
 // ---------------------------------------------------------------------------------------------
 // Worker: one thread = one lock object = one would-be holder.
 
+// Cluster mode: one record per lock name (`name` its index), one epoch for all.
 struct keys {
   std::string epoch, marker, counter, fence, applied;
-  explicit keys(const std::string& run) {
-    const std::string base = "torture:{" + run + "}:";
-    epoch = base + "epoch";
+  explicit keys(const std::string& run, const std::string& name = "") {
+    epoch = "torture:{" + run + "}:epoch";
+    const std::string base = "torture:{" + run + "}:" + (name.empty() ? "" : name + ":");
     marker = base + "marker";
     counter = base + "counter";
     fence = base + "fence";
@@ -180,17 +221,18 @@ struct keys {
 
 class holder_thread {
  public:
-  holder_thread(const config& cfg, const clients& locks, const shared_state& shared, worker_stats& stats, int index)
+  // `name`: cluster mode, the index of the lock name in cfg.lock_names (else -1).
+  holder_thread(const config& cfg, std::unique_ptr<torture_lock> lock, int name, shared_state& shared,
+                worker_stats& stats, int index)
       : cfg_(cfg),
         shared_(shared),
         stats_(stats),
-        keys_(cfg.run_id),
+        keys_(cfg.run_id, name < 0 ? "" : std::to_string(name)),
         index_(index),
+        name_(name),
         lease_ns_(cfg.lease_ms * 1000000LL),
-        margin_ns_(lease_ns_ / 20 + 2000000LL) {
-    lock_options o;
-    o.lease = milliseconds(cfg.lease_ms);
-    lock_ = make_lock(cfg.kind, locks, "torture-" + cfg.run_id, o);
+        margin_ns_(lease_ns_ / 20 + 2000000LL),
+        lock_(std::move(lock)) {
     data_options_.port = cfg.data_port;
     data_options_.connect_timeout = milliseconds(1000);
     data_options_.command_timeout = milliseconds(2000);
@@ -211,6 +253,7 @@ class holder_thread {
           continue;
         }
         stats_.acquisitions.fetch_add(1);
+        if (name_ >= 0) count_name_acquisition();
         critical_section(epoch, sent_at + lease_ns_ - margin_ns_);
       } catch (const redislock::error&) {
         stats_.errors.fetch_add(1);
@@ -220,11 +263,29 @@ class holder_thread {
   }
 
  private:
+  void count_name_acquisition() {
+    name_stats& n = shared_.names[name_];
+    n.acquisitions.fetch_add(1);
+    const std::int64_t t = now_ns();
+    std::int64_t none = 0;
+    if (t >= shared_.recovery_mark_ns.load()) n.first_since_mark_ns.compare_exchange_strong(none, t);
+  }
+
+  // Cluster mode: what a certainly-valid holder meets at `now` inside a failover window is
+  // counted in `field` and on its name (checker.hpp), not as a violation.
+  bool in_window(std::int64_t now, std::atomic<std::uint64_t> worker_stats::*field) {
+    if (name_ < 0 || !shared_.in_failover_window(now)) return false;
+    (stats_.*field).fetch_add(1);
+    shared_.names[name_].window_events.fetch_add(1);
+    return true;
+  }
+
   // Both holders were certainly valid at `now` when now < both valid_until: a violation.
   void compare(const std::string& other, std::int64_t my_valid_until, const char* where) {
     const std::int64_t now = now_ns();
     const std::int64_t other_valid_until = marker_valid_until(other);
     if (now < my_valid_until && now < other_valid_until) {
+      if (in_window(now, &worker_stats::window_violations)) return;
       stats_.violations.fetch_add(1);
       if (report_violation())
         std::fprintf(stderr, "torture: VIOLATION (%s) pid %d thread %d met %s, %lld ns before its lease end\n", where,
@@ -268,8 +329,13 @@ class holder_thread {
         if (written == 1) stats_.writes.fetch_add(1);
         if (written == -1) stats_.epoch_skips.fetch_add(1);
         if (written == 0) {
-          if (now_ns() < valid_until && cfg_.masters > 0 && shared_.master_data_losses.load() > 0) {
+          // A token may repeat after a master lost its data (Redlock: restarted empty; cluster:
+          // a failover lost what was not replicated), until it passes the lost ones.
+          if (now_ns() < valid_until && (cfg_.masters > 0 || cfg_.cluster) && shared_.master_data_losses.load() > 0) {
             stats_.fence_regressions.fetch_add(1);
+            if (name_ >= 0) shared_.names[name_].window_events.fetch_add(1);
+          } else if (now_ns() < valid_until && in_window(now_ns(), &worker_stats::fence_regressions)) {
+            // counted by in_window()
           } else if (now_ns() < valid_until) {
             stats_.violations.fetch_add(1);
             if (report_violation())
@@ -320,6 +386,7 @@ class holder_thread {
           stats_.majority_lost.fetch_add(1);  // a master crashed, stalled or came back during the hold
           return;
         }
+        if (in_window(now_ns(), &worker_stats::window_lost)) return;
         stats_.violations.fetch_add(1);
         if (report_violation())
           std::fprintf(stderr, "torture: VIOLATION (release) lease lost before it could run out\n");
@@ -330,10 +397,10 @@ class holder_thread {
   }
 
   const config& cfg_;
-  const shared_state& shared_;
+  shared_state& shared_;
   worker_stats& stats_;
   keys keys_;
-  int index_;
+  int index_, name_;
   std::int64_t lease_ns_, margin_ns_;
   std::unique_ptr<torture_lock> lock_;
   connection_options data_options_;
@@ -347,21 +414,45 @@ int run_worker(const config& cfg) {
   if (::getppid() == 1) return 1;
   shared_state* state = map_state(cfg.shm, false);
   worker_stats& stats = state->workers[cfg.slot];
+  connection_options server;
+  server.connect_timeout = milliseconds(1000);
+  server.command_timeout = milliseconds(1000);
+  lock_options o;
+  o.lease = milliseconds(cfg.lease_ms);
   std::vector<std::unique_ptr<client>> servers;  // one per lock server (Redlock: per master)
-  clients locks;
-  for (int port : cfg.lock_ports) {
-    client_options o;
-    o.connection.port = port;
-    o.connection.connect_timeout = milliseconds(1000);
-    o.connection.command_timeout = milliseconds(1000);
-    o.pool_size = static_cast<std::size_t>(cfg.threads);
-    o.pool_wait_timeout = milliseconds(5000);
-    servers.push_back(std::make_unique<client>(o));
-    locks.emplace_back(*servers.back());
+  std::unique_ptr<cluster_client> cluster;
+  std::vector<std::unique_ptr<holder_thread>> holders;  // after the clients: destroyed first
+  if (cfg.cluster) {
+    cluster_options co;
+    for (int port : cfg.lock_ports) {  // every node a seed: any of them may be down
+      co.seeds.push_back(server);
+      co.seeds.back().port = port;
+    }
+    co.pool_size = static_cast<std::size_t>(cfg.threads);
+    co.pool_wait_timeout = milliseconds(5000);
+    cluster = std::make_unique<cluster_client>(co);
+    if (cfg.lock_names.empty()) usage("--cluster worker without --lock-names");
+    for (int i = 0; i < cfg.threads; ++i) {
+      const int name = (cfg.slot * cfg.threads + i) % static_cast<int>(cfg.lock_names.size());
+      const std::string& kind = cfg.kinds[static_cast<std::size_t>(name / cluster_faults::masters) % cfg.kinds.size()];
+      holders.push_back(std::make_unique<holder_thread>(cfg, make_single_lock(kind, *cluster, cfg.lock_names[name], o),
+                                                        name, *state, stats, i));
+    }
+  } else {
+    clients locks;
+    for (int port : cfg.lock_ports) {
+      client_options co;
+      co.connection = server;
+      co.connection.port = port;
+      co.pool_size = static_cast<std::size_t>(cfg.threads);
+      co.pool_wait_timeout = milliseconds(5000);
+      servers.push_back(std::make_unique<client>(co));
+      locks.emplace_back(*servers.back());
+    }
+    for (int i = 0; i < cfg.threads; ++i)
+      holders.push_back(std::make_unique<holder_thread>(cfg, make_lock(cfg.kind, locks, "torture-" + cfg.run_id, o), -1,
+                                                        *state, stats, i));
   }
-  std::vector<std::unique_ptr<holder_thread>> holders;
-  for (int i = 0; i < cfg.threads; ++i)
-    holders.push_back(std::make_unique<holder_thread>(cfg, locks, *state, stats, i));
   std::vector<std::thread> threads;
   for (auto& h : holders) threads.emplace_back([&, hp = h.get()] { hp->run(state->stop); });
   for (auto& t : threads) t.join();
@@ -388,7 +479,13 @@ class coordinator {
     if (has("proxy")) proxy_ = std::make_unique<redislock_test::tcp_proxy>(server_->port());
     cfg_.data_port = server_->port();
     for (const auto& m : masters_) cfg_.lock_ports.push_back(m->port());
-    if (masters_.empty()) cfg_.lock_ports.push_back(proxy_ ? proxy_->port() : server_->port());
+    if (cfg_.cluster) {
+      cluster_ = std::make_unique<cluster_faults>(*state_, milliseconds(cfg_.lease_ms), rng_);
+      cfg_.lock_ports = cluster_->ports();
+      cfg_.lock_names = cluster_->spread_names("t" + cfg_.run_id + "-", cfg_.names);
+    } else if (masters_.empty()) {
+      cfg_.lock_ports.push_back(proxy_ ? proxy_->port() : server_->port());
+    }
     admin_options_ = server_->options();
   }
   ~coordinator() {
@@ -405,8 +502,10 @@ class coordinator {
     while (steady::now() < end && !target_reached()) {
       reap_unexpected_exits();
       if (!cfg_.faults.empty() && steady::now() >= next_fault_at) {
-        inject(cfg_.faults[next_fault++ % cfg_.faults.size()]);
-        await_progress();
+        const std::string& fault = cfg_.faults[next_fault++ % cfg_.faults.size()];
+        inject(fault);
+        if (cluster_ && fault != "kill9" && fault != "sigstop") await_cluster_recovery(fault);
+        else await_progress();
         next_fault_at = steady::now() + milliseconds(cfg_.fault_every_ms);
       }
       std::this_thread::sleep_for(milliseconds(20));  // pacing of the coordinator only
@@ -475,6 +574,11 @@ class coordinator {
                                      std::to_string(cfg_.lease_ms),
                                      "--masters",
                                      std::to_string(cfg_.masters)};
+    if (cfg_.cluster) {
+      std::string names;
+      for (const auto& n : cfg_.lock_names) names += (names.empty() ? "" : ",") + n;
+      argv.insert(argv.end(), {"--cluster", "--lock-names", names});
+    }
     workers_.push_back(worker{slot, redislock_test::child_process(argv)});
   }
 
@@ -494,13 +598,22 @@ class coordinator {
   worker* current_holder() {
     try {
       if (!admin_) admin_ = std::make_unique<connection>(admin_options_);
-      const std::string marker = keys(cfg_.run_id).marker;
+      // Cluster mode: any name's marker.
+      std::vector<std::string> argv = {"MGET", keys(cfg_.run_id).marker};
+      if (cfg_.cluster) {
+        argv.resize(1);
+        for (std::size_t n = 0; n < cfg_.lock_names.size(); ++n)
+          argv.push_back(keys(cfg_.run_id, std::to_string(n)).marker);
+      }
+      const std::vector<std::string_view> mget(argv.begin(), argv.end());
       for (int i = 0; i < 2000; ++i) {
-        reply_ptr r = admin_->command({"GET", marker});
-        if (r->type != REDIS_REPLY_STRING) continue;
-        const long pid = marker_pid(text(*r));
-        for (auto& w : workers_)
-          if (w.alive && w.process.pid() == pid) return &w;
+        reply_ptr r = admin_->command(mget);
+        for (std::size_t m = 0; m < r->elements; ++m) {
+          if (r->element[m]->type != REDIS_REPLY_STRING) continue;
+          const long pid = marker_pid(text(*r->element[m]));
+          for (auto& w : workers_)
+            if (w.alive && w.process.pid() == pid) return &w;
+        }
       }
     } catch (const redislock::error&) {
     }
@@ -517,7 +630,12 @@ class coordinator {
 
   void inject(const std::string& fault) {
     const milliseconds lease(cfg_.lease_ms);
-    if (fault == "kill9") {
+    if (cluster_ && (fault == "failover" || fault == "master-kill9" || fault == "migrate")) {
+      if (!cluster_->inject(fault)) {
+        ++stalls_;
+        std::fprintf(stderr, "torture: the cluster did not recover from %s\n", fault.c_str());
+      }
+    } else if (fault == "kill9") {
       worker* w = current_holder();
       if (!w) w = &random_worker();
       w->process.signal(SIGKILL);
@@ -588,6 +706,20 @@ class coordinator {
     state_->master_fault_events.fetch_add(1);
   }
 
+  // Cluster mode, after a cluster fault: every lock name must be acquired again within
+  // --max-recovery-ms of the fault's start.
+  void await_cluster_recovery(const std::string& fault) {
+    const long long ms = cluster_->await_recovery(milliseconds(cfg_.max_recovery_ms));
+    if (ms < 0 || ms > cfg_.max_recovery_ms) {
+      ++stalls_;
+      std::fprintf(stderr, "torture: some lock name not acquired within %ld ms of a %s\n", cfg_.max_recovery_ms,
+                   fault.c_str());
+      return;
+    }
+    recovery_ms_[fault].push_back(ms);
+    if (fault != "migrate") promotion_ms_[fault].push_back(cluster_->last_promotion_ms());
+  }
+
   // After a fault, the survivors must acquire again within a few leases.
   void await_progress() {
     const std::uint64_t before = total(&worker_stats::acquisitions);
@@ -601,27 +733,33 @@ class coordinator {
   }
 
   int report(double seconds) {
-    long long counter = 0, applied = 0;
+    long long counter = 0, applied = 0, lost = 0, window_lost_updates = 0;
     bool read_ok = true;
     try {
       connection admin(admin_options_);
-      keys k(cfg_.run_id);
       auto number = [&](const std::string& key) {
         reply_ptr r = admin.command({"GET", key});
         return r->type == REDIS_REPLY_NIL ? 0LL : std::stoll(text(*r));
       };
-      counter = number(k.counter);
-      applied = number(k.applied);
+      // Lost updates: each counter must equal the writes the server applied to it in the final
+      // epoch. Cluster mode: on a name where holders met inside a failover window, the overlap
+      // may have lost updates: counted apart.
+      const std::size_t records = cfg_.cluster ? cfg_.lock_names.size() : 1;
+      for (std::size_t n = 0; n < records; ++n) {
+        const keys k(cfg_.run_id, cfg_.cluster ? std::to_string(n) : "");
+        const long long c = number(k.counter), a = number(k.applied);
+        counter += c;
+        applied += a;
+        (cfg_.cluster && state_->names[n].window_events.load() > 0 ? window_lost_updates : lost) += std::llabs(a - c);
+      }
     } catch (const std::exception& e) {
       read_ok = false;
       std::fprintf(stderr, "torture: cannot read the final state: %s\n", e.what());
     }
     const std::uint64_t acquisitions = total(&worker_stats::acquisitions), writes = total(&worker_stats::writes),
                         unknown = total(&worker_stats::writes_unknown), violations = total(&worker_stats::violations);
-    // Lost updates: the counter must equal the writes the server applied in the final epoch; and
-    // without a restart, every confirmed write is among them (killed workers may have had one
-    // write in flight per thread; a lost reply may or may not have applied).
-    long long lost = counter != applied ? std::llabs(applied - counter) : 0;
+    // Without a restart, every confirmed write is among the applied ones (killed workers may have
+    // had one write in flight per thread; a lost reply may or may not have applied).
     auto count = [&](const char* f) { return counts_.count(f) ? static_cast<long long>(counts_.at(f)) : 0LL; };
     const bool restarted = count("restart") > 0;
     const long long in_flight = count("kill9") * cfg_.threads + static_cast<long long>(unknown);
@@ -642,6 +780,7 @@ class coordinator {
                        " outage_acquisitions=" + std::to_string(outage_acquisitions_) +
                        " majority_lost=" + std::to_string(total(&worker_stats::majority_lost)) +
                        " fence_regressions=" + std::to_string(total(&worker_stats::fence_regressions));
+    if (cluster_) redlock_fields = cluster_fields(window_lost_updates);
     std::printf(
         "torture: kind=%s%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
         "faults=%llu (%s) stale_rejected=%llu stale_overlaps=%llu lease_expired=%llu epoch_skips=%llu errors=%llu "
@@ -658,12 +797,39 @@ class coordinator {
     return pass ? 0 : 1;
   }
 
+  // Cluster mode: what the failover faults cost, and how long recovery took.
+  std::string cluster_fields(long long window_lost_updates) const {
+    auto list = [](const std::map<std::string, std::vector<long long>>& by_fault) {
+      std::string out;
+      for (const auto& [fault, ms] : by_fault) {
+        if (ms.empty()) continue;
+        long long sum = 0;
+        for (long long m : ms) sum += m;
+        out += " " + fault + ":mean=" + std::to_string(sum / static_cast<long long>(ms.size())) +
+               ",max=" + std::to_string(*std::max_element(ms.begin(), ms.end()));
+      }
+      return out.empty() ? std::string(" none") : out;
+    };
+    std::string names;
+    for (std::size_t n = 0; n < cfg_.lock_names.size(); ++n)
+      names += (names.empty() ? "" : ",") + std::to_string(state_->names[n].acquisitions.load());
+    return " cluster=3+3 names=" + std::to_string(cfg_.lock_names.size()) + " name_acquisitions=" + names +
+           " windows=" + std::to_string(cluster_->windows()) + " window_ms=" + std::to_string(cluster_->window_ms()) +
+           " window_violations=" + std::to_string(total(&worker_stats::window_violations)) +
+           " window_lost=" + std::to_string(total(&worker_stats::window_lost)) +
+           " fence_regressions=" + std::to_string(total(&worker_stats::fence_regressions)) +
+           " window_lost_updates=" + std::to_string(window_lost_updates) + " promotion_ms=(" +
+           list(promotion_ms_).substr(1) + ") recovery_ms=(" + list(recovery_ms_).substr(1) + ")";
+  }
+
   config cfg_;
   std::mt19937 rng_;
   shared_state* state_ = nullptr;
   std::unique_ptr<redislock_test::redis_server> server_;                // Redlock mode: the record only
   std::vector<std::unique_ptr<redislock_test::redis_server>> masters_;  // Redlock mode: the lock
   std::unique_ptr<redislock_test::tcp_proxy> proxy_;
+  std::unique_ptr<cluster_faults> cluster_;  // cluster mode: the lock's cluster and its faults
+  std::map<std::string, std::vector<long long>> promotion_ms_, recovery_ms_;  // per cluster fault
   connection_options admin_options_;
   std::unique_ptr<connection> admin_;
   std::vector<worker> workers_;
