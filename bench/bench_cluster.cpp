@@ -192,7 +192,13 @@ void BM_scale_out(benchmark::State& state) {
     state.counters["cmds_per_op_cluster"] = c.commands / c.ops;
   }
 }
-BENCHMARK(BM_scale_out)->ArgName("threads")->Arg(2)->Arg(8)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_scale_out)
+    ->ArgName("threads")
+    ->Arg(2)
+    ->Arg(8)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------------------------
 // Contended hand-off between two client objects.
@@ -208,7 +214,9 @@ double handoffs(double seconds, std::chrono::microseconds hold, const std::strin
   std::atomic<bool> stop{false}, failed{false};
   std::vector<double> gaps[2];
   const auto end = clk::now() + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(seconds));
-  auto now_ns = [] { return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now().time_since_epoch()).count(); };
+  auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now().time_since_epoch()).count();
+  };
   auto holder = [&](int who) {
     std::unique_ptr<Client> c = make();
     basic_mutex<Client> m(*c, name);
@@ -262,7 +270,13 @@ void BM_handoff(benchmark::State& state) {
     state.counters["cmds_per_handoff_cluster"] = c.commands / c.ops;
   }
 }
-BENCHMARK(BM_handoff)->ArgName("hold_us")->Arg(1000)->Arg(20000)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_handoff)
+    ->ArgName("hold_us")
+    ->Arg(1000)
+    ->Arg(20000)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -139,6 +139,9 @@ struct worker_stats {
   /// run out, at a moment inside a failover window (reported, not failing).
   std::atomic<std::uint64_t> window_violations{0};
   std::atomic<std::uint64_t> window_lost{0};
+  /// Cluster: the fence_regressions met outside every failover window (after a master-kill9:
+  /// the promoted replica had not received the last increments of a fence counter).
+  std::atomic<std::uint64_t> late_fence_regressions{0};
   std::atomic<std::uint64_t> finished{0};  ///< 1 once the worker exited cleanly
 };
 

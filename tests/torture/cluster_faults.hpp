@@ -79,8 +79,8 @@ class cluster_faults {
       if (replica == 0) return false;
       open_window();
       redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
-      const bool ok = wait_for([&] { return is_master(replica); }, bound) && promoted() &&
-                      cluster_.wait_until_stable(bound);
+      const bool ok =
+          wait_for([&] { return is_master(replica); }, bound) && promoted() && cluster_.wait_until_stable(bound);
       close_window();
       return ok;
     }
@@ -127,7 +127,12 @@ class cluster_faults {
         last = std::max(last, t);
       }
       if (all) return (last - fault_start_ns_) / 1000000;
-      if (steady::now() >= end) return -1;
+      if (steady::now() >= end) {
+        for (std::size_t i = 0; i < names_.size(); ++i)
+          if (state_.names[i].first_since_mark_ns.load() == 0)
+            std::fprintf(stderr, "torture: lock name %s (%zu) not acquired since the fault\n", names_[i].c_str(), i);
+        return -1;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling shared counters, bounded
     }
   }
@@ -167,7 +172,8 @@ class cluster_faults {
     throw std::runtime_error("cluster_faults: no node on port " + std::to_string(port));
   }
   static bool is_master(int port) {
-    const std::string info = redislock_test::redis_cluster::text(redis_cluster_admin(port).command({"INFO", "replication"}));
+    const std::string info =
+        redislock_test::redis_cluster::text(redis_cluster_admin(port).command({"INFO", "replication"}));
     return info.find("role:master") != std::string::npos;
   }
   bool replicas_linked() {
@@ -207,8 +213,8 @@ class cluster_faults {
   }
   void close_window() {
     const std::uint64_t i = state_.windows_opened.load() - 1;
-    const std::int64_t end = std::max(serving_ns_, now_ns()) +
-                             std::chrono::duration_cast<std::chrono::nanoseconds>(lease_).count();
+    const std::int64_t end =
+        std::max(serving_ns_, now_ns()) + std::chrono::duration_cast<std::chrono::nanoseconds>(lease_).count();
     state_.windows[i].end_ns.store(end);
     window_ns_ += end - state_.windows[i].start_ns.load();
   }
