@@ -66,7 +66,8 @@ class cluster_faults {
   }
 
   /// Runs one fault to its end (the cluster stable again); false if the cluster did not
-  /// recover within the bound (a stall).
+  /// recover within the bound (a stall). Throws redislock::error when a node refuses an
+  /// administrative command.
   bool inject(const std::string& fault) {
     const auto bound = std::chrono::seconds(30);
     // A replica that never synced (a new cluster, a victim back from the last fault) is not
@@ -77,26 +78,22 @@ class cluster_faults {
     if (fault == "failover") {
       const int master = random_master(), replica = cluster_.replica_of(master);
       if (replica == 0) return false;
-      open_window();
+      const window w(*this);
       redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
-      const bool ok =
-          wait_for([&] { return is_master(replica); }, bound) && promoted() && cluster_.wait_until_stable(bound);
-      close_window();
-      return ok;
+      return wait_for([&] { return is_master(replica); }, bound) && promoted() && cluster_.wait_until_stable(bound);
     }
     if (fault == "master-kill9") {
       const int master = random_master();
       redislock_test::redis_server& victim = node_on(master);
       state_.master_data_losses.fetch_add(1);  // what it had not yet replicated is gone
-      open_window();
+      const window w(*this);
       victim.kill();
-      // Promoted: a live node's slot map no longer names the victim.
+      // Promoted: no live node's slot map names the victim any more.
       const bool was_promoted = wait_for([&] { return !serves_slots(master); }, bound) && promoted();
       if (!was_promoted) std::fprintf(stderr, "torture: no replica of %d was promoted\n", master);
       victim.start_again();  // rejoins as a replica of its successor (nodes.conf kept)
       const bool ok = cluster_.wait_until_stable(bound) && was_promoted;
       if (!ok) std::fprintf(stderr, "torture: the cluster is not stable after %d restarted\n", master);
-      close_window();
       return ok;
     }
     if (fault == "migrate") {
@@ -144,6 +141,15 @@ class cluster_faults {
   std::uint64_t windows() const { return state_.windows_opened.load(); }
 
  private:
+  // A failover window, open for the object's life (closed even when the fault throws).
+  struct window {
+    cluster_faults& faults;
+    explicit window(cluster_faults& f) : faults(f) { faults.open_window(); }
+    ~window() { faults.close_window(); }
+    window(const window&) = delete;
+    window& operator=(const window&) = delete;
+  };
+
   static redislock::connection redis_cluster_admin(int port) { return redislock_test::redis_cluster::admin(port); }
   static int slot_of(const std::string& name) {
     return redislock::detail::key_slot(redislock::detail::base_key(name, redislock::lock_options{}));

@@ -640,7 +640,13 @@ class coordinator {
   void inject(const std::string& fault) {
     const milliseconds lease(cfg_.lease_ms);
     if (cluster_ && (fault == "failover" || fault == "master-kill9" || fault == "migrate")) {
-      if (!cluster_->inject(fault)) {
+      bool recovered = false;
+      try {
+        recovered = cluster_->inject(fault);
+      } catch (const redislock::error& e) {
+        std::fprintf(stderr, "torture: %s failed: %s\n", fault.c_str(), e.what());
+      }
+      if (!recovered) {
         ++stalls_;
         std::fprintf(stderr, "torture: the cluster did not recover from %s\n", fault.c_str());
       }
