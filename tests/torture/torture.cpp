@@ -7,6 +7,9 @@
 //   redislock_torture --kind redlock [--masters 3] [--restart-delay-ms lease*1.1]
 //                     [--faults kill9,sigstop,master-kill9,master-kill9x2,master-restart,master-sigstop]
 //                     [other options as above]
+//   redislock_torture --cluster --kind mutex[,mutex-waiting,mutex-fair] [--names 12]
+//                     [--faults failover,master-kill9,migrate,kill9,sigstop] [--max-recovery-ms 15000]
+//                     [other options as above]
 //
 // Starts its own redis-server (no persistence, free loopback port), then --processes worker
 // processes (this program with --worker) of --threads threads each; every thread owns one lock
