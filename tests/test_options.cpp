@@ -1,9 +1,13 @@
 // URI parsing and option validation: no server needed.
+#include <redislock/cluster_client.hpp>
 #include <redislock/redislock.hpp>
+#include <redislock/sentinel_client.hpp>
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
+#include <vector>
 
 using namespace redislock;
 
@@ -156,4 +160,43 @@ TEST(LockOptions, BadInputIsRejectedBeforeAnyNetworkUse) {
   client_options no_pool;
   no_pool.pool_size = 0;
   EXPECT_THROW(client{no_pool}, invalid_argument);
+}
+
+// A negative timeout used to read as "no timeout" (hiredis was given none), so a stalled server
+// hung the caller; every client kind now refuses it, with the other unusable settings, up front.
+TEST(ClientOptions, NegativeTimeoutsAndImpossibleEndpointsAreRejected) {
+  using std::chrono::milliseconds;
+  std::vector<std::function<void(connection_options&)>> bad = {
+      [](connection_options& o) { o.connect_timeout = milliseconds(-1); },
+      [](connection_options& o) { o.command_timeout = milliseconds(-1); },
+      [](connection_options& o) { o.db = -1; },
+      [](connection_options& o) { o.port = 0; },
+      [](connection_options& o) { o.port = 70000; },
+  };
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    client_options c{parse_uri("redis://127.0.0.1:1")};
+    bad[i](c.connection);
+    EXPECT_THROW(client{c}, invalid_argument) << i;
+    EXPECT_THROW(connection{c.connection}, invalid_argument) << i;
+    cluster_options k;
+    k.seeds.push_back(c.connection);
+    EXPECT_THROW(cluster_client{k}, invalid_argument) << i;
+    if (i < 3) {  // Sentinel names the master's address itself
+      sentinel_options s = parse_sentinel_uri("redis-sentinel://127.0.0.1:1/m");
+      bad[i](s.connection);
+      EXPECT_THROW(sentinel_client{s}, invalid_argument) << i;
+    }
+  }
+  client_options wait;
+  wait.pool_wait_timeout = milliseconds(-1);
+  EXPECT_THROW(client{wait}, invalid_argument);
+  cluster_options k = parse_cluster_uri("redis-cluster://127.0.0.1:1");
+  k.pool_wait_timeout = milliseconds(-1);
+  EXPECT_THROW(cluster_client{k}, invalid_argument);
+  sentinel_options s = parse_sentinel_uri("redis-sentinel://127.0.0.1:1/m");
+  s.pool_wait_timeout = milliseconds(-1);
+  EXPECT_THROW(sentinel_client{s}, invalid_argument);
+  client_options fine{parse_uri("redis://127.0.0.1:1")};
+  fine.connection.command_timeout = fine.connection.connect_timeout = milliseconds(0);  // "none" stays allowed
+  EXPECT_NO_THROW(client{fine});
 }

@@ -25,9 +25,12 @@ DESCRIPTION
 
 COMMON OPTIONS
     --url URL         the Redis server: redis://[[user]:password@]host[:port][/db] or
-                      unix:///path/to.sock[?db=N]. Default: $REDISLOCK_URL, else
-                      redis://127.0.0.1:6379. Prefer $REDISLOCK_URL for passwords (the
-                      command line is visible in ps).
+                      unix:///path/to.sock[?db=N]; a cluster:
+                      redis-cluster://[[user]:password@]host:port[,host:port...]; the master
+                      of a Sentinel service: redis-sentinel://[[user]:password@]host[:port]
+                      [,host[:port]...]/SERVICE[/db][?sentinel_password=...] (rediss... for
+                      TLS). Default: $REDISLOCK_URL, else redis://127.0.0.1:6379. Prefer
+                      $REDISLOCK_URL for passwords (the command line is visible in ps).
     --prefix PREFIX   key prefix of the locks (default "redislock:", as in the library)
     --timeout DUR     connect and command timeout (default 1s)
 

@@ -6,7 +6,9 @@
 #include "help.hpp"
 #include "supervise.hpp"
 
+#include <redislock/cluster_client.hpp>
 #include <redislock/redislock.hpp>
+#include <redislock/sentinel_client.hpp>
 
 #include <poll.h>
 #include <unistd.h>
@@ -32,7 +34,12 @@ void say(const std::string& line) { std::fprintf(stderr, "redislock: %s\n", line
 
 // Options every subcommand takes.
 struct common_options {
+  // The URL's scheme names the topology: redis://, rediss:// and unix:// one server;
+  // redis-cluster:// a Redis Cluster; redis-sentinel:// the master of a Sentinel service.
+  enum class topology { single, cluster, sentinel } kind = topology::single;
   redislock::connection_options connection;
+  redislock::cluster_options cluster;
+  redislock::sentinel_options sentinel;
   redislock::lock_options lock;
   std::string url;
   std::chrono::milliseconds timeout{1000};
@@ -58,19 +65,54 @@ struct common_options {
       const char* env = std::getenv("REDISLOCK_URL");
       url = env != nullptr && *env != '\0' ? env : "redis://127.0.0.1:6379";
     }
+    auto set_timeouts = [this](redislock::connection_options& c) { c.connect_timeout = c.command_timeout = timeout; };
     try {
-      connection = redislock::parse_uri(url);
+      if (has_scheme("redis-cluster") || has_scheme("rediss-cluster")) {
+        kind = topology::cluster;
+        cluster = redislock::parse_cluster_uri(url);
+        for (redislock::connection_options& seed : cluster.seeds) set_timeouts(seed);
+        cluster.retry_timeout = timeout;  // a failover or migration is waited out within --timeout
+        cluster.on_warning = warn;
+      } else if (has_scheme("redis-sentinel") || has_scheme("rediss-sentinel")) {
+        kind = topology::sentinel;
+        sentinel = redislock::parse_sentinel_uri(url);
+        set_timeouts(sentinel.connection);  // the sentinels' too
+        sentinel.on_warning = warn;
+      } else {
+        connection = redislock::parse_uri(url);
+        set_timeouts(connection);
+      }
     } catch (const redislock::invalid_argument& e) {
       throw usage_error(std::string("bad --url / REDISLOCK_URL: ") + e.what());
     }
-    connection.connect_timeout = connection.command_timeout = timeout;
   }
 
-  redislock::client_options client() const {
+  // Calls f(client&) with a client of the URL's topology; returns what f returns.
+  template <class F>
+  int with_client(F&& f) const {
+    switch (kind) {
+      case topology::cluster: {
+        redislock::cluster_client c(cluster);
+        return f(c);
+      }
+      case topology::sentinel: {
+        redislock::sentinel_client c(sentinel);
+        return f(c);
+      }
+      case topology::single: break;
+    }
     redislock::client_options o;
     o.connection = connection;
-    o.on_warning = [](const std::string& m) { say(m); };
-    return o;
+    o.on_warning = warn;
+    redislock::client c(o);
+    return f(c);
+  }
+
+ private:
+  static void warn(const std::string& m) { say(m); }
+  bool has_scheme(std::string_view scheme) const {
+    return url.size() > scheme.size() + 3 && url.compare(0, scheme.size(), scheme) == 0 &&
+           url.compare(scheme.size(), 3, "://") == 0;
   }
 };
 
@@ -277,15 +319,18 @@ int run(const std::vector<std::string>& args) {
   event_flag lost;
   redislock::lock_options lock_options = o.common.lock;
   lock_options.on_lost = [&lost](const std::string&) { lost.raise(); };  // watchdog thread: no blocking
-  redislock::client client(o.common.client());
-  if (o.lock_kind == run_options::kind::mutex) {
-    redislock::mutex m(client, o.name, lock_options);
-    return run_holding(o, held<redislock::mutex, false>{m}, sigfd, lost);
-  }
-  redislock::shared_mutex m(client, o.name, lock_options);
-  if (o.lock_kind == run_options::kind::read)
-    return run_holding(o, held<redislock::shared_mutex, true>{m}, sigfd, lost);
-  return run_holding(o, held<redislock::shared_mutex, false>{m}, sigfd, lost);
+  return o.common.with_client([&](auto& client) {
+    using client_type = std::remove_reference_t<decltype(client)>;
+    using mutex_type = redislock::basic_mutex<client_type>;
+    using shared_type = redislock::basic_shared_mutex<client_type>;
+    if (o.lock_kind == run_options::kind::mutex) {
+      mutex_type m(client, o.name, lock_options);
+      return run_holding(o, held<mutex_type, false>{m}, sigfd, lost);
+    }
+    shared_type m(client, o.name, lock_options);
+    if (o.lock_kind == run_options::kind::read) return run_holding(o, held<shared_type, true>{m}, sigfd, lost);
+    return run_holding(o, held<shared_type, false>{m}, sigfd, lost);
+  });
 }
 
 // ------------------------------------------------------------------------------ status, break
@@ -369,9 +414,11 @@ int status(const std::vector<std::string>& args) {
   if (names.empty()) throw usage_error("status: missing NAME (usage: redislock status [--json] NAME...)");
   common.finish();
   for (const auto& n : names) checked_name(n, common.lock);
-  redislock::client client(common.client());
   std::vector<redislock::lock_info> infos;
-  for (const auto& n : names) infos.push_back(redislock::inspect(client, n, common.lock));
+  common.with_client([&](auto& client) {
+    for (const auto& n : names) infos.push_back(redislock::inspect(client, n, common.lock));
+    return 0;
+  });
   bool all_held = true;
   std::string out = as_json ? "[" : "";
   for (std::size_t k = 0; k < infos.size(); ++k) {
@@ -401,8 +448,11 @@ int break_lock(const std::vector<std::string>& args) {
   const std::string name = checked_name(names[0], common.lock);
   if (!yes && ::isatty(STDIN_FILENO))
     throw usage_error("break takes '" + name + "' away from whoever holds it; confirm with --yes");
-  redislock::client client(common.client());
-  const redislock::lock_info removed = redislock::force_release(client, name, common.lock);
+  redislock::lock_info removed;
+  common.with_client([&](auto& client) {
+    removed = redislock::force_release(client, name, common.lock);
+    return 0;
+  });
   if (!removed.held()) {
     std::fputs(text(removed).c_str(), stdout);
     say(removed.kind == redislock::lock_kind::foreign ? "'" + name + "' is not a lock: left alone"

@@ -55,6 +55,9 @@ class client {
  public:
   explicit client(client_options options = {}) : options_(std::move(options)) {
     if (options_.pool_size == 0) throw invalid_argument("client: pool_size must be at least 1");
+    if (options_.pool_wait_timeout.count() < 0)
+      throw invalid_argument("client: pool_wait_timeout must not be negative");
+    detail::check_connection_options(options_.connection, "client");
     idle_.reserve(options_.pool_size);
   }
   /// Same as client(client_options{parse_uri(uri)}).

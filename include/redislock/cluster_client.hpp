@@ -126,10 +126,13 @@ class cluster_client {
     if (options_.max_redirects < 0) throw invalid_argument("cluster_client: max_redirects must not be negative");
     if (options_.retry_timeout.count() < 0)
       throw invalid_argument("cluster_client: retry_timeout must not be negative");
+    if (options_.pool_wait_timeout.count() < 0)
+      throw invalid_argument("cluster_client: pool_wait_timeout must not be negative");
     for (const connection_options& s : options_.seeds) {
       if (!s.unix_path.empty()) throw invalid_argument("cluster_client: seeds must be TCP endpoints, not unix sockets");
       if (s.db != 0) throw invalid_argument("cluster_client: a cluster has only database 0");
-      if (s.host.empty() || s.port <= 0 || s.port > 65535) throw invalid_argument("cluster_client: bad seed endpoint");
+      if (s.host.empty()) throw invalid_argument("cluster_client: bad seed endpoint");
+      detail::check_connection_options(s, "cluster_client");
     }
     slot_owner_.assign(detail::cluster_slot_count, -1);
   }

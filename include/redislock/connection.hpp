@@ -38,7 +38,10 @@ class connection {
   /// tls_server_name), authenticates and selects the database. Throws connection_error
   /// (timeout_error when the connect timeout ran out, tls_error when TLS is refused), auth_error
   /// or invalid_argument.
-  explicit connection(connection_options options) : options_(std::move(options)) { context_ = open(tls_context_); }
+  explicit connection(connection_options options) : options_(std::move(options)) {
+    detail::check_connection_options(options_, "connection");
+    context_ = open(tls_context_);
+  }
 
   connection(connection&&) noexcept = default;
   connection& operator=(connection&& other) noexcept {

@@ -57,6 +57,17 @@ struct client_options {
 
 namespace detail {
 
+/// Rejects settings no server could be reached with: a negative timeout (which would otherwise
+/// read as "none": a silent hang), a negative database, a TCP port outside 1..65535.
+/// `who` starts the message ("client", "connection", ...).
+inline void check_connection_options(const connection_options& o, const char* who) {
+  const std::string w(who);
+  if (o.connect_timeout.count() < 0) throw invalid_argument(w + ": connect_timeout must not be negative");
+  if (o.command_timeout.count() < 0) throw invalid_argument(w + ": command_timeout must not be negative");
+  if (o.db < 0) throw invalid_argument(w + ": db must not be negative");
+  if (o.unix_path.empty() && (o.port <= 0 || o.port > 65535)) throw invalid_argument(w + ": port must be in 1..65535");
+}
+
 inline int parse_port_or_db(std::string_view text, const char* what, int max) {
   if (text.empty() || text.size() > 10) throw invalid_argument(std::string("redis uri: bad ") + what);
   long value = 0;

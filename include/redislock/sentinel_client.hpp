@@ -191,6 +191,12 @@ class sentinel_client {
     for (const auto& s : options_.sentinels)
       if (s.host.empty() || s.port <= 0 || s.port > 65535)
         throw invalid_argument("sentinel_client: bad sentinel address");
+    if (options_.pool_wait_timeout.count() < 0)
+      throw invalid_argument("sentinel_client: pool_wait_timeout must not be negative");
+    connection_options data = options_.connection;  // host and port are Sentinel's to name
+    data.unix_path.clear();
+    data.port = 1;
+    detail::check_connection_options(data, "sentinel_client");
     idle_.reserve(options_.pool_size);
   }
   /// Same as sentinel_client(parse_sentinel_uri(uri)).
