@@ -114,9 +114,13 @@ struct exclusive_kind {
   static release_status release(lock_type& l) { return l.release(); }
   static bool wait(lock_type& l, milliseconds t) { return l.try_lock_for(t); }
   static release_status release_waited(lock_type& l) { return l.release(); }
+  // Scripts a waiter runs before it sleeps: its attempt, then (subscribed) another.
+  static constexpr long long scripts_before_sleep = 2;
 };
-using mutex_kind = exclusive_kind<basic_mutex>;
-struct fair_mutex_kind : mutex_kind {
+struct mutex_kind : exclusive_kind<basic_mutex> {
+  static constexpr long long scripts_before_sleep = 1;  // the first attempt is a plain SET
+};
+struct fair_mutex_kind : exclusive_kind<basic_mutex> {
   static void adjust(lock_options& o) { o.fair = true; }
 };
 using reentrant_kind = exclusive_kind<basic_reentrant_mutex>;
@@ -147,9 +151,24 @@ void slow_backoff(lock_options& o) {
   o.retry_max = seconds(30);
 }
 
+// Each waiter waits (at most 20 s) on its own thread, then releases what it got; the future
+// tells the release's outcome (not_held: it never got the lock).
+template <class Kind>
+std::vector<std::future<release_status>> start_waiting(
+    std::vector<std::unique_ptr<typename Kind::lock_type>>& waiters) {
+  std::vector<std::future<release_status>> waited;
+  for (auto& w : waiters)
+    waited.push_back(std::async(std::launch::async, [&kind_lock = *w] {
+      // Holds belong to threads: the waiter releases on the thread that acquired.
+      if (!Kind::wait(kind_lock, seconds(20))) return release_status::not_held;
+      return Kind::release_waited(kind_lock);
+    }));
+  return waited;
+}
+
 // On a lock per master at once: a holder (auto_renew, short lease) keeps it through several
-// renewals while a waiter of another client waits; the waiter gets it after the release,
-// woken by a sharded notice from the lock's master (no backoff).
+// renewals while a waiter of another client waits, subscribed on the lock's master; the
+// waiter gets it after the release (never by backoff).
 template <class Kind>
 void hold_wait_renew_release(const std::string& base) {
   cluster_client holder_client(cluster->options()), waiter_client(cluster->uri());
@@ -166,13 +185,7 @@ void hold_wait_renew_release(const std::string& base) {
     waiters.push_back(std::make_unique<typename Kind::lock_type>(waiter_client, n, o));
   }
   for (auto& h : holders) Kind::hold(*h);
-  std::vector<std::future<release_status>> waited;
-  for (auto& w : waiters)
-    waited.push_back(std::async(std::launch::async, [&kind_lock = *w] {
-      // Holds belong to threads: the waiter releases on the thread that acquired.
-      if (!Kind::wait(kind_lock, seconds(20))) return release_status::not_held;
-      return Kind::release_waited(kind_lock);
-    }));
+  std::vector<std::future<release_status>> waited = start_waiting<Kind>(waiters);
   // Two leases' worth of renewals, pipelined per node.
   ASSERT_TRUE(eventually([&] { return holder_client.watchdog().stats().renewals >= 9; }, seconds(10)));
   // Every waiter subscribed on its lock's master (one sharded subscriber per node).
@@ -187,10 +200,62 @@ void hold_wait_renew_release(const std::string& base) {
     ASSERT_EQ(waited[i].wait_for(seconds(20)), std::future_status::ready) << names[i];
     EXPECT_EQ(waited[i].get(), release_status::released) << names[i];
   }
+  // Whether each waiter was woken by the notice or by its own timer (the holder's renewed
+  // lease, which ends at a renewal round like the release) races: woken_by_notice checks that.
   const wait_stats s = waiter_client.wait_stats();
-  EXPECT_GE(s.wakeups, names.size());
   EXPECT_EQ(s.fallback_waits, 0u);
   EXPECT_EQ(s.subscribe_failures, 0u);
+}
+
+// EVALSHA calls that the node at `port` ran without failing (INFO commandstats).
+long long evalsha_done(int port) {
+  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "commandstats"}));
+  auto field = [&](const std::string& name) {
+    const auto line = info.find("cmdstat_evalsha:");
+    const auto at = line == std::string::npos ? line : info.find(name + "=", line);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + name.size() + 1));
+  };
+  return field("calls") - field("failed_calls");
+}
+
+// On a lock per master at once, held with a long lease: each waiter (another client) makes
+// its attempts, subscribed on the lock's master, and sleeps; nothing but the release's
+// sharded notice can wake it within the test's bounds (its timer is the 20 s lease, backoff 30 s).
+template <class Kind>
+void woken_by_notice(const std::string& base) {
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->uri());
+  const std::vector<std::string> names = names_on_every_master(holder_client, base);
+  ASSERT_EQ(names.size(), 3u);
+  lock_options o;
+  o.lease = seconds(20);
+  o.recheck_interval = seconds(60);
+  slow_backoff(o);
+  Kind::adjust(o);
+  std::vector<std::unique_ptr<typename Kind::lock_type>> holders, waiters;
+  std::vector<int> ports;
+  std::vector<long long> scripts;
+  for (const std::string& n : names) {
+    holders.push_back(std::make_unique<typename Kind::lock_type>(holder_client, n, o));
+    waiters.push_back(std::make_unique<typename Kind::lock_type>(waiter_client, n, o));
+    Kind::hold(*holders.back());
+    const std::string node = holder_client.node_of("{" + n + "}");
+    ports.push_back(std::stoi(node.substr(node.rfind(':') + 1)));
+    scripts.push_back(evalsha_done(ports.back()));
+  }
+  std::vector<std::future<release_status>> waited = start_waiting<Kind>(waiters);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    ASSERT_TRUE(
+        eventually([&] { return evalsha_done(ports[i]) >= scripts[i] + Kind::scripts_before_sleep; }, seconds(10)))
+        << names[i] << ": the waiter's attempts";
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, names.size());  // one per master
+  for (auto& h : holders) EXPECT_EQ(Kind::release(*h), release_status::released);
+  for (std::size_t i = 0; i < waited.size(); ++i) {
+    ASSERT_EQ(waited[i].wait_for(seconds(20)), std::future_status::ready) << names[i];
+    EXPECT_EQ(waited[i].get(), release_status::released) << names[i];
+  }
+  const wait_stats s = waiter_client.wait_stats();
+  EXPECT_EQ(s.wakeups, names.size());
+  EXPECT_EQ(s.fallback_waits, 0u);
 }
 
 }  // namespace
@@ -282,6 +347,11 @@ TEST(Cluster, FairMutexOnEveryMaster) { hold_wait_renew_release<fair_mutex_kind>
 TEST(Cluster, ReentrantMutexOnEveryMaster) { hold_wait_renew_release<reentrant_kind>("reentrant-"); }
 TEST(Cluster, SharedMutexWriterOnEveryMaster) { hold_wait_renew_release<shared_write_kind>("shared-w-"); }
 TEST(Cluster, SharedMutexReaderWaitsForWriterOnEveryMaster) { hold_wait_renew_release<shared_read_kind>("shared-r-"); }
+TEST(Cluster, MutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<mutex_kind>("notice-mutex-"); }
+TEST(Cluster, FairMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<fair_mutex_kind>("notice-fair-"); }
+TEST(Cluster, ReentrantMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<reentrant_kind>("notice-reentrant-"); }
+TEST(Cluster, SharedMutexWriterWokenByNoticeOnEveryMaster) { woken_by_notice<shared_write_kind>("notice-shared-w-"); }
+TEST(Cluster, SharedMutexReaderWokenByNoticeOnEveryMaster) { woken_by_notice<shared_read_kind>("notice-shared-r-"); }
 
 // Fair mode on a cluster: waiters of three clients (seeded on different nodes) that queued
 // one after the other get the lock in that order, each handed it by a sharded notice.
