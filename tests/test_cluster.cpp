@@ -1,6 +1,7 @@
 // redislock::cluster_client against a real 3-master, 3-replica cluster on loopback (started
 // once for this binary): slot computation, URI parsing, every lock kind on every master,
 // MOVED with a stale map, live resharding of a held lock's slot, and a primary failover.
+// Waiters are woken by sharded pub/sub notices (SSUBSCRIBE on the slot's owner).
 #include "eventually.hpp"
 #include "redis_cluster.hpp"
 
@@ -113,9 +114,13 @@ struct exclusive_kind {
   static release_status release(lock_type& l) { return l.release(); }
   static bool wait(lock_type& l, milliseconds t) { return l.try_lock_for(t); }
   static release_status release_waited(lock_type& l) { return l.release(); }
+  // Scripts a waiter runs before it sleeps: its attempt, then (subscribed) another.
+  static constexpr long long scripts_before_sleep = 2;
 };
-using mutex_kind = exclusive_kind<basic_mutex>;
-struct fair_mutex_kind : mutex_kind {
+struct mutex_kind : exclusive_kind<basic_mutex> {
+  static constexpr long long scripts_before_sleep = 1;  // the first attempt is a plain SET
+};
+struct fair_mutex_kind : exclusive_kind<basic_mutex> {
   static void adjust(lock_options& o) { o.fair = true; }
 };
 using reentrant_kind = exclusive_kind<basic_reentrant_mutex>;
@@ -125,8 +130,45 @@ struct shared_read_kind : shared_write_kind {
   static release_status release_waited(lock_type& l) { return l.release_shared(); }
 };
 
+// Subscribers on the node at `port` to the shard channel (PUBSUB SHARDNUMSUB).
+long long shard_subscribers(int port, const std::string& channel) {
+  reply_ptr r = redis_cluster::admin(port).command({"PUBSUB", "SHARDNUMSUB", channel});
+  return r->elements == 2 ? r->element[1]->integer : -1;
+}
+
+// The hand-off channel of the first waiter in a mutex's queue (its token is "<object id>:<n>").
+std::string waiter_channel_of(connection& owner, const std::string& name) {
+  const std::string queue = "redislock:{" + name + "}:queue";
+  reply_ptr r = owner.command({"ZRANGE", queue, "0", "0"});
+  const std::string token = r->elements == 1 ? std::string(r->element[0]->str, r->element[0]->len) : std::string();
+  return "redislock:{" + name + "}:w:" + token.substr(0, token.rfind(':'));
+}
+
+// Backoff bounds so long that a waiter woken by backoff rather than by a notice could not
+// finish within the tests' bounds; notices are what the tests wait for.
+void slow_backoff(lock_options& o) {
+  o.retry_min = seconds(30);
+  o.retry_max = seconds(30);
+}
+
+// Each waiter waits (at most 20 s) on its own thread, then releases what it got; the future
+// tells the release's outcome (not_held: it never got the lock).
+template <class Kind>
+std::vector<std::future<release_status>> start_waiting(
+    std::vector<std::unique_ptr<typename Kind::lock_type>>& waiters) {
+  std::vector<std::future<release_status>> waited;
+  for (auto& w : waiters)
+    waited.push_back(std::async(std::launch::async, [&kind_lock = *w] {
+      // Holds belong to threads: the waiter releases on the thread that acquired.
+      if (!Kind::wait(kind_lock, seconds(20))) return release_status::not_held;
+      return Kind::release_waited(kind_lock);
+    }));
+  return waited;
+}
+
 // On a lock per master at once: a holder (auto_renew, short lease) keeps it through several
-// renewals while a waiter of another client waits; the waiter gets it after the release.
+// renewals while a waiter of another client waits, subscribed on the lock's master; the
+// waiter gets it after the release (never by backoff).
 template <class Kind>
 void hold_wait_renew_release(const std::string& base) {
   cluster_client holder_client(cluster->options()), waiter_client(cluster->uri());
@@ -135,6 +177,7 @@ void hold_wait_renew_release(const std::string& base) {
   lock_options o;
   o.lease = milliseconds(600);
   o.auto_renew = true;
+  slow_backoff(o);
   Kind::adjust(o);
   std::vector<std::unique_ptr<typename Kind::lock_type>> holders, waiters;
   for (const std::string& n : names) {
@@ -142,15 +185,11 @@ void hold_wait_renew_release(const std::string& base) {
     waiters.push_back(std::make_unique<typename Kind::lock_type>(waiter_client, n, o));
   }
   for (auto& h : holders) Kind::hold(*h);
-  std::vector<std::future<release_status>> waited;
-  for (auto& w : waiters)
-    waited.push_back(std::async(std::launch::async, [&kind_lock = *w] {
-      // Holds belong to threads: the waiter releases on the thread that acquired.
-      if (!Kind::wait(kind_lock, seconds(20))) return release_status::not_held;
-      return Kind::release_waited(kind_lock);
-    }));
+  std::vector<std::future<release_status>> waited = start_waiting<Kind>(waiters);
   // Two leases' worth of renewals, pipelined per node.
   ASSERT_TRUE(eventually([&] { return holder_client.watchdog().stats().renewals >= 9; }, seconds(10)));
+  // Every waiter subscribed on its lock's master (one sharded subscriber per node).
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().subscriptions >= names.size(); }, seconds(10)));
   for (std::size_t i = 0; i < holders.size(); ++i) {
     EXPECT_EQ(waited[i].wait_for(milliseconds(0)), std::future_status::timeout) << names[i] << ": not exclusive";
     EXPECT_FALSE(holders[i]->lost()) << names[i];
@@ -161,6 +200,62 @@ void hold_wait_renew_release(const std::string& base) {
     ASSERT_EQ(waited[i].wait_for(seconds(20)), std::future_status::ready) << names[i];
     EXPECT_EQ(waited[i].get(), release_status::released) << names[i];
   }
+  // Whether each waiter was woken by the notice or by its own timer (the holder's renewed
+  // lease, which ends at a renewal round like the release) races: woken_by_notice checks that.
+  const wait_stats s = waiter_client.wait_stats();
+  EXPECT_EQ(s.fallback_waits, 0u);
+  EXPECT_EQ(s.subscribe_failures, 0u);
+}
+
+// EVALSHA calls that the node at `port` ran without failing (INFO commandstats).
+long long evalsha_done(int port) {
+  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "commandstats"}));
+  auto field = [&](const std::string& name) {
+    const auto line = info.find("cmdstat_evalsha:");
+    const auto at = line == std::string::npos ? line : info.find(name + "=", line);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + name.size() + 1));
+  };
+  return field("calls") - field("failed_calls");
+}
+
+// On a lock per master at once, held with a long lease: each waiter (another client) makes
+// its attempts, subscribed on the lock's master, and sleeps; nothing but the release's
+// sharded notice can wake it within the test's bounds (its timer is the 20 s lease, backoff 30 s).
+template <class Kind>
+void woken_by_notice(const std::string& base) {
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->uri());
+  const std::vector<std::string> names = names_on_every_master(holder_client, base);
+  ASSERT_EQ(names.size(), 3u);
+  lock_options o;
+  o.lease = seconds(20);
+  o.recheck_interval = seconds(60);
+  slow_backoff(o);
+  Kind::adjust(o);
+  std::vector<std::unique_ptr<typename Kind::lock_type>> holders, waiters;
+  std::vector<int> ports;
+  std::vector<long long> scripts;
+  for (const std::string& n : names) {
+    holders.push_back(std::make_unique<typename Kind::lock_type>(holder_client, n, o));
+    waiters.push_back(std::make_unique<typename Kind::lock_type>(waiter_client, n, o));
+    Kind::hold(*holders.back());
+    const std::string node = holder_client.node_of("{" + n + "}");
+    ports.push_back(std::stoi(node.substr(node.rfind(':') + 1)));
+    scripts.push_back(evalsha_done(ports.back()));
+  }
+  std::vector<std::future<release_status>> waited = start_waiting<Kind>(waiters);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    ASSERT_TRUE(
+        eventually([&] { return evalsha_done(ports[i]) >= scripts[i] + Kind::scripts_before_sleep; }, seconds(10)))
+        << names[i] << ": the waiter's attempts";
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, names.size());  // one per master
+  for (auto& h : holders) EXPECT_EQ(Kind::release(*h), release_status::released);
+  for (std::size_t i = 0; i < waited.size(); ++i) {
+    ASSERT_EQ(waited[i].wait_for(seconds(20)), std::future_status::ready) << names[i];
+    EXPECT_EQ(waited[i].get(), release_status::released) << names[i];
+  }
+  const wait_stats s = waiter_client.wait_stats();
+  EXPECT_EQ(s.wakeups, names.size());
+  EXPECT_EQ(s.fallback_waits, 0u);
 }
 
 }  // namespace
@@ -252,6 +347,85 @@ TEST(Cluster, FairMutexOnEveryMaster) { hold_wait_renew_release<fair_mutex_kind>
 TEST(Cluster, ReentrantMutexOnEveryMaster) { hold_wait_renew_release<reentrant_kind>("reentrant-"); }
 TEST(Cluster, SharedMutexWriterOnEveryMaster) { hold_wait_renew_release<shared_write_kind>("shared-w-"); }
 TEST(Cluster, SharedMutexReaderWaitsForWriterOnEveryMaster) { hold_wait_renew_release<shared_read_kind>("shared-r-"); }
+TEST(Cluster, MutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<mutex_kind>("notice-mutex-"); }
+TEST(Cluster, FairMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<fair_mutex_kind>("notice-fair-"); }
+TEST(Cluster, ReentrantMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<reentrant_kind>("notice-reentrant-"); }
+TEST(Cluster, SharedMutexWriterWokenByNoticeOnEveryMaster) { woken_by_notice<shared_write_kind>("notice-shared-w-"); }
+TEST(Cluster, SharedMutexReaderWokenByNoticeOnEveryMaster) { woken_by_notice<shared_read_kind>("notice-shared-r-"); }
+
+// Fair mode on a cluster: waiters of three clients (seeded on different nodes) that queued
+// one after the other get the lock in that order, each handed it by a sharded notice.
+TEST(Cluster, FairMutexHandsOffInFifoOrder) {
+  cluster_client holder_client(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(holder_client, masters[2], "fifo-");
+  ASSERT_FALSE(name.empty());
+  lock_options o;
+  o.fair = true;
+  o.lease = seconds(10);
+  slow_backoff(o);
+  basic_mutex<cluster_client> holder(holder_client, name, o);
+  holder.lock();
+  std::vector<std::unique_ptr<cluster_client>> clients;
+  std::vector<std::unique_ptr<basic_mutex<cluster_client>>> waiters;
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::future<bool>> waited;
+  connection owner = redis_cluster::admin(masters[2]);
+  const std::string queue = "redislock:{" + name + "}:queue";
+  for (int i = 0; i < 3; ++i) {
+    redislock_test::redis_server& seed = cluster->node(static_cast<std::size_t>(i));
+    clients.push_back(std::make_unique<cluster_client>("redis-cluster://127.0.0.1:" + std::to_string(seed.port())));
+    waiters.push_back(std::make_unique<basic_mutex<cluster_client>>(*clients.back(), name, o));
+    waited.push_back(std::async(std::launch::async, [&, i, &w = *waiters.back()] {
+      if (!w.try_lock_for(seconds(20))) return false;
+      {
+        std::lock_guard<std::mutex> g(order_mutex);
+        order.push_back(i);
+      }
+      return w.release() == release_status::released;
+    }));
+    // Queued (subscribed first, then "wait"): the next one comes after it.
+    ASSERT_TRUE(eventually([&] { return owner.command({"ZCARD", queue})->integer == i + 1; }, seconds(10)));
+  }
+  EXPECT_EQ(holder.release(), release_status::released);
+  for (auto& w : waited) {
+    ASSERT_EQ(w.wait_for(seconds(20)), std::future_status::ready);
+    EXPECT_TRUE(w.get());
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  for (auto& c : clients) {
+    EXPECT_GE(c->wait_stats().wakeups, 1u);
+    EXPECT_EQ(c->wait_stats().fallback_waits, 0u);
+  }
+}
+
+// A waiter whose subscription is gone at the release moment (its connection killed, as a
+// slot move leaves it unsubscribed for a moment) is found "not alive" and dropped from the
+// queue; its next attempt finds the lock free and takes it: it is never stranded.
+TEST(Cluster, WaiterUnsubscribedAtTheReleaseIsNotStranded) {
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(holder_client, masters[0], "stranded-");
+  ASSERT_FALSE(name.empty());
+  lock_options o;
+  o.lease = seconds(10);
+  o.retry_max = milliseconds(50);
+  basic_mutex<cluster_client> holder(holder_client, name, o), waiter(waiter_client, name, o);
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(20)); });
+  connection owner = redis_cluster::admin(masters[0]);
+  const std::string queue = "redislock:{" + name + "}:queue";
+  ASSERT_TRUE(eventually([&] { return owner.command({"ZCARD", queue})->integer == 1; }, seconds(10)));
+  const std::string waiter_channel = waiter_channel_of(owner, name);
+  ASSERT_EQ(shard_subscribers(masters[0], waiter_channel), 1);
+  owner.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_EQ(shard_subscribers(masters[0], waiter_channel), 0);
+  EXPECT_EQ(holder.release(), release_status::released);
+  ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(waiter.release(), release_status::released);
+}
 
 TEST(Cluster, FencingTokensIncreaseAcrossHolders) {
   cluster_client c(cluster->options());
@@ -327,14 +501,18 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   lock_options o;
   o.lease = milliseconds(1500);
   o.auto_renew = true;
+  slow_backoff(o);
   basic_mutex<cluster_client> holder(holder_client, name, o), waiter(waiter_client, name, o);
   holder.lock();
   auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(30)); });
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().subscriptions == 1; }, seconds(10)));
   // The waiter queued: its queue key exists, so the slot holds several keys when it moves;
   // the fence key does not (no token drawn yet), so the waiter's script, which names it,
   // finds only some of its keys on a migrating slot.
   connection source = redis_cluster::admin(masters[1]);
   ASSERT_TRUE(eventually([&] { return source.command({"EXISTS", "redislock:{" + name + "}:queue"})->integer == 1; }));
+  const std::string waiter_channel = waiter_channel_of(source, name);
+  ASSERT_EQ(shard_subscribers(masters[1], waiter_channel), 1);
   const long long tryagain_before = error_count(masters[1], "TRYAGAIN");
   migrate_slot(
       slot, masters[1], masters[2],
@@ -344,6 +522,10 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
       },
       [] {});
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  // The old owner pushed sunsubscribe; the waiter joined again on the new owner.
+  EXPECT_TRUE(eventually([&] { return waiter_client.wait_stats().moved >= 1; }, seconds(10)));
+  EXPECT_TRUE(eventually([&] { return shard_subscribers(masters[2], waiter_channel) == 1; }, seconds(10)));
+  EXPECT_EQ(shard_subscribers(masters[1], waiter_channel), 0);
   const std::uint64_t renewed = holder_client.watchdog().stats().renewals;
   // Renewals reach the new master (each one pushes the lease back to 1500 ms there).
   ASSERT_TRUE(eventually([&] { return holder_client.watchdog().stats().renewals >= renewed + 3; }, seconds(10)));
@@ -359,6 +541,9 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   EXPECT_TRUE(waited.get());
   EXPECT_EQ(waiter.release(), release_status::released);
   EXPECT_EQ(holder_client.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[2]));
+  // Handed over by the notice on the new owner, not by backoff.
+  EXPECT_GE(waiter_client.wait_stats().wakeups, 1u);
+  EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
 }
 
 // Contention while the lock's slot moves back and forth: threads of two clients take one lock
@@ -429,13 +614,14 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
 // The README's ACL for a cluster is enough for every lock kind (waiting and renewal
 // included); without +cluster|slots the client fails with auth_error.
 TEST(Cluster, MinimalAcl) {
-  const std::vector<std::string> acl = {"ACL",       "SETUSER",      "cluster-locks",  "on",           ">pw",
-                                        "resetkeys", "~redislock:*", "resetchannels",  "&redislock:*", "-@all",
-                                        "+evalsha",  "+script|load", "+get",           "+set",         "+del",
-                                        "+exists",   "+pexpire",     "+pttl",          "+incr",        "+time",
-                                        "+zadd",     "+zscore",      "+zpopmin",       "+zrem",        "+hset",
-                                        "+hget",     "+hdel",        "+hincrby",       "+publish",     "+hexists",
-                                        "+hgetall",  "+hlen",        "+cluster|slots", "+asking"};
+  const std::vector<std::string> acl = {"ACL",         "SETUSER",      "cluster-locks",  "on",           ">pw",
+                                        "resetkeys",   "~redislock:*", "resetchannels",  "&redislock:*", "-@all",
+                                        "+evalsha",    "+script|load", "+get",           "+set",         "+del",
+                                        "+exists",     "+pexpire",     "+pttl",          "+incr",        "+time",
+                                        "+zadd",       "+zscore",      "+zpopmin",       "+zrem",        "+hset",
+                                        "+hget",       "+hdel",        "+hincrby",       "+publish",     "+hexists",
+                                        "+hgetall",    "+hlen",        "+cluster|slots", "+asking",      "+spublish",
+                                        "+ssubscribe", "+sunsubscribe"};
   const std::vector<std::string_view> argv(acl.begin(), acl.end());
   for (std::size_t i = 0; i < cluster->size(); ++i) cluster->node(i).admin().command(argv);
   const std::string uri = "redis-cluster://cluster-locks:pw@127.0.0.1:" + std::to_string(cluster->node(0).port());
@@ -454,12 +640,15 @@ TEST(Cluster, MinimalAcl) {
     return got && m2.release() == release_status::released && reader.release_shared() == release_status::released;
   });
   ASSERT_TRUE(eventually([&] { return a.watchdog().stats().renewals >= 6; }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return b.wait_stats().subscriptions >= 1; }, seconds(10)));  // m2 waits subscribed
   EXPECT_FALSE(m.lost() || r.lost() || w.lost());
   EXPECT_EQ(m.release(), release_status::released);
   EXPECT_EQ(r.release(), release_status::released);
   EXPECT_EQ(w.release(), release_status::released);
   ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
   EXPECT_TRUE(waited.get());
+  EXPECT_GE(b.wait_stats().wakeups, 1u);  // sharded notices pass the ACL
+  EXPECT_EQ(b.wait_stats().fallback_waits, 0u);
 
   for (std::size_t i = 0; i < cluster->size(); ++i)
     cluster->node(i).admin().command({"ACL", "SETUSER", "cluster-locks", "-cluster|slots"});

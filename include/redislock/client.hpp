@@ -25,8 +25,13 @@
 ///
 ///     detail::subscriber& subscriber();
 ///
-/// a pub/sub connection shared by all waiters of the client (see detail/subscriber.hpp).
-/// Lock classes detect it at compile time; without it they wait with jittered backoff.
+/// a pub/sub connection shared by all waiters of the client (see detail/subscriber.hpp), or
+///
+///     detail::subscriber& subscriber(std::string_view channel);
+///
+/// the one for waiters on `channel`: a cluster client's sharded subscriber on the node that
+/// owns the channel's slot (cluster_client.hpp). Lock classes detect either form at compile
+/// time (detail/wake_wait.hpp); without one they wait with jittered backoff.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/fork_guard.hpp>

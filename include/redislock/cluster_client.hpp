@@ -25,14 +25,20 @@
 /// of waiting per call; then the last error is thrown (redirect_error, reply_error for
 /// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error).
 ///
-/// Waiting: the cluster client offers no subscriber(), so contended locks wait with jittered
-/// backoff (lock_options::retry_min/retry_max) rather than pub/sub notices: on a cluster a
-/// PUBLISH count is per node, which the hand-off scripts cannot rely on.
+/// Waiting: sharded pub/sub (Redis 7). subscriber(channel) gives a waiter the subscriber of
+/// the node that owns the channel's slot (one per node, SSUBSCRIBE, created on first use);
+/// lock channels carry the lock's {hash tag}, so that is the node that runs the lock's
+/// scripts, whose SPUBLISH (detail/notify_lua.hpp) reaches the waiter and counts it, whatever
+/// node its client first reached. When the slot moves the old owner pushes `sunsubscribe`: the
+/// slot map is marked stale and the waiter joins again on the new owner (detail/wake_wait.hpp).
+/// Where SSUBSCRIBE is unknown (Redis < 7) or refused (ACL), waiters fall back to jittered
+/// backoff (lock_options::retry_min/retry_max), as before; wait_stats() sums the nodes'.
 
 #include <redislock/client.hpp>
 #include <redislock/connection.hpp>
 #include <redislock/detail/cluster_slots.hpp>
 #include <redislock/detail/fork_guard.hpp>
+#include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
@@ -147,6 +153,8 @@ class cluster_client {
   ~cluster_client() {
     if (forked_.inherited()) {
       (void)watchdog_.release();
+      std::lock_guard<std::mutex> g(state_mutex_);
+      for (auto& n : nodes_) (void)n->subscriber.release();  // see ~client()
       return;
     }
     watchdog_.reset();
@@ -185,6 +193,29 @@ class cluster_client {
           });
     });
     return *watchdog_;
+  }
+
+  /// The sharded subscriber of the master that owns `channel`'s slot (see the file comment):
+  /// created on first use; it connects on the first contended wait.
+  detail::subscriber& subscriber(std::string_view channel) {
+    std::shared_ptr<node> n = owner_of(detail::key_slot(channel), steady::now() + options_.retry_timeout);
+    std::call_once(n->subscriber_once, [&] {
+      auto s =
+          std::make_unique<detail::subscriber>(n->options, std::chrono::seconds(1), detail::subscriber::mode::sharded,
+                                               [this] { stale_map_.store(true, std::memory_order_relaxed); });
+      std::lock_guard<std::mutex> g(state_mutex_);  // wait_stats() reads it under state_mutex_
+      n->subscriber = std::move(s);
+    });
+    return *n->subscriber;
+  }
+
+  /// How waiting locks of this client were woken: the sum over the nodes' subscribers.
+  redislock::wait_stats wait_stats() const {
+    std::lock_guard<std::mutex> g(state_mutex_);
+    redislock::wait_stats sum;
+    for (const auto& n : nodes_)
+      if (n->subscriber) sum += n->subscriber->stats();
+    return sum;
   }
 
   /// Loads the slot map now (the first call does it otherwise). Throws connection_error when
@@ -295,6 +326,8 @@ class cluster_client {
     std::string endpoint;  // "host:port"
     connection_options options;
     client pool;
+    std::once_flag subscriber_once;
+    std::unique_ptr<detail::subscriber> subscriber;  // sharded; under state_mutex_ once set
     node(std::string e, connection_options o, const cluster_options& c)
         : endpoint(std::move(e)),
           options(o),

@@ -19,7 +19,7 @@
 /// waiting one, which is told on its channel (no race, no extra round trip). A waiter also
 /// wakes when the holder's lease runs out. With lock_options::fair, a lock that fell free
 /// that way also goes to the head of the queue (detail/mutex_scripts.hpp, detail/wake_wait.hpp).
-/// The hand-off notice is trusted: whoever may PUBLISH on the lock's channels is as trusted as
+/// The hand-off notice is trusted: whoever may (S)PUBLISH on the lock's channels is as trusted as
 /// whoever may write its key (README, "Redis ACL").
 
 #include <redislock/client.hpp>

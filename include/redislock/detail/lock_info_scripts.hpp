@@ -174,9 +174,10 @@ return r
 
 // Hash kinds: the snapshot, then, if held, delete and wake every waiter.
 inline std::string hash_break_lua(const char* info_lua, const char* kind) {
-  return std::string(kind_lua()) + info_lua + "local r = info()\nif r[1] ~= '" + kind + R"lua(' then return r end
+  return std::string(kind_lua()) + notify_lua() + info_lua + "local r = info()\nif r[1] ~= '" + kind +
+         R"lua(' then return r end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], 'all')
+notify(ARGV[1], 'all')
 return r
 )lua";
 }

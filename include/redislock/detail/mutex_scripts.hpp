@@ -28,7 +28,7 @@
 /// queue_attempt("wait"). A release hands the lock to the longest waiting live waiter in the
 /// same script: the lock key gets that waiter's token and full lease, and the waiter is told on
 /// its channel, so the hand-off costs the waiter no round trip. A waiter counts as live when
-/// its place has not lapsed and PUBLISH reaches a subscriber (a crashed process's connection
+/// its place has not lapsed and its notice reaches a subscriber (detail/notify_lua.hpp) (a crashed process's connection
 /// is closed, so it is skipped at once); dead ones are dropped on the way.
 /// Fair mode differs only when the lock is free while waiters are queued (a holder's lease ran
 /// out): it goes to the head of the queue, where the default mode lets whoever asks first take it.
@@ -38,6 +38,7 @@
 /// All times are the server's (TIME inside the scripts): clients' clocks never matter.
 
 #include <redislock/detail/fence_scripts.hpp>
+#include <redislock/detail/notify_lua.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -52,7 +53,7 @@ inline std::string hand_off_lua() {
   // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
   // The hand-off is on the critical path of every contended acquisition: few calls. An empty
   // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
-  return R"lua(
+  return std::string(notify_lua()) + R"lua(
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local function server_now()
   local t = redis.call('TIME')
@@ -72,7 +73,7 @@ local function hand_off(now, prefix, take_self)
       if take_self then return head end
     elseif expiry and tonumber(expiry) > now then
       -- Tokens are "<object id>:<n>"; an object listens on one channel for all its tokens.
-      if redis.call('PUBLISH', prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
+      if notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
         redis.call('SET', lock, head, 'PX', lease)
         return head
       end

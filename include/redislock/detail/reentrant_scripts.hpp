@@ -22,6 +22,7 @@
 /// way before anything is changed.
 
 #include <redislock/detail/fence_scripts.hpp>
+#include <redislock/detail/notify_lua.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -59,13 +60,13 @@ return {1, 0}
 /// Reply: 1 released (at count 0 the key is deleted and a message published on channel);
 ///        0 the owner holds nothing (its lease ran out): nothing changed.
 inline const script& release() {
-  static const script s(std::string(prelude()) + R"lua(
+  static const script s(std::string(prelude()) + notify_lua() + R"lua(
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 else
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  notify(ARGV[2], 'released')
 end
 return 1
 )lua");

@@ -50,6 +50,7 @@
 /// Every script: KEYS = {lock, fence}; ARGV[1] = owner, ARGV[2] = channel, then its own.
 
 #include <redislock/detail/fence_scripts.hpp>
+#include <redislock/detail/notify_lua.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -57,9 +58,9 @@
 namespace redislock::detail::shared_scripts {
 
 // Loads the hash, checks its kind, purges ended holds; defines finish() which sets the key's
-// expiry (or deletes it) and publishes when someone may now get in.
-inline const char* prelude() {
-  return R"lua(
+// expiry (or deletes it) and publishes (notify_lua) when someone may now get in.
+inline std::string prelude() {
+  return std::string(notify_lua()) + R"lua(
 -- TIME followed by writes needs effects replication: the default (and only) mode since Redis 7;
 -- Redis 5 and 6 switch to it here.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -123,7 +124,7 @@ local function finish(changed)
   elseif #h > 0 then
     redis.call('DEL', key)
   end
-  if writer_left or (reader_left and holds == 0) then redis.call('PUBLISH', channel, 'all') end
+  if writer_left or (reader_left and holds == 0) then notify(channel, 'all') end
 end
 )lua";
 }

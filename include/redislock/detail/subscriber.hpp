@@ -27,6 +27,20 @@
 /// the affected subscriptions failed; their waiters fall back to jittered backoff (or join
 /// again). After a refused SUBSCRIBE or a failed connect, new subscriptions are refused for
 /// `retry_after` without asking the server.
+///
+/// Sharded mode (a redislock::cluster_client: one subscriber per node, for the channels whose
+/// slot the node owns) sends SSUBSCRIBE/SUNSUBSCRIBE and reads `smessage`. Redis also PUSHES
+/// a `sunsubscribe` when the channel's slot leaves the node (resharding, or the node became a
+/// replica). Replies are matched to requests thus: a `sunsubscribe` answers the oldest request
+/// only when that is an SUNSUBSCRIBE of the same channel; any other one is a push, and ends the
+/// channel's current registration (failed + moved): its waiters re-join through the client,
+/// which routes them to the slot's new owner, and attempt again before sleeping. When a push
+/// and our own SUNSUBSCRIBE of one channel cross, the push is taken as the answer and the real
+/// answer later as a push: a live registration may be ended needlessly (its waiters re-join),
+/// never kept when the server dropped it. A reply that names another channel or verb than the
+/// request it would answer means the stream is not what we think: every subscription fails.
+/// A MOVED reply to SSUBSCRIBE fails that subscription as moved (no `retry_after` refusal: the
+/// node serves other slots) and tells the client its slot map is stale (on_moved).
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/fork_guard.hpp>
@@ -45,6 +59,7 @@
 #include <cstdint>
 #include <ctime>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -63,6 +78,16 @@ struct wait_stats {
   std::uint64_t subscribe_failures = 0;  ///< SUBSCRIBE refused or connection lost/unavailable
   std::uint64_t wakeups = 0;             ///< waits ended by a release notification
   std::uint64_t fallback_waits = 0;      ///< acquisitions that waited with backoff instead
+  std::uint64_t moved = 0;               ///< sharded subscriptions the server ended (slot moved) or MOVED
+
+  wait_stats& operator+=(const wait_stats& o) noexcept {
+    subscriptions += o.subscriptions;
+    subscribe_failures += o.subscribe_failures;
+    wakeups += o.wakeups;
+    fallback_waits += o.fallback_waits;
+    moved += o.moved;
+    return *this;
+  }
 };
 
 namespace detail {
@@ -73,6 +98,7 @@ class subscriber {
     int in_flight = 0;                 // SUBSCRIBE/UNSUBSCRIBE sent, reply not yet read
     int tokens = 0;                    // wake-ups not yet consumed (at most refs)
     bool failed = false;               // SUBSCRIBE refused or connection lost: waiters back off
+    bool moved = false;                // (with failed) the server ended it or said MOVED: re-join
     std::deque<std::string> messages;  // the latest payloads (a few), for take_message()
     std::condition_variable cv;        // its waiters: notices, confirmation, the reader's turn
   };
@@ -103,6 +129,14 @@ class subscriber {
       if (!owner_ || owner_->forked_.inherited()) return false;
       std::lock_guard<std::mutex> g(owner_->mutex_);
       return owner_->confirmed(*state_);
+    }
+
+    /// Ended by the server because the channel's slot moved (sharded mode): join again through
+    /// the client rather than fall back to backoff.
+    bool moved() const {
+      if (!owner_) return false;
+      std::lock_guard<std::mutex> g(owner_->mutex_);
+      return state_->moved;
     }
 
     /// active(), after handling what already arrived (without waiting) when nobody reads, so
@@ -165,9 +199,17 @@ class subscriber {
     state_ptr state_;
   };
 
-  /// Connects lazily (on the first join), with the client's connection options.
-  explicit subscriber(connection_options options, std::chrono::milliseconds retry_after = std::chrono::seconds(1))
-      : options_(std::move(options)), retry_after_(retry_after) {
+  enum class mode { classic, sharded };
+
+  /// Connects lazily (on the first join), with the client's connection options. Sharded mode:
+  /// see the top of the file; on_moved is called (under the subscriber's lock: keep it short,
+  /// never call back in) when the server ended a subscription or answered MOVED.
+  explicit subscriber(connection_options options, std::chrono::milliseconds retry_after = std::chrono::seconds(1),
+                      mode m = mode::classic, std::function<void()> on_moved = {})
+      : options_(std::move(options)),
+        retry_after_(retry_after),
+        sharded_(m == mode::sharded),
+        on_moved_(std::move(on_moved)) {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw connection_error("subscriber: eventfd failed");
   }
@@ -389,7 +431,7 @@ class subscriber {
         void* raw = nullptr;
         if (redisGetReplyFromReader(conn_->native_handle(), &raw) != REDIS_OK) ok = false;
         if (!raw) break;
-        handle(reply_ptr(static_cast<redisReply*>(raw)));
+        if (!handle(reply_ptr(static_cast<redisReply*>(raw)))) ok = false;
       }
     } catch (...) {
       fail_all(false);  // replies left unparsed would never be read: start afresh
@@ -468,8 +510,9 @@ class subscriber {
   bool write_all(connection& c, const std::vector<request>& batch) noexcept {
     redisContext* ctx = c.native_handle();
     for (const auto& r : batch) {
-      const char* argv[2] = {r.what == verb::subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", r.channel.c_str()};
-      const std::size_t lens[2] = {r.what == verb::subscribe ? 9u : 11u, r.channel.size()};
+      const std::string_view v = verb_name(r.what);
+      const char* argv[2] = {v.data(), r.channel.c_str()};
+      const std::size_t lens[2] = {v.size(), r.channel.size()};
       if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) return false;
     }
     int done = batch.empty();
@@ -505,15 +548,44 @@ class subscriber {
     [[maybe_unused]] ssize_t r = ::read(wake_fd_, &n, sizeof n);
   }
 
-  // One pub/sub reply. Caller holds mutex_.
-  void handle(reply_ptr r) {
+  // The command (and the reply's first element) of a request: "SUBSCRIBE", "sunsubscribe", ...
+  std::string_view verb_name(verb v, bool reply = false) const {
+    static constexpr std::string_view names[2][2][2] = {{{"SUBSCRIBE", "UNSUBSCRIBE"}, {"SSUBSCRIBE", "SUNSUBSCRIBE"}},
+                                                        {{"subscribe", "unsubscribe"}, {"ssubscribe", "sunsubscribe"}}};
+    return names[reply][sharded_][v == verb::unsubscribe];
+  }
+
+  // The server ended the registration of `channel` on its own, or refused it with MOVED
+  // (sharded mode): its waiters re-join through the client. Caller holds mutex_.
+  void end_as_moved(const state_ptr& s, const std::string& channel) {
+    if (!s->failed) {
+      s->failed = s->moved = true;
+      ++stats_.moved;
+      woken_.emplace_back(s, true);
+    }
+    auto it = channels_.find(channel);
+    if (it != channels_.end() && it->second == s) channels_.erase(it);
+    if (on_moved_) on_moved_();
+  }
+
+  // One pub/sub reply. False when it answers no request we sent (the caller then fails every
+  // subscription). Caller holds mutex_.
+  bool handle(reply_ptr r) {
     auto str = [&](std::size_t i) -> std::string_view {
       if (r->type != REDIS_REPLY_ARRAY || i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING) return {};
       return {r->element[i]->str, r->element[i]->len};
     };
-    if (str(0) == "message") {
+    if (sharded_ && str(0) == "sunsubscribe" &&
+        (sent_.empty() || sent_.front().what != verb::unsubscribe || sent_.front().channel != str(1))) {
+      // Pushed by the server (see the top of the file): the channel's registration ended.
+      const std::string channel(str(1));
+      auto it = channels_.find(channel);
+      if (it != channels_.end()) end_as_moved(it->second, channel);
+      return true;
+    }
+    if (str(0) == (sharded_ ? "smessage" : "message")) {
       auto it = channels_.find(std::string(str(1)));
-      if (it == channels_.end()) return;
+      if (it == channels_.end()) return true;
       channel_state& s = *it->second;
       s.messages.emplace_back(str(2));
       if (s.messages.size() > kKeptMessages) s.messages.pop_front();
@@ -524,23 +596,27 @@ class subscriber {
         if (s.tokens < s.refs) ++s.tokens;
         woken_.emplace_back(it->second, false);
       }
-      return;
+      return true;
     }
     // Any other reply answers the oldest SUBSCRIBE/UNSUBSCRIBE (one reply per one-channel command).
-    if (sent_.empty()) return;
+    if (sent_.empty()) return true;
     request req = std::move(sent_.front());
     sent_.pop_front();
+    if (r->type != REDIS_REPLY_ERROR && (str(0) != verb_name(req.what, true) || str(1) != req.channel)) return false;
     const state_ptr& s = req.state;
     if (s->failed) {  // given up (too slow): its waiters back off
       // Subscribed after all: unsubscribe, unless the channel was joined again meanwhile.
       if (req.what == verb::subscribe && r->type != REDIS_REPLY_ERROR && channels_.count(req.channel) == 0)
         send(verb::unsubscribe, req.channel, s);
-      return;
+      return true;
     }
     --s->in_flight;
     auto it = channels_.find(req.channel);
     const bool registered = it != channels_.end() && it->second == s;
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type == REDIS_REPLY_ERROR && sharded_ && req.what == verb::subscribe &&
+        std::string_view(r->str, r->len).substr(0, 6) == "MOVED ") {
+      end_as_moved(s, req.channel);
+    } else if (r->type == REDIS_REPLY_ERROR) {
       ++stats_.subscribe_failures;
       s->failed = true;
       if (registered) channels_.erase(it);  // holders keep the state; a later join starts afresh
@@ -550,11 +626,14 @@ class subscriber {
       if (registered && s->refs == 0 && s->in_flight == 0) channels_.erase(it);
     }
     woken_.emplace_back(req.state, true);
+    return true;
   }
 
   static constexpr std::size_t kKeptMessages = 8;
   connection_options options_;
   std::chrono::milliseconds retry_after_;
+  bool sharded_;
+  std::function<void()> on_moved_;
   mutable std::mutex mutex_;
   std::condition_variable idle_cv_;  // the destructor waits here for waiters to leave
   std::unordered_map<std::string, state_ptr> channels_;

@@ -6,6 +6,14 @@
 /// wait for the server's confirmation), attempt again, then sleep until a notification, the
 /// holder's remaining lease (an expiring lease publishes nothing), or the deadline; repeat.
 /// So a waiter sends a handful of commands however long the lock is held.
+///
+/// On a cluster a sharded subscription ends when the channel's slot moves (detail/subscriber.hpp):
+/// the waiter then joins again through the client, which routes it to the new owner, and
+/// attempts before sleeping (no lost wake-up), at most kMaxRejoins times per wait; any other
+/// failure, or more moves than that, leads to backoff for the rest of the wait. While it is
+/// not subscribed a release may find it "not alive" (its notice reached nobody) and drop it
+/// from a mutex's queue: its next "wait" attempt queues it again, behind those who came
+/// meanwhile; it loses its place, never the lock.
 
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
@@ -15,16 +23,39 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 namespace redislock::detail {
 
-/// True when Client offers `detail::subscriber& subscriber()` (see client.hpp).
+/// True when Client offers `detail::subscriber& subscriber(std::string_view channel)`: a
+/// subscriber per channel (a cluster client's, on the node that owns the channel's slot).
 template <class Client, class = void>
-struct has_subscriber : std::false_type {};
+struct has_channel_subscriber : std::false_type {};
+template <class Client>
+struct has_channel_subscriber<
+    Client, std::void_t<decltype(std::declval<Client&>().subscriber(std::declval<std::string_view>()))>>
+    : std::true_type {};
+
+/// True when Client offers `detail::subscriber& subscriber()` or the per-channel form (see client.hpp).
+template <class Client, class = void>
+struct has_subscriber : has_channel_subscriber<Client> {};
 template <class Client>
 struct has_subscriber<Client, std::void_t<decltype(std::declval<Client&>().subscriber())>> : std::true_type {};
+
+/// The subscriber that wakes waiters on `channel`.
+template <class Client>
+subscriber& subscriber_for(Client& client, const std::string& channel) {
+  if constexpr (has_channel_subscriber<Client>::value) {
+    return client.subscriber(std::string_view(channel));
+  } else {
+    return client.subscriber();
+  }
+}
+
+/// Re-joins per wait after the server ended a subscription (its slot moved).
+inline constexpr int kMaxRejoins = 4;
 
 struct wait_plan {
   std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
@@ -61,26 +92,32 @@ template <class Client, class Attempt, class HandedOver>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const wait_plan& plan,
                       Attempt&& attempt, HandedOver&& handed_over, subscriber::subscription* kept = nullptr) {
   if constexpr (has_subscriber<Client>::value) {
-    subscriber& hub = client.subscriber();
+    subscriber* hub = &subscriber_for(client, channel);
     subscriber::subscription local;
     subscriber::subscription& sub = kept ? *kept : local;
     // Already subscribed (kept from an earlier wait, or by a neighbour): join before the first
     // attempt, free of charge.
-    if (!sub.check_active()) sub = hub.join_if_subscribed(channel);
+    if (!sub.check_active()) sub = hub->join_if_subscribed(channel);
     bool joined = false;
+    int rejoins = 0;
     for (;;) {
       std::optional<std::chrono::milliseconds> pttl = attempt();
       if (!pttl) return true;
       if (passed(d)) return false;
       if (!sub.active()) {
-        if (joined) break;  // the subscription failed while we waited: back off from here
-        sub = hub.join(channel, d);
+        if (joined || sub.moved()) {
+          // Failed while we waited: back off from here, unless its slot moved (join the new owner).
+          if (!sub.moved() || rejoins >= kMaxRejoins) break;
+          ++rejoins;
+          hub = &subscriber_for(client, channel);  // the client has learned of the move by now
+        }
+        sub = hub->join(channel, d);
         joined = true;
         if (!sub.active()) {
           if (passed(d)) return false;
-          break;
+          if (!sub.moved()) break;
         }
-        continue;  // subscribed: attempt again before sleeping, so no release goes unnoticed
+        continue;  // subscribed (or moved: join again): attempt again first, so no release goes unnoticed
       }
       if (*pttl == unknown_pttl) continue;
       if (sub.wait_until(wake_limit(*pttl, d, plan.max_sleep))) {
@@ -89,7 +126,7 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         return false;
       }
     }
-    hub.count_fallback();
+    hub->count_fallback();
   }
   return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
 }
