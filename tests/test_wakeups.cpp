@@ -366,3 +366,46 @@ TEST_F(WakeupTest, ANoticeLeftFromAnEarlierWaitNeverCompletesALaterAcquisition) 
   holder.unlock();
   EXPECT_EQ(holder.last_release(), release_status::released);
 }
+
+// A notice also reaches subscribers of the server's replicas (PUBLISH and SPUBLISH are
+// replicated) while the count a release relies on covers only the server's own. A waiter still
+// subscribed on a demoted master (a stale cluster map or Sentinel answer after a failover) must
+// never be sent a hand-off the release did not count on: the lock goes to the next waiter, and
+// the stale one would take its token on the channel for the lock (a double grant). Here W is
+// queued on the master and listens on a replica only; a marker published after the release
+// reaches the replica after anything the release sent (one replication stream, in order).
+TEST_F(WakeupTest, AHandOffIsNeverSentToAWaiterListeningOnAReplica) {
+  redis_server replica({"--replicaof", "127.0.0.1", std::to_string(server->port())});
+  redislock::connection on_replica(replica.options());
+  ASSERT_TRUE(eventually(
+      [&] {
+        reply_ptr r = on_replica.command({"INFO", "replication"});
+        return std::string(r->str, r->len).find("master_link_status:up") != std::string::npos;
+      },
+      seconds(20)));
+  for (const std::string verb : {"SUBSCRIBE", "SSUBSCRIBE"}) {
+    SCOPED_TRACE(verb);
+    mutex holder(*pool, "replicated-" + verb);
+    holder.lock();
+    const std::string token = "stalewaiter:1", channel = holder.key() + ":w:stalewaiter";
+    // W's "wait" attempt, as its client would have made it on the master.
+    const auto& q = detail::mutex_scripts::queue_attempt();
+    reply_ptr queued =
+        admin->command({"EVAL", q.source(), "4", holder.key(), holder.key() + ":fence", holder.key() + ":queue",
+                        holder.key() + ":waiters", token, "30000", "wait", "0", "30000", holder.key() + ":w:"});
+    ASSERT_EQ(queued->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(queued->element[0]->integer, 0) << "W waits behind the holder";
+    redislock::connection listener(replica.options());
+    reply_ptr confirmed = listener.command({verb, channel});
+    ASSERT_EQ(confirmed->type, REDIS_REPLY_ARRAY) << "subscribed on the replica";
+    holder.unlock();
+    EXPECT_EQ(holder.last_release(), release_status::released);
+    EXPECT_EQ(admin->command({"EXISTS", holder.key()})->integer, 0)
+        << "nobody listens on the master: W is dropped and the lock is free";
+    admin->command({verb == "SUBSCRIBE" ? "PUBLISH" : "SPUBLISH", channel, "marker"});
+    reply_ptr first = listener.read_reply();
+    ASSERT_TRUE(first && first->type == REDIS_REPLY_ARRAY && first->elements == 3);
+    EXPECT_EQ(std::string(first->element[2]->str, first->element[2]->len), "marker")
+        << "the replica's subscriber was sent the hand-off the release did not count";
+  }
+}

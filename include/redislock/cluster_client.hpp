@@ -28,9 +28,9 @@
 /// Waiting: sharded pub/sub (Redis 7). subscriber(channel) gives a waiter the subscriber of
 /// the node that owns the channel's slot (one per node, SSUBSCRIBE, created on first use);
 /// lock channels carry the lock's {hash tag}, so that is the node that runs the lock's
-/// scripts, whose SPUBLISH (detail/notify_lua.hpp) reaches the waiter and counts it, whatever
-/// node its client first reached. When the slot moves the old owner pushes `sunsubscribe`: the
-/// slot map is marked stale and the waiter joins again on the new owner (detail/wake_wait.hpp).
+/// scripts, which count that node's sharded subscribers and SPUBLISH to them
+/// (detail/notify_lua.hpp), whatever node the waiter's client first reached. When the slot moves the old owner pushes
+/// `sunsubscribe`: the slot map is marked stale and the waiter joins again on the new owner (detail/wake_wait.hpp).
 /// Where SSUBSCRIBE is unknown (Redis < 7) or refused (ACL), waiters fall back to jittered
 /// backoff (lock_options::retry_min/retry_max), as before; wait_stats() sums the nodes'.
 
@@ -153,7 +153,8 @@ class cluster_client {
   ~cluster_client() {
     if (forked_.inherited()) {
       (void)watchdog_.release();
-      std::lock_guard<std::mutex> g(state_mutex_);
+      // No lock: a parent's thread may have held state_mutex_ at the fork, and it would stay
+      // locked forever here; the child runs this thread only.
       for (auto& n : nodes_) (void)n->subscriber.release();  // see ~client()
       return;
     }

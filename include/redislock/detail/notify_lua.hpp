@@ -2,28 +2,38 @@
 /// @file detail/notify_lua.hpp
 /// @brief The Lua every lock script uses to publish a release or hand-off notice.
 ///
-/// notify(channel, message) publishes where waiters listen and returns how many received it:
-///  - SPUBLISH first (sharded pub/sub, Redis 7): a redislock::cluster_client's waiters
-///    SSUBSCRIBE on the node that owns the channel's slot, and every lock channel carries the
-///    lock's {hash tag}, so the channel is on the script's own slot (no CROSSSLOT) and the count
-///    is exact whatever node the waiter's client reached first;
-///  - classic PUBLISH when nobody received the sharded message: single-server and Sentinel
-///    clients SUBSCRIBE (Redis 6 support), and so does everyone where SPUBLISH is unknown
-///    (Redis < 7) or refused by an ACL: redis.pcall turns that error into "nobody listened".
-/// No flag from the caller picks the verb, so each lock kind keeps one script and one SHA,
-/// and clients of both kinds may share a lock. The price: a classic waiter's notice costs one
-/// extra (empty) SPUBLISH, and on a cluster a notice nobody listens to (a waiter that died or
-/// waits with backoff) is also PUBLISHed, which Redis Cluster broadcasts to every node, as
-/// every notice was before sharded pub/sub.
+/// notify(channel, message) publishes to the waiters listening on THIS server and returns how
+/// many there are; it publishes nothing when there are none.
+///  - Listeners are counted first (PUBSUB SHARDNUMSUB, then PUBSUB NUMSUB), without sending
+///    anything, because a published message also reaches subscribers of this server's replicas
+///    (replication and the cluster bus forward PUBLISH and SPUBLISH) while no count includes
+///    them. A waiter still subscribed on a demoted master — a stale cluster map or Sentinel
+///    answer after a failover — must never receive a hand-off the script was not counting on:
+///    the script gives the lock to the next waiter, and the notice would tell the stale one
+///    that the lock is its own (a double grant, reproduced on a real cluster in review).
+///  - Sharded first: a redislock::cluster_client's waiters SSUBSCRIBE on the node that owns the
+///    channel's slot (every lock channel carries the lock's {hash tag}, so the channel is on the
+///    script's own slot: no CROSSSLOT). Single-server and Sentinel clients SUBSCRIBE (classic
+///    pub/sub, Redis 6 support). redis.pcall turns an unknown subcommand (Redis < 7) or an ACL
+///    refusal into "nobody listens" there: never an unsafe notice, at worst a waiter that wakes
+///    on its own timer (recheck_interval) instead.
+/// One script per kind and no flag from the caller: clients of both kinds may share a lock.
+/// Cost: one in-script PUBSUB call per notice (two for a classic waiter); nothing is
+/// published when nobody listens.
 
 namespace redislock::detail {
 
 inline const char* notify_lua() {
   return R"lua(
+local function listeners(subcommand, channel)
+  local r = redis.pcall('PUBSUB', subcommand, channel)
+  if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
+  return 0
+end
 local function notify(channel, message)
-  local n = redis.pcall('SPUBLISH', channel, message)
-  if type(n) == 'number' and n > 0 then return n end
-  return redis.call('PUBLISH', channel, message)
+  if listeners('SHARDNUMSUB', channel) > 0 then return redis.call('SPUBLISH', channel, message) end
+  if listeners('NUMSUB', channel) > 0 then return redis.call('PUBLISH', channel, message) end
+  return 0
 end
 )lua";
 }
