@@ -651,7 +651,8 @@ TEST(Cluster, MinimalAcl) {
                                         "+spublish",
                                         "+ssubscribe",
                                         "+sunsubscribe",
-                                        "+pubsub|shardnumsub"};
+                                        "+pubsub|shardnumsub",
+                                        "+pubsub|numsub"};
   const std::vector<std::string_view> argv(acl.begin(), acl.end());
   for (std::size_t i = 0; i < cluster->size(); ++i) cluster->node(i).admin().command(argv);
   const std::string uri = "redis-cluster://cluster-locks:pw@127.0.0.1:" + std::to_string(cluster->node(0).port());

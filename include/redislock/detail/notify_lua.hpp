@@ -11,15 +11,15 @@
 ///    answer after a failover — must never receive a hand-off the script was not counting on:
 ///    the script gives the lock to the next waiter, and the notice would tell the stale one
 ///    that the lock is its own (a double grant, reproduced on a real cluster in review).
-///  - Sharded first: a redislock::cluster_client's waiters SSUBSCRIBE on the node that owns the
-///    channel's slot (every lock channel carries the lock's {hash tag}, so the channel is on the
-///    script's own slot: no CROSSSLOT). Single-server and Sentinel clients SUBSCRIBE (classic
-///    pub/sub, Redis 6 support). redis.pcall turns an unknown subcommand (Redis < 7) or an ACL
-///    refusal into "nobody listens" there: never an unsafe notice, at worst a waiter that wakes
-///    on its own timer (recheck_interval) instead.
+///  - Classic first: single-server and Sentinel clients SUBSCRIBE (Redis 6 support), and they
+///    are most users. Then sharded: a redislock::cluster_client's waiters SSUBSCRIBE on the node
+///    that owns the channel's slot (every lock channel carries the lock's {hash tag}, so the
+///    channel is on the script's own slot: no CROSSSLOT). redis.pcall turns an unknown
+///    subcommand (SHARDNUMSUB before Redis 7) or an ACL refusal into "nobody listens": never an
+///    unsafe notice, at worst a waiter that wakes on its own timer (recheck_interval) instead.
 /// One script per kind and no flag from the caller: clients of both kinds may share a lock.
-/// Cost: one in-script PUBSUB call per notice (two for a classic waiter); nothing is
-/// published when nobody listens.
+/// Cost: one in-script PUBSUB call per notice to a classic waiter (two to a sharded one, and
+/// two when nobody listens); nothing is published when nobody listens.
 
 namespace redislock::detail {
 
@@ -31,8 +31,8 @@ local function listeners(subcommand, channel)
   return 0
 end
 local function notify(channel, message)
-  if listeners('SHARDNUMSUB', channel) > 0 then return redis.call('SPUBLISH', channel, message) end
   if listeners('NUMSUB', channel) > 0 then return redis.call('PUBLISH', channel, message) end
+  if listeners('SHARDNUMSUB', channel) > 0 then return redis.call('SPUBLISH', channel, message) end
   return 0
 end
 )lua";
