@@ -27,9 +27,9 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 /// with their caller's permissions, so the commands they call are listed too (the wait queue:
 /// time, z*, h*; the hand-off: publish; fencing tokens: incr). SUBSCRIBE and UNSUBSCRIBE are
 /// for waiters that listen on their channel.
-const std::vector<std::string> mutex_commands = {
-    "+evalsha", "+script|load", "+get",     "+set",  "+del",  "+exists", "+pexpire", "+pttl",    "+incr",   "+time",
-    "+zadd",    "+zscore",      "+zpopmin", "+zrem", "+hset", "+hget",   "+hdel",    "+hincrby", "+publish"};
+const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",  "+set",  "+del",     "+exists",
+                                                 "+pexpire", "+pttl",        "+incr", "+time", "+zadd",    "+zpopmin",
+                                                 "+zrem",    "+hset",        "+hget", "+hdel", "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe"};
 /// What the reentrant and shared mutexes add (README, "Redis ACL").
 const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};
