@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns bench_mutex's JSON output into one SVG (stdlib only: no matplotlib needed).
 
-Usage: bench_plot.py bench.json bench.svg
+Usage: bench_plot.py bench.json [more.json ...] bench.svg   (e.g. bench_mutex's and bench_cost's)
 
 One panel per metric; one horizontal bar per benchmark that reports it; a dashed line marks
 the target where the issue set one (higher or lower is better, as the panel title says).
@@ -20,6 +20,9 @@ PANELS = [
     ("tput_vs_hold", "throughput x hold time (1.0 = lock never idle; fair target >= 0.88)", 0.88),
     ("share_min", "smallest contender share / fair share (1.0 = fair; fair target >= 0.8)", 0.8),
     ("wait_p99_vs_hold", "p99 wait / hold time (lower is better, default-mode target <= 10)", 10.0),
+    ("aggregate_vs_raw", "aggregate cycles/s vs raw, 8 workers x 8 names (higher is better, target >= 0.95)", 0.95),
+    ("client_cpu_vs_raw", "client CPU per cycle vs raw (lower is better, target <= 1.1)", 1.1),
+    ("server_cpu_vs_raw_cycle", "server CPU per operation / raw uncontended cycle's (contended target <= 2)", 2.0),
 ]
 
 WIDTH, LABEL_W, BAR_H, GAP, TITLE_H = 900, 380, 16, 4, 28
@@ -29,9 +32,11 @@ def short(name):
     return name.replace("BM_", "").replace("/iterations:1", "").replace("/manual_time", "")
 
 
-def main(src, dst):
-    with open(src) as f:
-        runs = [b for b in json.load(f)["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
+def main(srcs, dst):
+    runs = []
+    for src in srcs:
+        with open(src) as f:
+            runs += [b for b in json.load(f)["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
     parts, y = [], 10
     for key, title, target in PANELS:
         rows = [(short(b["name"]), float(b[key])) for b in runs if key in b]
@@ -59,6 +64,6 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:-1], sys.argv[-1])

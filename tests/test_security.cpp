@@ -28,9 +28,9 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 /// time, z*, h*; the hand-off: publish). SUBSCRIBE and UNSUBSCRIBE are for waiters that listen
 /// on their channel, PUBSUB NUMSUB for the release that counts them before it publishes
 /// (detail/notify_lua.hpp): without it nobody is notified and waiters wake on their own timer.
-const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",  "+set",  "+del",     "+exists",
-                                                 "+pexpire", "+pttl",        "+time", "+zadd", "+zscore",  "+zpopmin",
-                                                 "+zrem",    "+hset",        "+hget", "+hdel", "+hincrby", "+publish"};
+const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",  "+set",     "+del",     "+exists",
+                                                 "+pexpire", "+pttl",        "+time", "+zadd",    "+zpopmin", "+zrem",
+                                                 "+hset",    "+hget",        "+hdel", "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe", "+pubsub|numsub"};
 /// What the reentrant and shared mutexes add (README, "Redis ACL").
 const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};

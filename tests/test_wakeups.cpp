@@ -12,6 +12,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -82,6 +83,48 @@ TEST_F(WakeupTest, AWaiterIsWokenByTheReleaseNotByPollingHoweverLongTheHold) {
     holder.unlock();
   }
   EXPECT_TRUE(eventually([&] { return waiter_channels(holder) == 1; }));
+}
+
+// An object whose last acquisition had to wait skips the SET that would most likely fail:
+// its first attempt joins the queue at once. The queue and the waiters hash keep nothing of a
+// waiter once it got the lock (a field in the hash exactly while its token is queued).
+TEST_F(WakeupTest, AWaiterThatWaitedLastTimeQueuesAtOnceAndLeavesNothingBehind) {
+  client holder_client(options()), waiter_client(options());
+  mutex holder(holder_client, "requeue", lease(seconds(20)));
+  mutex waiter(waiter_client, "requeue", lease(seconds(20)));
+  const std::string waiters_key = holder.key() + ":waiters";
+  auto token_fields = [&] {
+    reply_ptr r = admin->command({"HKEYS", waiters_key});
+    long long n = 0;
+    for (std::size_t i = 0; i < r->elements; ++i)
+      if (std::string(r->element[i]->str, r->element[i]->len) != "#seq") ++n;
+    return n;
+  };
+  for (int round = 0; round < 2; ++round) {
+    holder.lock();
+    const long long sets_before = command_calls(*admin, "set");
+    auto waited = std::async(std::launch::async, [&] { waiter.lock(); });
+    ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }));
+    EXPECT_EQ(token_fields(), 1);
+    // The first round's waiter tried SET first; the second one's queued at once.
+    EXPECT_EQ(command_calls(*admin, "set") - sets_before, round == 0 ? 1 : 0) << "round " << round;
+    holder.unlock();
+    ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+    waited.get();
+    EXPECT_TRUE(waiter.owns_lock());
+    EXPECT_EQ(queued(holder), 0);
+    EXPECT_EQ(token_fields(), 0);
+    waiter.unlock();
+  }
+  // Free now: the queue script's first attempt takes it; the next acquisition is SET again.
+  ASSERT_TRUE(waiter.try_lock_for(seconds(5)));
+  waiter.unlock();
+  const long long sets_before = command_calls(*admin, "set");
+  ASSERT_TRUE(waiter.try_lock_for(seconds(5)));
+  EXPECT_EQ(command_calls(*admin, "set") - sets_before, 1);
+  waiter.unlock();
+  EXPECT_EQ(admin->command({"EXISTS", holder.key(), holder.key() + ":queue"})->integer, 0);
+  EXPECT_EQ(token_fields(), 0);
 }
 
 TEST_F(WakeupTest, AnExpiredLeaseWakesTheWaiterThoughNothingIsPublished) {

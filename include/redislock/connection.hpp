@@ -20,6 +20,7 @@
 #include <sys/time.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
@@ -49,6 +50,7 @@ class connection {
     tls_context_ = std::move(other.tls_context_);
     context_ = std::move(other.context_);
     options_ = std::move(other.options_);
+    out_ = std::move(other.out_);
     pending_ = std::exchange(other.pending_, 0);
     return *this;
   }
@@ -90,24 +92,18 @@ class connection {
   void append(const std::vector<std::string_view>& argv) { append(argv.data(), argv.size()); }
   void append(const std::string_view* argv, std::size_t argc) {
     if (pending_ == 0) ensure_ready();
-    constexpr std::size_t inline_args = 16;
-    const char* ptrs_inline[inline_args];
-    std::size_t lens_inline[inline_args];
-    std::vector<const char*> ptrs_heap;
-    std::vector<std::size_t> lens_heap;
-    const char** ptrs = ptrs_inline;
-    std::size_t* lens = lens_inline;
-    if (argc > inline_args) {
-      ptrs_heap.resize(argc);
-      lens_heap.resize(argc);
-      ptrs = ptrs_heap.data();
-      lens = lens_heap.data();
-    }
+    // The command in RESP, built here in a buffer the connection keeps (hiredis's own
+    // formatting costs an sds reallocation and a printf-style pass per argument).
+    out_.clear();
+    add_length('*', argc);
     for (std::size_t i = 0; i < argc; ++i) {
-      ptrs[i] = argv[i].data();
-      lens[i] = argv[i].size();
+      add_length('$', argv[i].size());
+      out_.append(argv[i].data(), argv[i].size());
+      out_.append("\r\n", 2);
     }
-    if (redisAppendCommandArgv(context_.get(), static_cast<int>(argc), ptrs, lens) != REDIS_OK) fail("send");
+    const int rc = redisAppendFormattedCommand(context_.get(), out_.data(), out_.size());
+    if (out_.capacity() > kKeptBuffer) std::string().swap(out_);  // a one-off large command (SCRIPT LOAD)
+    if (rc != REDIS_OK) fail("send");
     ++pending_;
   }
 
@@ -251,7 +247,20 @@ class connection {
     throw connection_error(what);
   }
 
+  // "<prefix><n>\r\n" at the end of out_.
+  void add_length(char prefix, std::size_t n) {
+    char buf[24];
+    buf[0] = prefix;
+    const auto r = std::to_chars(buf + 1, buf + sizeof buf - 2, n);
+    r.ptr[0] = '\r';
+    r.ptr[1] = '\n';
+    out_.append(buf, static_cast<std::size_t>(r.ptr + 2 - buf));
+  }
+
+  static constexpr std::size_t kKeptBuffer = 64 * 1024;
+
   connection_options options_;
+  std::string out_;                    // the command being appended (reused: no allocation per command)
   std::shared_ptr<void> tls_context_;  // declared before context_: destroyed after it
   context_ptr context_;
   std::size_t pending_ = 0;

@@ -219,12 +219,19 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     // (a wait that left the queue without the lock rotates the token, below), and whatever is
     // still buffered on the channel is dropped now.
     channel_subscription_.discard_pending();
-    bool first = true, queued = false;
+    bool first = true, queued = false, won_first = false;
     auto attempt = [&] {
-      // Fair mode's first attempt is a script anyway: when our channel is still subscribed
-      // from an earlier wait (and we may wait), it queues at once.
-      const bool may_queue_now = options_.fair && channel_subscription_.active() && !detail::passed(d);
-      if (std::exchange(first, false) && !may_queue_now) return attempt_first();
+      // Fair mode's first attempt is a script anyway; so is that of an object whose last
+      // acquisition had to wait (the lock is likely held again: a SET that fails would be one
+      // more command on the server). When our channel is still subscribed from an earlier wait
+      // (and we may wait), such a first attempt queues at once.
+      const bool may_queue_now =
+          (options_.fair || waited_last_) && channel_subscription_.active() && !detail::passed(d);
+      if (std::exchange(first, false)) {
+        attempt_result r = may_queue_now ? (queued = true, queue_attempt("wait")) : attempt_first();
+        won_first = !r;
+        return r;
+      }
       queued = true;
       return queue_attempt("wait");
     };
@@ -243,6 +250,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       if (queued) leave_after_failure();
       throw;
     }
+    waited_last_ = !won_first;
     if (acquired || !queued) return acquired;
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
     // and otherwise leaves the queue.
@@ -420,6 +428,7 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   std::atomic<bool> held_{false};
   std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
   std::atomic<bool> set_get_supported_{true};     // false once the server refused SET NX GET (Redis < 7)
+  bool waited_last_ = false;  // the last acquisition did not succeed at its first attempt (gate holder only)
   std::atomic<release_status> last_release_{release_status::not_held};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
   detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)

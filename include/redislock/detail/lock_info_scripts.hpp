@@ -166,7 +166,7 @@ if r[1] ~= 'mutex' then return r end
 -- hand_off() drops the removed holder's own place (if it queued again) instead of handing to it.
 token = redis.call('GET', lock)
 redis.call('DEL', lock)
-hand_off(server_now(), ARGV[1], false)
+hand_off(ARGV[1], false)
 return r
 )lua");
   return s;

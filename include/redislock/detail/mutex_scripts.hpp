@@ -10,11 +10,13 @@
 ///                          holds. Expires 7 days after the last token; tokens still increase
 ///                          (detail/fence_scripts.hpp).
 ///   P{N}:queue     zset    waiting tokens, score = arrival number: the lowest is the head.
-///                          Absent when nobody waits; expires with the longest place in it.
+///                          Absent when nobody waits; expires at most wait_lease after the
+///                          longest place in it.
 ///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
 ///                          waiter's place lapses wait_lease after the lease of the holder it
 ///                          last saw (its attempts refresh it); field "#seq" is the arrival
-///                          counter. Deleted with the last waiter.
+///                          counter. A token has a field exactly while it is in the queue.
+///                          Expires with the queue (which also vanishes with its last member).
 ///   channel P{N}:w:<id>  a waiter object's channel (its tokens are "<id>:<n>"); a hand-off
 ///                        publishes the token it is for, so a late notice for an earlier
 ///                        acquisition of the same object is told apart. The object stays
@@ -46,24 +48,30 @@
 namespace redislock::detail::mutex_scripts {
 
 /// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
-/// hand_off(now, prefix, take_self) gives a free lock to the first live waiter and returns its
+/// hand_off(prefix, take_self) gives a free lock to the first live waiter and returns its
 /// token (nil: nobody waits). The caller itself, at the head, is returned without a message when
 /// take_self (an attempt), and dropped otherwise (a release: a stale entry of the releaser's).
+/// server_now() reads TIME once per script, and only when a script needs the time.
+/// A waiter's field in the waiters hash and its entry in the queue are added and removed
+/// together (same script), so HSET's and HDEL's replies tell whether a token is queued.
 inline std::string hand_off_lua() {
   // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
   // The hand-off is on the critical path of every contended acquisition: few calls. An empty
   // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
   return std::string(notify_lua()) + R"lua(
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local time_of_script
 local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not time_of_script then
+    local t = redis.call('TIME')
+    time_of_script = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return time_of_script
 end
 local function forget(w)
-  redis.call('ZREM', queue, w)
-  redis.call('HDEL', waiters, w)
+  if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
-local function hand_off(now, prefix, take_self)
+local function hand_off(prefix, take_self)
   while true do
     local head = redis.call('ZPOPMIN', queue)[1]
     if not head then return nil end
@@ -71,7 +79,7 @@ local function hand_off(now, prefix, take_self)
     redis.call('HDEL', waiters, head)
     if head == token then
       if take_self then return head end
-    elseif expiry and tonumber(expiry) > now then
+    elseif expiry and tonumber(expiry) > server_now() then
       -- Tokens are "<object id>:<n>"; an object listens on one channel for all its tokens.
       if notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
         redis.call('SET', lock, head, 'PX', lease)
@@ -98,30 +106,32 @@ end
 /// Reply: {1, 0} acquired; {0, pttl} not acquired: the holder's remaining lease in ms
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
+  // Joining: GET, PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only),
+  // PTTL of the queue; both PEXPIREs only when the queue would lapse before this place.
   static const script s(hand_off_lua() + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
-local now = server_now()
 local holder = redis.call('GET', lock)
-if holder == false and fair then holder = hand_off(now, prefix, true) or false end
+if holder == false and fair then holder = hand_off(prefix, true) or false end
 if holder == false or holder == token then
-  if redis.call('ZSCORE', queue, token) then forget(token) end
+  forget(token)
   redis.call('SET', lock, token, 'PX', lease)
   return {1, 0}
 end
 local pttl = redis.call('PTTL', lock)
 if mode == 'wait' then
-  if not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
-  end
   -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
   local place = (pttl >= 0 and pttl or 1000) + wait_lease
-  redis.call('HSET', waiters, token, string.format('%d:%s', now + place, lease))
-  -- The queue never outlives its longest place, so crashed waiters leave no garbage behind.
-  if redis.call('PTTL', queue) < place then
-    redis.call('PEXPIRE', queue, place)
-    redis.call('PEXPIRE', waiters, place)
+  if redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease)) == 1 then
+    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
   end
-elseif mode == 'leave' and redis.call('ZSCORE', queue, token) then
+  -- The queue never outlives its longest place by more than wait_lease, so crashed waiters
+  -- leave no garbage behind; extending it one wait_lease further than needed spares the
+  -- PEXPIREs of the joins that follow within that time.
+  if redis.call('PTTL', queue) < place then
+    redis.call('PEXPIRE', queue, place + wait_lease)
+    redis.call('PEXPIRE', waiters, place + wait_lease)
+  end
+elseif mode == 'leave' then
   forget(token)
 end
 return {0, pttl}
@@ -133,17 +143,12 @@ return {0, pttl}
 /// Reply: 1 released (handed to the first live waiter, or deleted when nobody waits);
 ///        0 the lock is not ours (the lease ran out).
 inline const script& release() {
-  // The uncontended path (nobody queued) is GET, EXISTS, DEL; the hand-off code runs only
-  // when someone waits. A hand-off overwrites the lock key, so it is deleted only when nobody
-  // live was waiting (and no write precedes the queue's reads, should an ACL refuse one).
-  static const script s(R"lua(
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-)lua" + hand_off_lua() + R"lua(
-if not hand_off(server_now(), ARGV[2], false) then redis.call('DEL', lock) end
+  // The uncontended path (nobody queued) is GET, ZPOPMIN (nothing: the queue is absent), DEL.
+  // A hand-off overwrites the lock key, so it is deleted only when nobody live was waiting
+  // (and nothing is written before the owner check).
+  static const script s(hand_off_lua() + R"lua(
+if redis.call('GET', lock) ~= token then return 0 end
+if not hand_off(ARGV[2], false) then redis.call('DEL', lock) end
 return 1
 )lua");
   return s;

@@ -1,0 +1,445 @@
+// Cost per lock operation (issue 17): client CPU, Redis server CPU and server commands per
+// operation, each against a raw-hiredis lock measured in the same run (SET NX PX to acquire,
+// EVALSHA compare-and-delete to release). Starts its own redis-server.
+//
+//   bench_cost [google-benchmark flags]      REDISLOCK_BENCH_SECONDS=2 sets each phase's length
+//   bench_cost --worker ...                  internal: one aggregate process (see below)
+//
+// Server figures come from the server itself: INFO cpu (used_cpu_user + used_cpu_sys) and
+// INFO commandstats (every command, the calls made inside scripts included) before and after
+// a phase, divided by the phase's operations. Client CPU comes from getrusage. Both are CPU
+// time, not wall time, so the other load on the machine moves them little.
+//
+// Counters (ratios are to the raw baseline measured in the same benchmark):
+//   client_cpu_us, raw_client_cpu_us, client_cpu_vs_raw    client CPU per cycle
+//   server_cpu_us, raw_server_cpu_us                        server CPU per operation
+//   server_cpu_vs_raw_cycle   server CPU per operation / server CPU of one raw uncontended cycle
+//                             (contended, renewals: the median of 20 blocks of 400 raw cycles,
+//                             half before the phase and half after)
+//   cmds_per_op, raw_cmds_per_op   server commands per operation, calls inside scripts included
+//   scripts_per_op                 EVALSHA calls per operation
+//   aggregate_vs_raw               aggregate cycles/s of redislock / of raw (8 x 8 cases)
+//   gap_p50_us, share_min          contended: hand-off gap and smallest share / fair share
+#include "bench_support.hpp"
+#include "process.hpp"
+#include "redis_server.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <sys/resource.h>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using namespace redislock_bench;
+using redislock_test::child_process;
+using redislock_test::redis_server;
+using clk = std::chrono::steady_clock;
+using std::chrono::microseconds;
+using std::chrono::nanoseconds;
+
+namespace {
+
+double cpu_seconds(int who) {
+  rusage u{};
+  ::getrusage(who, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+const char* const kToken = "0123456789abcdef0123456789abcdef";
+
+/// The server's CPU and command counts at one instant.
+struct server_sample {
+  double cpu = 0;                          // seconds
+  std::map<std::string, long long> calls;  // per command, "info" left out
+  long long total() const {
+    long long n = 0;
+    for (const auto& [k, v] : calls) n += v;
+    return n;
+  }
+  long long of(const std::string& c) const {
+    auto it = calls.find(c);
+    return it == calls.end() ? 0 : it->second;
+  }
+};
+
+server_sample sample(connection& admin) {
+  reply_ptr r = admin.command({"INFO", "cpu"});
+  server_sample s;
+  std::istringstream cpu(std::string(r->str, r->len));
+  for (std::string line; std::getline(cpu, line);) {
+    if (line.rfind("used_cpu_user:", 0) == 0) s.cpu += std::atof(line.c_str() + 14);
+    if (line.rfind("used_cpu_sys:", 0) == 0) s.cpu += std::atof(line.c_str() + 13);
+  }
+  r = admin.command({"INFO", "commandstats"});
+  std::istringstream stats(std::string(r->str, r->len));
+  for (std::string line; std::getline(stats, line);) {
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const auto colon = line.find(':'), calls = line.find("calls=");
+    if (colon == std::string::npos || calls == std::string::npos) continue;
+    std::string name = line.substr(8, colon - 8);
+    if (name == "info") continue;
+    s.calls[name] = std::atoll(line.c_str() + calls + 6);
+  }
+  return s;
+}
+
+/// What a phase cost: server CPU and commands between two samples.
+struct phase_cost {
+  double server_cpu = 0;
+  long long commands = 0, scripts = 0;
+  std::map<std::string, long long> calls;
+  void add(const server_sample& before, const server_sample& after) {
+    server_cpu += after.cpu - before.cpu;
+    commands += after.total() - before.total();
+    scripts += after.of("evalsha") - before.of("evalsha");
+    for (const auto& [k, v] : after.calls) calls[k] += v - before.of(k);
+  }
+};
+
+/// Server CPU of one raw uncontended cycle, in µs: the median over `blocks` blocks of
+/// `cycles` each (one client), so that a burst of other load on the machine counts little.
+std::vector<double> raw_cycle_server_us(int port, connection& admin, int blocks = 10, int cycles = 400) {
+  raw_lock raw(port);
+  std::vector<double> out;
+  for (int b = 0; b < blocks; ++b) {
+    const server_sample a = sample(admin);
+    for (int i = 0; i < cycles; ++i) raw.lock("raw:cost:cycle", kToken), raw.unlock("raw:cost:cycle", kToken);
+    out.push_back((sample(admin).cpu - a.cpu) * 1e6 / cycles);
+  }
+  return out;
+}
+
+/// Prints each command's calls per operation (the profile of a phase) to stderr.
+void print_profile(const char* what, const phase_cost& c, double ops) {
+  std::fprintf(stderr, "%s: %.2f commands/op (server %.2f us/op):", what, static_cast<double>(c.commands) / ops,
+               c.server_cpu * 1e6 / ops);
+  for (const auto& [k, v] : c.calls)
+    if (v > 0) std::fprintf(stderr, " %s=%.2f", k.c_str(), static_cast<double>(v) / ops);
+  std::fprintf(stderr, "\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// One client, uncontended: blocks of cycles alternating raw, lib, lib, raw, ... Each block's
+// client CPU (this thread's), server CPU and commands are summed per side.
+
+void BM_cost_uncontended_cycle(benchmark::State& state) {
+  client c(options_for(g_server->port()));
+  mutex m(c, "cost-uncontended");
+  raw_lock raw(g_server->port());
+  connection admin = g_server->admin();
+  const std::string raw_key = "raw:cost-uncontended";
+  auto lib_cycle = [&] { m.lock(), m.unlock(); };
+  auto raw_cycle = [&] { raw.lock(raw_key, kToken), raw.unlock(raw_key, kToken); };
+  lib_cycle(), raw_cycle();
+  constexpr int block = 500;
+  for (auto _ : state) {
+    double client[2] = {0, 0}, wall[2] = {0, 0};
+    phase_cost server[2];
+    long long cycles[2] = {0, 0};
+    const auto end = clk::now() + std::chrono::duration<double>(seconds_per_run());
+    for (int round = 0; clk::now() < end; ++round) {
+      for (int k = 0; k < 2; ++k) {
+        const int side = (round + k) % 2;  // 0 raw, 1 lib; raw lib lib raw raw lib ...
+        const server_sample s0 = sample(admin);
+        const auto t0 = clk::now();
+        const double c0 = cpu_seconds(RUSAGE_THREAD);
+        for (int i = 0; i < block; ++i) side == 0 ? raw_cycle() : lib_cycle();
+        client[side] += cpu_seconds(RUSAGE_THREAD) - c0;
+        wall[side] += std::chrono::duration<double>(clk::now() - t0).count();
+        server[side].add(s0, sample(admin));
+        cycles[side] += block;
+      }
+    }
+    state.SetIterationTime(wall[1]);
+    const double nr = static_cast<double>(cycles[0]), nl = static_cast<double>(cycles[1]);
+    state.counters["client_cpu_us"] = client[1] * 1e6 / nl;
+    state.counters["raw_client_cpu_us"] = client[0] * 1e6 / nr;
+    state.counters["client_cpu_vs_raw"] = (client[1] / nl) / (client[0] / nr);
+    state.counters["server_cpu_us"] = server[1].server_cpu * 1e6 / nl;
+    state.counters["raw_server_cpu_us"] = server[0].server_cpu * 1e6 / nr;
+    state.counters["server_cpu_vs_raw_cycle"] = (server[1].server_cpu / nl) / (server[0].server_cpu / nr);
+    state.counters["cmds_per_op"] = static_cast<double>(server[1].commands) / nl;
+    state.counters["raw_cmds_per_op"] = static_cast<double>(server[0].commands) / nr;
+    state.counters["scripts_per_op"] = static_cast<double>(server[1].scripts) / nl;
+    state.counters["speed_vs_raw"] = (wall[0] / nr) / (wall[1] / nl);
+    print_profile("uncontended lib", server[1], nl);
+    print_profile("uncontended raw", server[0], nr);
+  }
+}
+BENCHMARK(BM_cost_uncontended_cycle)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// 8 x 8: N contenders each cycling on its own lock name (no contention), as threads of this
+// process or as processes; 8 phases raw, lib, lib, raw, raw, lib, lib, raw. Aggregate cycles/s, client CPU per cycle
+// (threads: RUSAGE_SELF; processes: each worker's own, reported by it), server CPU per cycle.
+
+struct aggregate_result {
+  long long cycles = 0;
+  double client_cpu = 0, seconds = 0;
+};
+
+// One worker's loop until end_ns on its own name: cycles and its thread's CPU.
+aggregate_result cycle_until(int port, bool lib, const std::string& name, std::int64_t start_ns, std::int64_t end_ns) {
+  aggregate_result out;
+  auto loop = [&](auto&& cycle) {
+    cycle();
+    while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+    const double c0 = cpu_seconds(RUSAGE_THREAD);
+    while (now_ns() < end_ns) cycle(), ++out.cycles;
+    out.client_cpu = cpu_seconds(RUSAGE_THREAD) - c0;
+  };
+  if (lib) {
+    client c(options_for(port));
+    mutex m(c, name);
+    loop([&] { m.lock(), m.unlock(); });
+  } else {
+    raw_lock raw(port);
+    const std::string key = "raw:" + name;
+    loop([&] { raw.lock(key, kToken), raw.unlock(key, kToken); });
+  }
+  return out;
+}
+
+aggregate_result run_threads(int n, bool lib, std::int64_t start, std::int64_t end) {
+  std::vector<aggregate_result> r(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back(
+        [&, i] { r[i] = cycle_until(g_server->port(), lib, "cost-own-" + std::to_string(i), start, end); });
+  for (auto& t : threads) t.join();
+  aggregate_result sum;
+  for (const auto& x : r) sum.cycles += x.cycles, sum.client_cpu += x.client_cpu;
+  return sum;
+}
+
+aggregate_result run_processes(int n, bool lib, std::int64_t start, std::int64_t end) {
+  std::vector<child_process> children;
+  std::vector<int> pipes;
+  for (int i = 0; i < n; ++i) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    children.emplace_back(
+        std::vector<std::string>{g_self, "--worker", std::to_string(g_server->port()), lib ? "1" : "0",
+                                 "cost-proc-" + std::to_string(i), std::to_string(start), std::to_string(end)},
+        fds[1]);
+    ::close(fds[1]);
+    pipes.push_back(fds[0]);
+  }
+  aggregate_result sum;
+  for (int i = 0; i < n; ++i) {
+    std::string text;
+    char buf[256];
+    for (ssize_t got; (got = ::read(pipes[i], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(got));
+    ::close(pipes[i]);
+    if (children[i].wait_for(std::chrono::seconds(60)) != 0) throw std::runtime_error("a worker failed");
+    std::istringstream in(text);
+    aggregate_result r;
+    in >> r.cycles >> r.client_cpu;
+    sum.cycles += r.cycles, sum.client_cpu += r.client_cpu;
+  }
+  return sum;
+}
+
+template <class Run>
+void aggregate(benchmark::State& state, Run&& run, std::int64_t warm_up_ns) {
+  const int n = static_cast<int>(state.range(0));
+  constexpr int phases = 8;
+  const double seconds = seconds_per_run() / phases;
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    aggregate_result side[2];
+    phase_cost server[2];
+    for (int phase = 0; phase < phases; ++phase) {
+      const bool lib = (phase + 1) / 2 % 2 == 1;  // raw, lib, lib, raw, raw, lib, lib, raw
+      const std::int64_t start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds * 1e9);
+      // The server sample brackets the workers' setup too: a few commands per worker.
+      const server_sample s0 = sample(admin);
+      const aggregate_result r = run(n, lib, start, end);
+      server[lib].add(s0, sample(admin));
+      side[lib].cycles += r.cycles, side[lib].client_cpu += r.client_cpu, side[lib].seconds += seconds;
+    }
+    state.SetIterationTime(phases * seconds);
+    const double nr = static_cast<double>(side[0].cycles), nl = static_cast<double>(side[1].cycles);
+    state.counters["cycles_per_s"] = nl / side[1].seconds;
+    state.counters["raw_cycles_per_s"] = nr / side[0].seconds;
+    state.counters["aggregate_vs_raw"] = (nl / side[1].seconds) / (nr / side[0].seconds);
+    state.counters["client_cpu_us"] = side[1].client_cpu * 1e6 / nl;
+    state.counters["raw_client_cpu_us"] = side[0].client_cpu * 1e6 / nr;
+    state.counters["client_cpu_vs_raw"] = (side[1].client_cpu / nl) / (side[0].client_cpu / nr);
+    state.counters["server_cpu_us"] = server[1].server_cpu * 1e6 / nl;
+    state.counters["raw_server_cpu_us"] = server[0].server_cpu * 1e6 / nr;
+    state.counters["server_cpu_vs_raw_cycle"] = (server[1].server_cpu / nl) / (server[0].server_cpu / nr);
+    state.counters["cmds_per_op"] = static_cast<double>(server[1].commands) / nl;
+    state.counters["raw_cmds_per_op"] = static_cast<double>(server[0].commands) / nr;
+  }
+}
+
+void BM_cost_aggregate_threads(benchmark::State& state) { aggregate(state, run_threads, 200'000'000); }
+BENCHMARK(BM_cost_aggregate_threads)
+    ->ArgName("n")
+    ->Arg(8)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_cost_aggregate_processes(benchmark::State& state) { aggregate(state, run_processes, 500'000'000); }
+BENCHMARK(BM_cost_aggregate_processes)
+    ->ArgName("n")
+    ->Arg(8)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// Contended hand-off: N threads, each with its own client and lock object, on one name;
+// lock, hold (spinning), unlock, again. Server CPU and commands per acquisition.
+
+struct event {
+  int who;
+  std::int64_t acquired, releasing;
+};
+
+// Args: contenders, hold in microseconds, fair (0/1).
+void BM_cost_contended(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const nanoseconds hold = microseconds(state.range(1));
+  const bool fair = state.range(2) != 0;
+  const std::string name = "cost-contended-" + std::to_string(state.range(1)) + (fair ? "-fair" : "");
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    std::vector<double> raw_blocks = raw_cycle_server_us(g_server->port(), admin);
+    std::vector<std::unique_ptr<client>> clients;
+    std::vector<std::unique_ptr<mutex>> locks;
+    lock_options o;
+    o.fair = fair;
+    for (int i = 0; i < n; ++i) {
+      clients.push_back(std::make_unique<client>(options_for(g_server->port())));
+      locks.push_back(std::make_unique<mutex>(*clients.back(), name, o));
+      locks.back()->lock(), locks.back()->unlock();  // connections, scripts, subscription
+    }
+    const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds_per_run() * 1e9);
+    std::vector<std::vector<event>> results(n);
+    std::vector<std::thread> threads;
+    server_sample s0, s1;
+    std::atomic<int> started{0};
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        results[i].reserve(1 << 16);
+        while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
+        ++started;
+        while (now_ns() < end) {
+          locks[i]->lock();
+          event e{i, now_ns(), 0};
+          spin_for(hold);
+          e.releasing = now_ns();
+          locks[i]->unlock();
+          results[i].push_back(e);
+        }
+      });
+    while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
+    s0 = sample(admin);
+    const double c0 = cpu_seconds(RUSAGE_SELF);
+    for (auto& t : threads) t.join();
+    const double client_cpu = cpu_seconds(RUSAGE_SELF) - c0;
+    s1 = sample(admin);
+    phase_cost cost;
+    cost.add(s0, s1);
+    for (double b : raw_cycle_server_us(g_server->port(), admin)) raw_blocks.push_back(b);  // before and after
+    const double raw_server_us = percentile(raw_blocks, 0.5);
+    std::vector<event> all;
+    for (auto& r : results) all.insert(all.end(), r.begin(), r.end());
+    std::sort(all.begin(), all.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
+    std::vector<double> gaps;
+    double overlaps = 0;
+    for (std::size_t i = 1; i < all.size(); ++i) {
+      gaps.push_back(static_cast<double>(all[i].acquired - all[i - 1].releasing) / 1e3);
+      if (all[i].acquired < all[i - 1].releasing) ++overlaps;
+    }
+    std::vector<double> per(n, 0);
+    for (const auto& e : all) per[e.who] += 1;
+    const double acq = static_cast<double>(all.size());
+    state.SetIterationTime(seconds_per_run());
+    state.counters["acquisitions"] = acq;
+    state.counters["overlaps"] = overlaps;
+    state.counters["gap_p50_us"] = percentile(gaps, 0.5);
+    state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / (acq / n);
+    state.counters["client_cpu_us"] = client_cpu * 1e6 / acq;
+    state.counters["server_cpu_us"] = cost.server_cpu * 1e6 / acq;
+    state.counters["raw_server_cpu_us"] = raw_server_us;
+    state.counters["server_cpu_vs_raw_cycle"] = cost.server_cpu * 1e6 / acq / raw_server_us;
+    state.counters["cmds_per_op"] = static_cast<double>(cost.commands) / acq;
+    state.counters["scripts_per_op"] = static_cast<double>(cost.scripts) / acq;
+    print_profile(("contended hold " + std::to_string(state.range(1)) + " us").c_str(), cost, acq);
+  }
+}
+BENCHMARK(BM_cost_contended)
+    ->ArgNames({"n", "hold_us", "fair"})
+    ->Args({8, 0, 0})
+    ->Args({8, 2000, 0})
+    ->Args({8, 2000, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// Renewals: N auto_renew locks held through the phase on one client; its watchdog renews
+// each every lease/3. Server CPU and commands per renewal (EVALSHA calls seen by the server).
+
+void BM_cost_renewals(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  connection admin = g_server->admin();
+  for (auto _ : state) {
+    std::vector<double> raw_blocks = raw_cycle_server_us(g_server->port(), admin);
+    client c(options_for(g_server->port()));
+    lock_options o;
+    o.auto_renew = true;
+    o.lease = std::chrono::milliseconds(300);
+    std::vector<std::unique_ptr<mutex>> locks;
+    for (int i = 0; i < n; ++i) {
+      locks.push_back(std::make_unique<mutex>(c, "cost-renew-" + std::to_string(i), o));
+      locks.back()->lock();
+    }
+    const server_sample s0 = sample(admin);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds_per_run()));
+    const server_sample s1 = sample(admin);
+    for (auto& l : locks) l->unlock();
+    phase_cost cost;
+    cost.add(s0, s1);
+    for (double b : raw_cycle_server_us(g_server->port(), admin)) raw_blocks.push_back(b);
+    const double raw_server_us = percentile(raw_blocks, 0.5);
+    const double renewals = static_cast<double>(cost.scripts);
+    state.SetIterationTime(seconds_per_run());
+    state.counters["renewals"] = renewals;
+    state.counters["server_cpu_us"] = cost.server_cpu * 1e6 / renewals;
+    state.counters["raw_server_cpu_us"] = raw_server_us;
+    state.counters["server_cpu_vs_raw_cycle"] = cost.server_cpu * 1e6 / renewals / raw_server_us;
+    state.counters["cmds_per_op"] = static_cast<double>(cost.commands) / renewals;
+    print_profile("renewals", cost, renewals);
+  }
+}
+BENCHMARK(BM_cost_renewals)->ArgName("n")->Arg(256)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// argv: --worker port lib name start_ns end_ns; prints "cycles cpu_seconds".
+int worker_main(char** argv) {
+  const aggregate_result r =
+      cycle_until(std::atoi(argv[2]), std::atoi(argv[3]) != 0, argv[4], std::atoll(argv[5]), std::atoll(argv[6]));
+  std::printf("%lld %.9f\n", r.cycles, r.client_cpu);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return redislock_bench::bench_main(argc, argv, "--worker", 7, worker_main); }
