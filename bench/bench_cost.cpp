@@ -18,6 +18,8 @@
 //                             half before the phase and half after)
 //   cmds_per_op, raw_cmds_per_op   server commands per operation, calls inside scripts included
 //   scripts_per_op                 EVALSHA calls per operation
+//   script_us, raw_script_us       server time inside EVALSHA per operation (commandstats usec:
+//                                  the scripts' own cost, without the network I/O)
 //   aggregate_vs_raw               aggregate cycles/s of redislock / of raw (8 x 8 cases)
 //   gap_p50_us, share_min          contended: hand-off gap and smallest share / fair share
 #include "bench_support.hpp"
@@ -64,6 +66,7 @@ const char* const kToken = "0123456789abcdef0123456789abcdef";
 struct server_sample {
   double cpu = 0;                          // seconds
   std::map<std::string, long long> calls;  // per command, "info" left out
+  double script_usec = 0;                  // time the server spent running EVALSHA (scripts)
   long long total() const {
     long long n = 0;
     for (const auto& [k, v] : calls) n += v;
@@ -92,17 +95,20 @@ server_sample sample(connection& admin) {
     std::string name = line.substr(8, colon - 8);
     if (name == "info") continue;
     s.calls[name] = std::atoll(line.c_str() + calls + 6);
+    const auto usec = line.find(",usec=");
+    if (name == "evalsha" && usec != std::string::npos) s.script_usec = std::atof(line.c_str() + usec + 6);
   }
   return s;
 }
 
 /// What a phase cost: server CPU and commands between two samples.
 struct phase_cost {
-  double server_cpu = 0;
+  double server_cpu = 0, script_usec = 0;
   long long commands = 0, scripts = 0;
   std::map<std::string, long long> calls;
   void add(const server_sample& before, const server_sample& after) {
     server_cpu += after.cpu - before.cpu;
+    script_usec += after.script_usec - before.script_usec;
     commands += after.total() - before.total();
     scripts += after.of("evalsha") - before.of("evalsha");
     for (const auto& [k, v] : after.calls) calls[k] += v - before.of(k);
@@ -124,8 +130,8 @@ std::vector<double> raw_cycle_server_us(int port, connection& admin, int blocks 
 
 /// Prints each command's calls per operation (the profile of a phase) to stderr.
 void print_profile(const char* what, const phase_cost& c, double ops) {
-  std::fprintf(stderr, "%s: %.2f commands/op (server %.2f us/op):", what, static_cast<double>(c.commands) / ops,
-               c.server_cpu * 1e6 / ops);
+  std::fprintf(stderr, "%s: %.2f commands/op (server %.2f us/op, in scripts %.2f us/op):", what,
+               static_cast<double>(c.commands) / ops, c.server_cpu * 1e6 / ops, c.script_usec / ops);
   for (const auto& [k, v] : c.calls)
     if (v > 0) std::fprintf(stderr, " %s=%.2f", k.c_str(), static_cast<double>(v) / ops);
   std::fprintf(stderr, "\n");
@@ -174,6 +180,8 @@ void BM_cost_uncontended_cycle(benchmark::State& state) {
     state.counters["cmds_per_op"] = static_cast<double>(server[1].commands) / nl;
     state.counters["raw_cmds_per_op"] = static_cast<double>(server[0].commands) / nr;
     state.counters["scripts_per_op"] = static_cast<double>(server[1].scripts) / nl;
+    state.counters["script_us"] = server[1].script_usec / nl;
+    state.counters["raw_script_us"] = server[0].script_usec / nr;
     state.counters["speed_vs_raw"] = (wall[0] / nr) / (wall[1] / nl);
     print_profile("uncontended lib", server[1], nl);
     print_profile("uncontended raw", server[0], nr);
@@ -382,6 +390,7 @@ void BM_cost_contended(benchmark::State& state) {
     state.counters["server_cpu_vs_raw_cycle"] = cost.server_cpu * 1e6 / acq / raw_server_us;
     state.counters["cmds_per_op"] = static_cast<double>(cost.commands) / acq;
     state.counters["scripts_per_op"] = static_cast<double>(cost.scripts) / acq;
+    state.counters["script_us"] = cost.script_usec / acq;
     print_profile(("contended hold " + std::to_string(state.range(1)) + " us").c_str(), cost, acq);
   }
 }

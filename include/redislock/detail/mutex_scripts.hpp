@@ -48,9 +48,10 @@
 namespace redislock::detail::mutex_scripts {
 
 /// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
-/// hand_off(prefix, take_self) gives a free lock to the first live waiter and returns its
-/// token (nil: nobody waits). The caller itself, at the head, is returned without a message when
-/// take_self (an attempt), and dropped otherwise (a release: a stale entry of the releaser's).
+/// hand_off(prefix, take_self[, popped]) gives a free lock to the first live waiter and returns
+/// its token (nil: nobody waits); popped: the head, when the caller already popped it. The
+/// caller itself, at the head, is returned without a message when take_self (an attempt), and
+/// dropped otherwise (a release: a stale entry of the releaser's).
 /// server_now() reads TIME once per script, and only when a script needs the time.
 /// A waiter's field in the waiters hash and its entry in the queue are added and removed
 /// together (same script), so HSET's and HDEL's replies tell whether a token is queued.
@@ -71,9 +72,10 @@ end
 local function forget(w)
   if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
-local function hand_off(prefix, take_self)
+local function hand_off(prefix, take_self, popped)
   while true do
-    local head = redis.call('ZPOPMIN', queue)[1]
+    local head = popped or redis.call('ZPOPMIN', queue)[1]
+    popped = nil
     if not head then return nil end
     local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
     redis.call('HDEL', waiters, head)
@@ -143,12 +145,19 @@ return {0, pttl}
 /// Reply: 1 released (handed to the first live waiter, or deleted when nobody waits);
 ///        0 the lock is not ours (the lease ran out).
 inline const script& release() {
-  // The uncontended path (nobody queued) is GET, ZPOPMIN (nothing: the queue is absent), DEL.
-  // A hand-off overwrites the lock key, so it is deleted only when nobody live was waiting
-  // (and nothing is written before the owner check).
-  static const script s(hand_off_lua() + R"lua(
-if redis.call('GET', lock) ~= token then return 0 end
-if not hand_off(ARGV[2], false) then redis.call('DEL', lock) end
+  // The uncontended path (nobody queued) is GET, ZPOPMIN (nothing: the queue is absent), DEL,
+  // before the hand-off's functions are even defined. A hand-off overwrites the lock key, so
+  // it is deleted only when nobody live was waiting (and nothing is written before the owner
+  // check).
+  static const script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local head = redis.call('ZPOPMIN', KEYS[3])[1]
+if not head then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+)lua" + hand_off_lua() + R"lua(
+if not hand_off(ARGV[2], false, head) then redis.call('DEL', lock) end
 return 1
 )lua");
   return s;
