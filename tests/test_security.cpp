@@ -28,12 +28,12 @@ std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
 /// time, z*, h*; the hand-off: publish). SUBSCRIBE and UNSUBSCRIBE are for waiters that listen
 /// on their channel, PUBSUB NUMSUB for the release that counts them before it publishes
 /// (detail/notify_lua.hpp): without it nobody is notified and waiters wake on their own timer.
-const std::vector<std::string> mutex_commands = {"+evalsha", "+script|load", "+get",  "+set",     "+del",     "+exists",
-                                                 "+pexpire", "+pttl",        "+time", "+zadd",    "+zpopmin", "+zrem",
-                                                 "+hset",    "+hget",        "+hdel", "+hincrby", "+publish"};
+const std::vector<std::string> mutex_commands = {
+    "+evalsha", "+script|load", "+get",  "+set",  "+del",  "+pexpire", "+pttl",    "+time",   "+zadd",
+    "+zscore",  "+zpopmin",     "+zrem", "+hset", "+hget", "+hdel",    "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe", "+pubsub|numsub"};
 /// What the reentrant and shared mutexes add (README, "Redis ACL").
-const std::vector<std::string> lock_kind_commands = {"+hexists", "+hgetall", "+hlen"};
+const std::vector<std::string> lock_kind_commands = {"+exists", "+hexists", "+hgetall", "+hlen"};
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
   std::vector<std::string> args = {
@@ -65,7 +65,9 @@ void mutex_cycle(client& c, connection& admin) {
   EXPECT_EQ(m.release(), release_status::released);
   m.lock();
   EXPECT_GT(m.fencing_token(), first_token);  // from the counter
-  mutex other(c, "acl");
+  lock_options refreshing;                    // wakes on its own timer too, so it refreshes its place (ZSCORE)
+  refreshing.recheck_interval = milliseconds(20);
+  mutex other(c, "acl", refreshing);
   EXPECT_FALSE(other.try_lock_for(milliseconds(20)));  // queues, then leaves the queue
   std::exception_ptr failure;
   std::atomic<bool> done{false};
@@ -82,6 +84,9 @@ void mutex_cycle(client& c, connection& admin) {
   const bool queued = eventually([&] {
     return done || admin.command({"ZCARD", "redislock:{acl}:queue"})->integer == 1;
   });
+  // ... and has refreshed its place at least once (or failed doing so).
+  const long long refreshes = redislock_test::command_calls(admin, "zscore");
+  eventually([&] { return done || redislock_test::command_calls(admin, "zscore") > refreshes; });
   try {
     EXPECT_EQ(m.release(), release_status::released);  // hands the lock to the waiter
   } catch (...) {

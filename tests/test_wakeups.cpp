@@ -452,3 +452,25 @@ TEST_F(WakeupTest, AHandOffIsNeverSentToAWaiterListeningOnAReplica) {
         << "the replica's subscriber was sent the hand-off the release did not count";
   }
 }
+
+// A waiter's place is its field in the waiters hash AND its entry in the queue. Should the queue
+// go without the hash (evicted, deleted by hand, or expired a millisecond earlier on Redis < 7),
+// the waiter's next refresh queues it again, rather than leave it believing it waits in line
+// while every release hands the lock past it (found in review of the cheaper join).
+TEST_F(WakeupTest, AWaiterWhoseQueueEntryVanishedIsQueuedAgainByItsNextRefresh) {
+  mutex holder(*pool, "vanished");
+  holder.lock();
+  lock_options refreshing;
+  refreshing.recheck_interval = milliseconds(50);
+  client waiter_client(options());
+  mutex waiter(waiter_client, "vanished", refreshing);
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(30)); });
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 1; }, seconds(10)));
+  admin->command({"DEL", holder.key() + ":queue"});
+  EXPECT_TRUE(eventually([&] { return queued(holder) == 1; }, seconds(10)))
+      << "stranded: the waiter's refresh did not queue it again";
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  waiter.unlock();
+}

@@ -108,8 +108,9 @@ end
 /// Reply: {1, 0} acquired; {0, pttl} not acquired: the holder's remaining lease in ms
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
-  // Joining: GET, PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only),
-  // PTTL of the queue; both PEXPIREs only when the queue would lapse before this place.
+  // Joining: GET, PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only; a
+  // refresh asks ZSCORE instead), PTTL of the queue; both PEXPIREs only when the queue would
+  // lapse before this place.
   static const script s(hand_off_lua() + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
@@ -123,7 +124,11 @@ local pttl = redis.call('PTTL', lock)
 if mode == 'wait' then
   -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
   local place = (pttl >= 0 and pttl or 1000) + wait_lease
-  if redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease)) == 1 then
+  -- A new field means a new waiter. A refresh checks the queue too (ZSCORE, refreshes only):
+  -- should the queue have gone without the hash (evicted, deleted by hand, or expired a
+  -- millisecond earlier on Redis < 7), the waiter is queued again instead of stranded.
+  if redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease)) == 1
+      or not redis.call('ZSCORE', queue, token) then
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
   end
   -- The queue never outlives its longest place by more than wait_lease, so crashed waiters
