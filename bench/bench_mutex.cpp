@@ -621,6 +621,8 @@ BENCHMARK(BM_threads_own_keys)
 //
 // Writers hold by spinning (exact holds, as BM_contended_threads); readers sleep their hold
 // (six readers spinning at once would take both cores from the server and the writers).
+// Contenders wait with try_lock_for / try_lock_shared_for (20 s): lock()'s wait with a
+// deadline, so that a stranded waiter fails the case instead of hanging the run.
 //
 // Counters:
 //   acq_per_s, raw_acq_per_s, acq_vs_raw   acquisitions per second (both sides of the mix
@@ -647,11 +649,13 @@ template <class Lock, int Readers = 0>
 struct kind {
   using lock_type = Lock;
   static constexpr int readers = Readers;
-  static void lock(Lock& m, bool read) {
+  /// Waits as lock()/lock_shared() do, but gives up after `bound` (a stuck lock fails the
+  /// benchmark instead of hanging it).
+  static bool lock(Lock& m, bool read, std::chrono::seconds bound) {
     if constexpr (Readers > 0) {
-      if (read) return m.lock_shared();
+      if (read) return m.try_lock_shared_for(bound);
     }
-    m.lock();
+    return m.try_lock_for(bound);
   }
   static void unlock(Lock& m, bool read) {
     if constexpr (Readers > 0) {
@@ -674,6 +678,8 @@ void hold_for(nanoseconds hold, bool read) {
   }
 }
 
+std::atomic<int> g_stuck_contenders{0};  // contenders whose lock call gave up (see kind::lock)
+
 template <class Kind>
 std::vector<event> contend_kind(int port, const std::string& name, int who, nanoseconds hold, bool fair,
                                 std::int64_t start_ns, std::int64_t end_ns) {
@@ -687,7 +693,10 @@ std::vector<event> contend_kind(int port, const std::string& name, int who, nano
   while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
   while (now_ns() < end_ns) {
     event e{who, now_ns(), 0, 0};
-    Kind::lock(m, read);
+    if (!Kind::lock(m, read, std::chrono::seconds(20))) {
+      ++g_stuck_contenders;
+      break;
+    }
     e.acquired = now_ns();
     hold_for(hold, read);
     e.releasing = now_ns();
@@ -793,6 +802,7 @@ void BM_kind_contended(benchmark::State& state) {
   const double seconds = seconds_per_run();
   const std::string name = "kinds-" + std::to_string(state.range(1)) + (fair ? "-fair" : "");
   auto is_read = [](int who) { return who < Kind::readers; };
+  g_stuck_contenders = 0;
   for (auto _ : state) {
     auto raw_run = [&] {
       return run_contenders(n, seconds / 2, [&](int who, std::int64_t start, std::int64_t end) {
@@ -803,6 +813,10 @@ void BM_kind_contended(benchmark::State& state) {
     auto [events, calls] = run_contenders(n, seconds, [&](int who, std::int64_t start, std::int64_t end) {
       return contend_kind<Kind>(g_server->port(), name, who, hold, fair, start, end);
     });
+    if (g_stuck_contenders.load() > 0) {
+      state.SkipWithError("a contender waited 20 s for the lock");
+      break;
+    }
     auto [raw_after, raw_calls_after] = raw_run();
     // Each raw half's gaps apart: the time between the halves is no hand-off.
     auto raw_gaps = gaps_and_overlaps(raw_events, [](int) { return false; }).first;
