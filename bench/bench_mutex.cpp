@@ -89,6 +89,25 @@ double rtt_after_hold_p50_us(raw_lock& raw, nanoseconds hold) {
   return percentile(s, 0.5);
 }
 
+// A notified lock written by hand on raw hiredis (raw_handoff, contend_raw): its connections,
+// its commands, its release.
+using raw_context = std::unique_ptr<redisContext, void (*)(redisContext*)>;
+raw_context raw_connect(int port) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c == nullptr || c->err) throw std::runtime_error("raw notified lock: cannot connect");
+  return raw_context(c, redisFree);
+}
+reply_ptr raw_run(redisContext* c, std::initializer_list<const char*> argv) {
+  std::vector<const char*> v(argv);
+  reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
+  if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw notified lock: command failed");
+  return r;
+}
+// The raw notified lock's release: compare-and-delete, then PUBLISH to the waiters' channel.
+constexpr const char* kRawRelease =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
+    "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
+
 /// The hand-off of a notified lock written by hand on raw hiredis, doing the round trips such
 /// a lock makes: the holder releases with one script (compare-and-delete, then PUBLISH), and
 /// the waiter, blocked on its SUBSCRIBEd connection, is woken by the message and takes the
@@ -100,22 +119,8 @@ struct raw_handoff_p50 {
   double notice_us = 0, handoff_us = 0;
 };
 raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
-  auto connect = [&] {
-    redisContext* c = redisConnect("127.0.0.1", port);
-    if (c == nullptr || c->err) throw std::runtime_error("raw_handoff: cannot connect");
-    return std::unique_ptr<redisContext, void (*)(redisContext*)>(c, redisFree);
-  };
-  auto holder = connect(), waiter = connect(), listener = connect();
-  auto run = [](redisContext* c, std::initializer_list<const char*> argv) {
-    std::vector<const char*> v(argv);
-    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
-    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_handoff: command failed");
-    return r;
-  };
-  run(listener.get(), {"SUBSCRIBE", "raw:handoff:channel"});
-  static constexpr const char* kRelease =
-      "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
-      "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
+  auto holder = raw_connect(port), waiter = raw_connect(port), listener = raw_connect(port);
+  raw_run(listener.get(), {"SUBSCRIBE", "raw:handoff:channel"});
   const int rounds = rounds_for(hold);
   std::atomic<int> ready{0};             // the round the waiter is ready for (1-based)
   std::atomic<std::int64_t> sent_ns{0};  // when the holder sent this round's release
@@ -127,20 +132,20 @@ raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
       if (redisGetReply(listener.get(), &raw) != REDIS_OK) throw std::runtime_error("raw_handoff: no message");
       freeReplyObject(raw);
       const std::int64_t noticed = now_ns();
-      if (run(waiter.get(), {"SET", "raw:handoff", "waiter", "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS)
+      if (raw_run(waiter.get(), {"SET", "raw:handoff", "waiter", "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS)
         throw std::runtime_error("raw_handoff: the lock was not free");
       const std::int64_t acquired = now_ns();
       notice.push_back(static_cast<double>(noticed - sent_ns.load()) / 1e3);
       handoff.push_back(static_cast<double>(acquired - sent_ns.load()) / 1e3);
-      run(waiter.get(), {"DEL", "raw:handoff"});
+      raw_run(waiter.get(), {"DEL", "raw:handoff"});
     }
   });
   for (int i = 0; i < rounds; ++i) {
     while (ready.load() != i + 1) std::this_thread::yield();
-    run(holder.get(), {"SET", "raw:handoff", "holder", "NX", "PX", "30000"});
+    raw_run(holder.get(), {"SET", "raw:handoff", "holder", "NX", "PX", "30000"});
     spin_for(hold);
     sent_ns.store(now_ns());
-    run(holder.get(), {"EVAL", kRelease, "2", "raw:handoff", "raw:handoff:channel", "holder"});
+    raw_run(holder.get(), {"EVAL", kRawRelease, "2", "raw:handoff", "raw:handoff:channel", "holder"});
   }
   w.join();
   return {percentile(notice, 0.5), percentile(handoff, 0.5)};
@@ -709,30 +714,17 @@ std::vector<event> contend_kind(int port, const std::string& name, int who, nano
 // The raw notified lock (see above): one contender's loop.
 std::vector<event> contend_raw(int port, const std::string& key, int who, nanoseconds hold, std::int64_t start_ns,
                                std::int64_t end_ns) {
-  auto connect = [&] {
-    redisContext* c = redisConnect("127.0.0.1", port);
-    if (c == nullptr || c->err) throw std::runtime_error("contend_raw: cannot connect");
-    return std::unique_ptr<redisContext, void (*)(redisContext*)>(c, redisFree);
-  };
-  auto commands = connect(), listener = connect();
+  auto commands = raw_connect(port), listener = raw_connect(port);
   const std::string channel = key + ":channel", token = "raw-contender-" + std::to_string(who);
-  auto run = [](redisContext* c, std::initializer_list<const char*> argv) {
-    std::vector<const char*> v(argv);
-    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
-    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("contend_raw: command failed");
-    return r;
-  };
-  run(listener.get(), {"SUBSCRIBE", channel.c_str()});
+  raw_run(listener.get(), {"SUBSCRIBE", channel.c_str()});
   redisSetTimeout(listener.get(), timeval{0, 100'000});
-  static constexpr const char* kRelease =
-      "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
-      "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
   std::vector<event> out;
   out.reserve(4096);
   while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
   while (now_ns() < end_ns) {
     event e{who, now_ns(), 0, 0};
-    while (run(commands.get(), {"SET", key.c_str(), token.c_str(), "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS) {
+    while (raw_run(commands.get(), {"SET", key.c_str(), token.c_str(), "NX", "PX", "30000"})->type !=
+           REDIS_REPLY_STATUS) {
       void* message = nullptr;
       if (redisGetReply(listener.get(), &message) == REDIS_OK) {
         freeReplyObject(message);
@@ -745,7 +737,7 @@ std::vector<event> contend_raw(int port, const std::string& key, int who, nanose
     e.acquired = now_ns();
     spin_for(hold);
     e.releasing = now_ns();
-    run(commands.get(), {"EVAL", kRelease, "2", key.c_str(), channel.c_str(), token.c_str()});
+    raw_run(commands.get(), {"EVAL", kRawRelease, "2", key.c_str(), channel.c_str(), token.c_str()});
     out.push_back(e);
   }
   return out;
