@@ -1,7 +1,8 @@
 // Benchmarks of redislock::mutex (and, uncontended, of reentrant_mutex, shared_mutex and a
-// 3-server redlock) against a raw-hiredis baseline doing the same round trips
-// (SET NX PX to acquire, EVALSHA compare-and-delete to release), measured in the same process
-// and run. Starts its own redis-server (tests/support/redis_server.hpp).
+// 3-server redlock; contended, of every kind: BM_kind_contended, issue 16) against a
+// raw-hiredis baseline doing the same round trips (SET NX PX to acquire, EVALSHA
+// compare-and-delete to release), measured in the same process and run. Starts its own
+// redis-server (tests/support/redis_server.hpp).
 //
 //   bench_mutex [google-benchmark flags]     REDISLOCK_BENCH_SECONDS=2 sets the length of
 //                                             each contended run (default 2 s)
@@ -88,6 +89,25 @@ double rtt_after_hold_p50_us(raw_lock& raw, nanoseconds hold) {
   return percentile(s, 0.5);
 }
 
+// A notified lock written by hand on raw hiredis (raw_handoff, contend_raw): its connections,
+// its commands, its release.
+using raw_context = std::unique_ptr<redisContext, void (*)(redisContext*)>;
+raw_context raw_connect(int port) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  if (c == nullptr || c->err) throw std::runtime_error("raw notified lock: cannot connect");
+  return raw_context(c, redisFree);
+}
+reply_ptr raw_run(redisContext* c, std::initializer_list<const char*> argv) {
+  std::vector<const char*> v(argv);
+  reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
+  if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw notified lock: command failed");
+  return r;
+}
+// The raw notified lock's release: compare-and-delete, then PUBLISH to the waiters' channel.
+constexpr const char* kRawRelease =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
+    "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
+
 /// The hand-off of a notified lock written by hand on raw hiredis, doing the round trips such
 /// a lock makes: the holder releases with one script (compare-and-delete, then PUBLISH), and
 /// the waiter, blocked on its SUBSCRIBEd connection, is woken by the message and takes the
@@ -99,22 +119,8 @@ struct raw_handoff_p50 {
   double notice_us = 0, handoff_us = 0;
 };
 raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
-  auto connect = [&] {
-    redisContext* c = redisConnect("127.0.0.1", port);
-    if (c == nullptr || c->err) throw std::runtime_error("raw_handoff: cannot connect");
-    return std::unique_ptr<redisContext, void (*)(redisContext*)>(c, redisFree);
-  };
-  auto holder = connect(), waiter = connect(), listener = connect();
-  auto run = [](redisContext* c, std::initializer_list<const char*> argv) {
-    std::vector<const char*> v(argv);
-    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(v.size()), v.data(), nullptr)));
-    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_handoff: command failed");
-    return r;
-  };
-  run(listener.get(), {"SUBSCRIBE", "raw:handoff:channel"});
-  static constexpr const char* kRelease =
-      "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) "
-      "redis.call('PUBLISH', KEYS[2], ARGV[1]) return 1 end return 0";
+  auto holder = raw_connect(port), waiter = raw_connect(port), listener = raw_connect(port);
+  raw_run(listener.get(), {"SUBSCRIBE", "raw:handoff:channel"});
   const int rounds = rounds_for(hold);
   std::atomic<int> ready{0};             // the round the waiter is ready for (1-based)
   std::atomic<std::int64_t> sent_ns{0};  // when the holder sent this round's release
@@ -126,20 +132,20 @@ raw_handoff_p50 raw_handoff(int port, nanoseconds hold) {
       if (redisGetReply(listener.get(), &raw) != REDIS_OK) throw std::runtime_error("raw_handoff: no message");
       freeReplyObject(raw);
       const std::int64_t noticed = now_ns();
-      if (run(waiter.get(), {"SET", "raw:handoff", "waiter", "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS)
+      if (raw_run(waiter.get(), {"SET", "raw:handoff", "waiter", "NX", "PX", "30000"})->type != REDIS_REPLY_STATUS)
         throw std::runtime_error("raw_handoff: the lock was not free");
       const std::int64_t acquired = now_ns();
       notice.push_back(static_cast<double>(noticed - sent_ns.load()) / 1e3);
       handoff.push_back(static_cast<double>(acquired - sent_ns.load()) / 1e3);
-      run(waiter.get(), {"DEL", "raw:handoff"});
+      raw_run(waiter.get(), {"DEL", "raw:handoff"});
     }
   });
   for (int i = 0; i < rounds; ++i) {
     while (ready.load() != i + 1) std::this_thread::yield();
-    run(holder.get(), {"SET", "raw:handoff", "holder", "NX", "PX", "30000"});
+    raw_run(holder.get(), {"SET", "raw:handoff", "holder", "NX", "PX", "30000"});
     spin_for(hold);
     sent_ns.store(now_ns());
-    run(holder.get(), {"EVAL", kRelease, "2", "raw:handoff", "raw:handoff:channel", "holder"});
+    raw_run(holder.get(), {"EVAL", kRawRelease, "2", "raw:handoff", "raw:handoff:channel", "holder"});
   }
   w.join();
   return {percentile(notice, 0.5), percentile(handoff, 0.5)};
@@ -603,6 +609,270 @@ BENCHMARK(BM_threads_own_keys)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// Every lock kind under the same contention (issue 16; run last, so the cases above keep the
+// conditions their README figures were measured in): 8 clients (threads, each with its own
+// client and lock object) on one name, lock, hold, unlock, again at once; next to a raw
+// hiredis lock measured in the same benchmark (half its run before the lock kind's, half after).
+// One template over a small kind struct: the mutex, the reentrant mutex, the shared mutex's
+// writers (all 8 take lock()), and a shared mutex mix of 6 readers and 2 writers.
+//
+// The raw baseline is a notified lock written by hand: SET NX PX to acquire; when that fails
+// the waiter blocks on its own SUBSCRIBEd connection (100 ms read timeout) and tries again on
+// any message; the release is one EVAL (compare-and-delete, then PUBLISH), so every waiter
+// wakes and races (no queue, no fairness; a message left from an earlier release costs one
+// failed SET more).
+//
+// Writers hold by spinning (exact holds, as BM_contended_threads); readers sleep their hold
+// (six readers spinning at once would take both cores from the server and the writers).
+// Contenders wait with try_lock_for / try_lock_shared_for (20 s): lock()'s wait with a
+// deadline, so that a stranded waiter fails the case instead of hanging the run.
+//
+// Counters:
+//   acq_per_s, raw_acq_per_s, acq_vs_raw   acquisitions per second (both sides of the mix
+//                                          summed), and the ratio to the raw lock's
+//   read_acq_per_s, write_acq_per_s, read_vs_raw, write_vs_raw   the mix: each side alone
+//   tput_vs_hold        acquisitions/s x hold, exclusive kinds only (1.0 = the lock never idles)
+//   gap_p50_us, gap_p99_us   hand-off gap: from the last hold's end (its holder about to call
+//                       unlock/unlock_shared) to the next acquisition made while nothing was
+//                       held (lock() returned); for exclusive kinds, every acquisition
+//   raw_gap_p50_us, gap_vs_raw   the raw lock's, and gap p50 / raw gap p50
+//   share_min, share_max     smallest and largest per-client acquisitions / the mean of its side
+//                       (readers and writers apart in the mix); fair_20pct = 1 when all are
+//                       within [0.8, 1.2] (issue 16's target in fair mode)
+//   read_share_*, write_share_*   the mix: each side's
+//   wait_p99_us         99th percentile of the time a lock call waited
+//   server_cmds_per_acq, raw_server_cmds_per_acq   server commands per acquisition by INFO
+//                       commandstats over the timed run (the calls made inside scripts
+//                       included, unlike bench_mutex's MONITOR count cmds_per_acq)
+//   scripts_per_acq     EVALSHA calls per acquisition
+//   overlaps            holds that overlapped where the kind forbids it (must be 0)
+
+// A kind: the lock type, and how many of the contenders (0..readers-1) take read holds.
+template <class Lock, int Readers = 0>
+struct kind {
+  using lock_type = Lock;
+  static constexpr int readers = Readers;
+  /// Waits as lock()/lock_shared() do, but gives up after `bound` (a stuck lock fails the
+  /// benchmark instead of hanging it).
+  static bool lock(Lock& m, bool read, std::chrono::seconds bound) {
+    if constexpr (Readers > 0) {
+      if (read) return m.try_lock_shared_for(bound);
+    }
+    return m.try_lock_for(bound);
+  }
+  static void unlock(Lock& m, bool read) {
+    if constexpr (Readers > 0) {
+      if (read) return m.unlock_shared();
+    }
+    m.unlock();
+  }
+};
+using mutex_kind = kind<mutex>;
+using reentrant_kind = kind<reentrant_mutex>;
+using shared_writers_kind = kind<shared_mutex>;
+using shared_6r2w_kind = kind<shared_mutex, 6>;
+
+// A writer's hold spins; a reader's sleeps (see above).
+void hold_for(nanoseconds hold, bool read) {
+  if (read && hold.count() > 0) {
+    std::this_thread::sleep_for(hold);
+  } else {
+    spin_for(hold);
+  }
+}
+
+std::atomic<int> g_stuck_contenders{0};  // contenders whose lock call gave up (see kind::lock)
+
+template <class Kind>
+std::vector<event> contend_kind(int port, const std::string& name, int who, nanoseconds hold, bool fair,
+                                std::int64_t start_ns, std::int64_t end_ns) {
+  client c(options_for(port));
+  lock_options o;
+  o.fair = fair;
+  typename Kind::lock_type m(c, name, o);
+  const bool read = who < Kind::readers;
+  std::vector<event> out;
+  out.reserve(4096);
+  while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+  while (now_ns() < end_ns) {
+    event e{who, now_ns(), 0, 0};
+    if (!Kind::lock(m, read, std::chrono::seconds(20))) {
+      ++g_stuck_contenders;
+      break;
+    }
+    e.acquired = now_ns();
+    hold_for(hold, read);
+    e.releasing = now_ns();
+    Kind::unlock(m, read);
+    out.push_back(e);
+  }
+  return out;
+}
+
+// The raw notified lock (see above): one contender's loop.
+std::vector<event> contend_raw(int port, const std::string& key, int who, nanoseconds hold, std::int64_t start_ns,
+                               std::int64_t end_ns) {
+  auto commands = raw_connect(port), listener = raw_connect(port);
+  const std::string channel = key + ":channel", token = "raw-contender-" + std::to_string(who);
+  raw_run(listener.get(), {"SUBSCRIBE", channel.c_str()});
+  redisSetTimeout(listener.get(), timeval{0, 100'000});
+  std::vector<event> out;
+  out.reserve(4096);
+  while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+  while (now_ns() < end_ns) {
+    event e{who, now_ns(), 0, 0};
+    while (raw_run(commands.get(), {"SET", key.c_str(), token.c_str(), "NX", "PX", "30000"})->type !=
+           REDIS_REPLY_STATUS) {
+      void* message = nullptr;
+      if (redisGetReply(listener.get(), &message) == REDIS_OK) {
+        freeReplyObject(message);
+      } else if (listener->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        listener->err = 0;  // read timeout: try again
+      } else {
+        throw std::runtime_error("contend_raw: subscription lost");
+      }
+    }
+    e.acquired = now_ns();
+    spin_for(hold);
+    e.releasing = now_ns();
+    raw_run(commands.get(), {"EVAL", kRawRelease, "2", key.c_str(), channel.c_str(), token.c_str()});
+    out.push_back(e);
+  }
+  return out;
+}
+
+struct phase_calls {
+  long long commands = 0, scripts = 0;  // all commands (calls inside scripts included), EVALSHAs
+};
+
+// Runs `contend(who, start, end)` on n threads after a 200 ms warm-up; all their events and
+// the server's commands over the run (INFO commandstats before and after).
+template <class Contend>
+std::pair<std::vector<event>, phase_calls> run_contenders(int n, double seconds, Contend&& contend) {
+  connection admin = g_server->admin();
+  const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+  std::vector<std::vector<event>> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = contend(i, start, end); });
+  while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
+  const server_sample s0 = sample(admin);
+  for (auto& t : threads) t.join();
+  const server_sample s1 = sample(admin);
+  std::vector<event> all;
+  for (auto& r : results) all.insert(all.end(), r.begin(), r.end());
+  return {std::move(all), {s1.total() - s0.total(), s1.of("evalsha") - s0.of("evalsha")}};
+}
+
+/// Hand-off gaps (µs) and forbidden overlaps of events sorted by acquisition: a gap is from
+/// the end of the holds so far to an acquisition made when none was left; a read may overlap
+/// reads only (`is_read(who)`).
+template <class IsRead>
+std::pair<std::vector<double>, double> gaps_and_overlaps(std::vector<event>& events, IsRead&& is_read) {
+  std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
+  std::vector<double> gaps;
+  double overlaps = 0;
+  std::int64_t any_end = 0, write_end = 0;  // latest end of any hold / of a write hold so far
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const event& e = events[i];
+    const bool read = is_read(e.who);
+    if (i > 0 && e.acquired >= any_end) gaps.push_back(static_cast<double>(e.acquired - any_end) / 1e3);
+    if (e.acquired < (read ? write_end : any_end)) ++overlaps;
+    any_end = std::max(any_end, e.releasing);
+    if (!read) write_end = std::max(write_end, e.releasing);
+  }
+  return {std::move(gaps), overlaps};
+}
+
+// Args: contenders, hold in microseconds, fair (0/1).
+template <class Kind>
+void BM_kind_contended(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const nanoseconds hold = microseconds(state.range(1));
+  const bool fair = state.range(2) != 0;
+  const double seconds = seconds_per_run();
+  const std::string name = "kinds-" + std::to_string(state.range(1)) + (fair ? "-fair" : "");
+  auto is_read = [](int who) { return who < Kind::readers; };
+  g_stuck_contenders = 0;
+  for (auto _ : state) {
+    auto raw_run = [&] {
+      return run_contenders(n, seconds / 2, [&](int who, std::int64_t start, std::int64_t end) {
+        return contend_raw(g_server->port(), "raw:" + name, who, hold, start, end);
+      });
+    };
+    auto [raw_events, raw_calls] = raw_run();
+    auto [events, calls] = run_contenders(n, seconds, [&](int who, std::int64_t start, std::int64_t end) {
+      return contend_kind<Kind>(g_server->port(), name, who, hold, fair, start, end);
+    });
+    if (g_stuck_contenders.load() > 0) {
+      state.SkipWithError("a contender waited 20 s for the lock");
+      break;
+    }
+    auto [raw_after, raw_calls_after] = raw_run();
+    // Each raw half's gaps apart: the time between the halves is no hand-off.
+    auto raw_gaps = gaps_and_overlaps(raw_events, [](int) { return false; }).first;
+    for (double g : gaps_and_overlaps(raw_after, [](int) { return false; }).first) raw_gaps.push_back(g);
+    raw_events.insert(raw_events.end(), raw_after.begin(), raw_after.end());
+    raw_calls.commands += raw_calls_after.commands;
+    auto [gaps, overlaps] = gaps_and_overlaps(events, is_read);
+    std::vector<double> per(n, 0), waits;
+    for (const auto& e : events) per[e.who] += 1, waits.push_back(static_cast<double>(e.acquired - e.called) / 1e3);
+    const double acq = static_cast<double>(events.size()), raw_acq = static_cast<double>(raw_events.size());
+    const double acq_per_s = acq / seconds, raw_acq_per_s = raw_acq / seconds;
+    state.SetIterationTime(seconds);
+    state.counters["acquisitions"] = acq;
+    state.counters["acq_per_s"] = acq_per_s;
+    state.counters["raw_acq_per_s"] = raw_acq_per_s;
+    state.counters["acq_vs_raw"] = acq_per_s / raw_acq_per_s;
+    if (hold.count() > 0 && Kind::readers == 0)
+      state.counters["tput_vs_hold"] = acq_per_s * std::chrono::duration<double>(hold).count();
+    state.counters["gap_p50_us"] = percentile(gaps, 0.5);
+    state.counters["gap_p99_us"] = percentile(gaps, 0.99);
+    state.counters["raw_gap_p50_us"] = percentile(raw_gaps, 0.5);
+    state.counters["gap_vs_raw"] = percentile(gaps, 0.5) / percentile(raw_gaps, 0.5);
+    state.counters["overlaps"] = overlaps;
+    state.counters["wait_p99_us"] = percentile(waits, 0.99);
+    state.counters["server_cmds_per_acq"] = static_cast<double>(calls.commands) / acq;
+    state.counters["raw_server_cmds_per_acq"] = static_cast<double>(raw_calls.commands) / raw_acq;
+    state.counters["scripts_per_acq"] = static_cast<double>(calls.scripts) / acq;
+    // Shares within each side: [0, readers) read, [readers, n) write.
+    double share_min = 1e9, share_max = 0;
+    auto side = [&](int from, int to, const char* prefix) {
+      if (from >= to) return;
+      double sum = 0;
+      for (int i = from; i < to; ++i) sum += per[i];
+      const double mean = sum / (to - from);
+      const double lo = *std::min_element(per.begin() + from, per.begin() + to) / mean;
+      const double hi = *std::max_element(per.begin() + from, per.begin() + to) / mean;
+      share_min = std::min(share_min, lo), share_max = std::max(share_max, hi);
+      if (Kind::readers == 0) return;
+      const std::string p(prefix);
+      state.counters[p + "_acq_per_s"] = sum / seconds;
+      state.counters[p + "_vs_raw"] = sum / seconds / raw_acq_per_s;
+      state.counters[p + "_share_min"] = lo;
+      state.counters[p + "_share_max"] = hi;
+    };
+    side(0, std::min(Kind::readers, n), "read");
+    side(std::min(Kind::readers, n), n, "write");
+    state.counters["share_min"] = share_min;
+    state.counters["share_max"] = share_max;
+    state.counters["fair_20pct"] = share_min >= 0.8 && share_max <= 1.2 ? 1 : 0;
+  }
+}
+#define REDISLOCK_KIND_BENCHMARK(kind)        \
+  BENCHMARK_TEMPLATE(BM_kind_contended, kind) \
+      ->ArgNames({"n", "hold_us", "fair"})    \
+      ->Args({8, 0, 0})                       \
+      ->Args({8, 2000, 0})                    \
+      ->Args({8, 2000, 1})                    \
+      ->Iterations(1)                         \
+      ->UseManualTime()                       \
+      ->Unit(benchmark::kMillisecond)
+REDISLOCK_KIND_BENCHMARK(mutex_kind);
+REDISLOCK_KIND_BENCHMARK(reentrant_kind);
+REDISLOCK_KIND_BENCHMARK(shared_writers_kind);
+REDISLOCK_KIND_BENCHMARK(shared_6r2w_kind);
 
 // argv: --contender port name who hold_us fair start_ns end_ns
 int contender_main(char** argv) {

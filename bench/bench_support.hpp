@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -100,6 +102,45 @@ class raw_lock {
   redisContext* c_;
   std::string sha_, same_release_sha_;
 };
+
+/// The server's CPU and command counts at one instant.
+struct server_sample {
+  double cpu = 0;                          // seconds
+  std::map<std::string, long long> calls;  // per command, "info" left out
+  double script_usec = 0;                  // time the server spent running EVALSHA (scripts)
+  long long total() const {
+    long long n = 0;
+    for (const auto& [k, v] : calls) n += v;
+    return n;
+  }
+  long long of(const std::string& c) const {
+    auto it = calls.find(c);
+    return it == calls.end() ? 0 : it->second;
+  }
+};
+
+inline server_sample sample(connection& admin) {
+  reply_ptr r = admin.command({"INFO", "cpu"});
+  server_sample s;
+  std::istringstream cpu(std::string(r->str, r->len));
+  for (std::string line; std::getline(cpu, line);) {
+    if (line.rfind("used_cpu_user:", 0) == 0) s.cpu += std::atof(line.c_str() + 14);
+    if (line.rfind("used_cpu_sys:", 0) == 0) s.cpu += std::atof(line.c_str() + 13);
+  }
+  r = admin.command({"INFO", "commandstats"});
+  std::istringstream stats(std::string(r->str, r->len));
+  for (std::string line; std::getline(stats, line);) {
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const auto colon = line.find(':'), calls = line.find("calls=");
+    if (colon == std::string::npos || calls == std::string::npos) continue;
+    std::string name = line.substr(8, colon - 8);
+    if (name == "info") continue;
+    s.calls[name] = std::atoll(line.c_str() + calls + 6);
+    const auto usec = line.find(",usec=");
+    if (name == "evalsha" && usec != std::string::npos) s.script_usec = std::atof(line.c_str() + usec + 6);
+  }
+  return s;
+}
 
 inline void spin_for(nanoseconds d) {
   const auto end = clk::now() + d;

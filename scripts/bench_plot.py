@@ -16,6 +16,7 @@ PANELS = [
     ("gap_vs_rtt", "hand-off gap p50 / PING sampled during the run (lower is better, target <= 2)", 2.0),
     ("gap_vs_rtt_after_hold", "hand-off gap p50 / PING sent right after the same hold (target <= 2)", 2.0),
     ("gap_vs_raw_handoff", "hand-off gap p50 / a notified lock on raw hiredis, same hold (lower is better)", 1.0),
+    ("acq_vs_raw", "contended acquisitions/s, every lock kind, vs a notified lock on raw hiredis (higher is better)", 1.0),
     ("cmds_per_acq", "server commands per acquisition (lower is better, target <= 6)", 6.0),
     ("tput_vs_hold", "throughput x hold time (1.0 = lock never idle; fair target >= 0.88)", 0.88),
     ("share_min", "smallest contender share / fair share (1.0 = fair; fair target >= 0.8)", 0.8),
