@@ -3,14 +3,15 @@
 /// @brief What every lock kind has, written once: its name, options and keys, the outcome of
 /// its last release, the accessors, the "not held" check, and a new hold's skeleton
 /// (min_replicas, then renewal, or drop the hold and rethrow). Each kind keeps only its
-/// protocol (scripts, attempts, releases).
+/// protocol (scripts, attempts, releases). The standard lock members, among them the noexcept
+/// unlock() / unlock_shared() around the kind's unlock_and_report(), are in detail/lockable.hpp.
 ///
 /// lock_identity<Keys> is the part without a client (basic_redlock has one per master);
 /// lock_core<Client, Keys> adds the client, for the kinds that talk to one deployment.
 /// `Keys` is the kind's key layout (beside its scripts), constructed as Keys(name, options)
 /// from a validated name and options and exposing at least `lock` (the key the lock lives at,
-/// which every other key shares its hash tag with) and `lease_ms` (options.lease as a script
-/// argument).
+/// which every other key shares its hash tag with): detail::mutex_scripts::keys,
+/// detail::redlock_scripts::keys, and for now detail::lock_keys (reentrant and shared).
 ///
 /// The owner-table helpers at the end serve the kinds whose owners are threads (reentrant and
 /// shared): their scripts take KEYS = {lock, fence}.
