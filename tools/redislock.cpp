@@ -255,11 +255,11 @@ struct held {
     }
   }
   std::uint64_t token() { return lock.fencing_token(); }
-  redislock::release_status release() {
+  redislock::release_status unlock_and_report() {
     if constexpr (Read) {
-      return lock.release_shared();
+      return lock.unlock_shared_and_report();
     } else {
-      return lock.release();
+      return lock.unlock_and_report();
     }
   }
 };
@@ -281,7 +281,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     token = hold.token();
   } catch (const redislock::lock_error&) {
     say("lost the lock '" + o.name + "' before the command started");
-    hold.release();
+    hold.unlock_and_report();
     return exit_lost;
   }
   const pid_t pid = spawn_in_own_group(
@@ -289,7 +289,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
                                     "REDISLOCK_LEASE_MS=" + std::to_string(o.common.lock.lease.count())}));
   if (pid < 0) {
     say("cannot run '" + o.command[0] + "': " + std::strerror(-pid));
-    hold.release();
+    hold.unlock_and_report();
     return -pid == ENOENT ? exit_not_found : exit_cannot_execute;
   }
   const char* what = o.on_lost == on_lost_action::term   ? "; sending SIGTERM to the command"
@@ -300,7 +300,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
   });
   redislock::release_status released = redislock::release_status::failed;
   try {
-    released = hold.release();
+    released = hold.unlock_and_report();
   } catch (const redislock::error& e) {
     say("could not release the lock '" + o.name + "' (its lease will run out): " + e.what());
   }

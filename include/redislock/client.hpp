@@ -39,6 +39,7 @@
 #include <redislock/errors.hpp>
 #include <redislock/eviction.hpp>
 #include <redislock/options.hpp>
+#include <redislock/stats.hpp>
 #include <redislock/watchdog.hpp>
 
 #include <atomic>

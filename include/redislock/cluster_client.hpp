@@ -42,6 +42,7 @@
 #include <redislock/detail/wait.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
+#include <redislock/stats.hpp>
 #include <redislock/reply.hpp>
 #include <redislock/watchdog.hpp>
 

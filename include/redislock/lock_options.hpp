@@ -11,6 +11,10 @@
 
 namespace redislock {
 
+/// A kind refuses, with invalid_argument and before anything is sent, an option set to
+/// something it cannot mean for it: basic_redlock (no wait queue, no release notice, masters
+/// without replicas) refuses fair, wait_lease, recheck_interval (any value but the default)
+/// and min_replicas.
 struct lock_options {
   /// How long the server keeps the lock if its holder vanishes. Must be in (0, max_lease].
   std::chrono::milliseconds lease{30000};
@@ -86,10 +90,27 @@ inline const char* to_string(release_status s) noexcept {
 
 namespace detail {
 
+/// The one check of a lease, whether options' (validate()) or given to extend(): it must be in
+/// (floor, max_lease] (floor: 0, or redlock's instance_timeout + drift), and a lease given to
+/// extend() on a lock with auto_renew (`renewing`: its options) not shorter than options().lease,
+/// since the watchdog renews on that schedule and the key would expire before its next turn.
+/// Returns the lease as a script argument. Throws invalid_argument ("<what>: ...").
+inline std::string checked_lease(std::chrono::milliseconds lease, const char* what,
+                                 const lock_options* renewing = nullptr,
+                                 std::chrono::milliseconds floor = std::chrono::milliseconds(0)) {
+  if (lease <= floor || lease > max_lease)
+    throw invalid_argument(std::string(what) + ": lease must be in (" +
+                           (floor.count() == 0 ? std::string("0") : std::to_string(floor.count()) + " ms") +
+                           ", max_lease] (max_lease: 30 days)");
+  if (renewing && renewing->auto_renew && lease < renewing->lease)
+    throw invalid_argument(std::string(what) + ": with auto_renew the lease cannot be shorter than options().lease");
+  return std::to_string(lease.count());
+}
+
+/// Checks a lock's name and options (every kind's constructor). Throws invalid_argument.
 inline void validate(std::string_view name, const lock_options& o) {
   if (name.empty()) throw invalid_argument("lock name must not be empty");
-  if (o.lease.count() <= 0) throw invalid_argument("lock lease must be positive");
-  if (o.lease > max_lease) throw invalid_argument("lock lease exceeds 30 days (max_lease)");
+  checked_lease(o.lease, "lock options");
   if (o.retry_min.count() <= 0 || o.retry_max < o.retry_min)
     throw invalid_argument("lock retry bounds must satisfy 0 < retry_min <= retry_max");
   if (o.wait_lease.count() < 3 || o.wait_lease > max_lease)

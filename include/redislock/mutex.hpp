@@ -24,6 +24,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
+#include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
@@ -51,21 +52,15 @@ struct mutex_test_access;  // tests reach private state through it (defined by a
 }
 
 template <class Client>
-class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
- public:
-  using client_type = Client;
+class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys>,
+                    public detail::timed_lockable<basic_mutex<Client>> {
+  using core = detail::lock_core<Client, detail::mutex_scripts::keys>;
 
+ public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_mutex(Client& client, std::string name, lock_options options = {})
-      : client_(client), name_(std::move(name)), options_(std::move(options)) {
-    detail::validate(name_, options_);
-    detail::require_watchdog_if_renewing<Client>(options_);
-    key_ = detail::base_key(name_, options_);
-    fence_key_ = key_ + ":fence";
-    queue_key_ = key_ + ":queue";
-    waiters_key_ = key_ + ":waiters";
-    waiter_prefix_ = key_ + ":w:";
-    channel_ = waiter_prefix_ + tokens_.id();
+      : core(client, std::move(name), std::move(options)) {
+    channel_ = keys_.waiter_prefix + tokens_.id();
     lease_ms_ = std::to_string(options_.lease.count());
     wait_lease_ms_ = std::to_string(options_.wait_lease.count());
     token_ = tokens_.next();
@@ -81,8 +76,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
-  release_status release() {
-    if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
+  release_status unlock_and_report() {
+    if (!held_.load(std::memory_order_acquire)) return this->record(release_status::not_held);
     lease_.stop();  // before the release is sent: no renewal of this hold is sent after it (watchdog.hpp)
     release_status status = release_status::failed;
     try {
@@ -94,21 +89,19 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     drop_local_hold(status);
     return status;
   }
-
-  /// Outcome of the most recent release by this object (not_held before any).
-  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+  /// The old name of unlock_and_report() (unlike std::unique_lock::release(), it unlocks).
+  [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
 
   /// Resets the lease to `lease` from now (server clock) if the lock is still ours.
   /// Returns false when the lease had already run out (the lock may be someone else's).
   /// Throws lock_error when this object does not hold the lock. false also marks it lost().
   /// With auto_renew the watchdog renews to options().lease again at its next turn.
   bool extend(std::chrono::milliseconds lease) {
-    if (lease.count() <= 0 || lease > max_lease) throw invalid_argument("extend: lease must be in (0, max_lease]");
+    const std::string ms = detail::checked_lease(lease, "extend", &options_);
     require_held("extend");
-    detail::check_extend_under_renewal(options_, lease);
-    const std::string ms = std::to_string(lease.count()), token = current_token();
-    const bool ours = client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token, ms}));
+    const std::string token = current_token();
+    const bool ours = client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {keys_.lock}, {token, ms}));
     }) == 1;
     if (!ours) mark_lost_if_current(token);
     return ours;
@@ -120,11 +113,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   std::chrono::milliseconds remaining_lease() {
     if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
     const std::string token = current_token();
-    const std::int64_t pttl = client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key_}, {token}));
-    });
-    if (pttl == -1) return max_lease;  // ours, without expiry (someone PERSISTed it)
-    return std::chrono::milliseconds(pttl > 0 ? pttl : 0);
+    return detail::to_remaining(client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {keys_.lock}, {token}));
+    }));
   }
 
   /// True when the server confirms that this object's lease is still valid (one round trip).
@@ -135,15 +126,16 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
 
   /// True when the current (or most recent) acquisition's lease was found lost: by the
-  /// watchdog (auto_renew) or by an extend() that returned false. Reset by the next acquisition.
+  /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it
+  /// gone. Reset by the next acquisition.
   /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
   bool lost() const noexcept { return lease_.lost(); }
 
   /// The fencing token of the current acquisition: strictly increasing per lock name across all
-  /// clients, in the order of the holds. Pass it to the storage you write to, which rejects any
-  /// token lower than the highest it has seen. Assigned on demand, so holders that never ask
-  /// pay nothing: the first call per acquisition is one round trip (an INCR on the server, made
-  /// only while our lease is valid), later calls return the same value without asking.
+  /// clients and lock kinds, in the order of the holds (detail/fence_scripts.hpp). Pass it to the
+  /// storage you write to, which rejects any token lower than the highest it has seen. Drawn on
+  /// the first call per hold with one round trip, only while the lease is valid, then cached:
+  /// later calls return it without asking (holders that never ask pay nothing).
   /// Throws lock_error when this object does not hold the lock, or when its lease has run out
   /// (then lost() is true: write nothing).
   std::uint64_t fencing_token() {
@@ -154,8 +146,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       if (fence_ != 0) return fence_;
       token = token_;
     }
-    const std::int64_t fence = client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {key_, fence_key_}, {token}));
+    const std::int64_t fence = client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence}, {token}));
     });
     if (fence <= 0) {
       mark_lost_if_current(token);
@@ -167,14 +159,14 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     return fence_;  // two first calls at once: both return the one that was kept
   }
 
-  const std::string& name() const noexcept { return name_; }
-  /// The Redis key holding the lock (see detail/mutex_scripts.hpp for the layout).
-  const std::string& key() const noexcept { return key_; }
-  const lock_options& options() const noexcept { return options_; }
-  Client& client() const noexcept { return client_; }
+  // name(), key(), options(), client(), last_release(): detail::lock_core.
 
  private:
   friend class detail::timed_lockable<basic_mutex>;
+  using core::client_;
+  using core::keys_;
+  using core::name_;
+  using core::options_;
 
   friend struct detail::mutex_test_access;
 
@@ -197,15 +189,8 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
       return false;
     }
     holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    detail::require_replicas(client_, options_, name_, key_, renewal(), d, [this]() noexcept { this->unlock(); });
-    if (options_.auto_renew) {
-      try {
-        start_renewal();
-      } catch (...) {
-        this->unlock();  // do not keep a lock we promised to renew
-        throw;
-      }
-    }
+    detail::require_replicas(client_, options_, name_, keys_.lock, renewal(), d, [this]() noexcept { this->unlock(); });
+    if (options_.auto_renew) this->start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
     return true;
   }
 
@@ -303,9 +288,9 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   }
 
   std::int64_t send_release() {
-    return client_.run(key_, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::release().run(c, {key_, fence_key_, queue_key_, waiters_key_},
-                                                                      {token_, waiter_prefix_}));
+    return client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(*detail::mutex_scripts::release().run(
+          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token_, keys_.waiter_prefix}));
     });
   }
 
@@ -328,11 +313,11 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     if (options_.fair) return queue_attempt("try");
     const detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
     const bool with_get = set_get_supported_.load(std::memory_order_relaxed);
-    reply_ptr r = client_.run(key_, [&](connection& c) {
+    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
       if (with_get) {
-        c.append({"SET", key_, token_, "NX", "GET", "PX", lease_ms_});
+        c.append({"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_});
       } else {
-        c.append({"SET", key_, token_, "NX", "PX", lease_ms_});
+        c.append({"SET", keys_.lock, token_, "NX", "PX", lease_ms_});
       }
       return c.read_reply();
     });
@@ -351,10 +336,10 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   attempt_result queue_attempt(std::string_view mode) {
     const detail::steady::time_point sent = detail::steady::now();
     if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
-    reply_ptr r = client_.run(key_, [&](connection& c) {
+    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
       return detail::mutex_scripts::queue_attempt().run(
-          c, {key_, fence_key_, queue_key_, waiters_key_},
-          {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, waiter_prefix_});
+          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+          {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
     });
     if (detail::as_integer(detail::element(*r, 0)) == 1) return finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));
@@ -378,23 +363,22 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   void start_renewal() {
     const detail::steady::time_point now = detail::steady::now();
     if (acquired_at_ + options_.lease - options_.lease / 3 <= now) {
-      const bool ours = client_.run(key_, [&](connection& c) {
-        return detail::as_integer(*detail::mutex_scripts::extend().run(c, {key_}, {token_, lease_ms_}));
+      const bool ours = client_.run(keys_.lock, [&](connection& c) {
+        return detail::as_integer(*detail::mutex_scripts::extend().run(c, {keys_.lock}, {token_, lease_ms_}));
       }) == 1;
       if (ours) acquired_at_ = now;
       else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
-    lease_.start(client_, options_, name_, key_, renewal(), acquired_at_);
+    lease_.start(client_, options_, name_, keys_.lock, renewal(), acquired_at_);
   }
 
   // The current acquisition's owner-checked extend (for the watchdog and min_replicas).
   detail::renewal_target renewal() const {
-    return {&detail::mutex_scripts::extend(), {key_}, {current_token(), lease_ms_}};
+    return {&detail::mutex_scripts::extend(), {keys_.lock}, {current_token(), lease_ms_}};
   }
 
   void require_held(const char* what) const {
-    if (!held_.load(std::memory_order_acquire))
-      throw lock_error(std::string(what) + ": lock '" + name_ + "' is not held by this object");
+    detail::require_held(held_.load(std::memory_order_acquire), what, name_, "this object");
   }
 
   void drop_local_hold(release_status status) noexcept {
@@ -404,20 +388,12 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
     }
     holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
     held_.store(false, std::memory_order_release);
-    record(status);
+    this->record(status);
     gate_.unlock();
   }
 
-  release_status record(release_status s) noexcept {
-    last_release_.store(s, std::memory_order_release);
-    return s;
-  }
-
-  Client& client_;
-  std::string name_;
-  lock_options options_;
   detail::token_sequence tokens_;  // used by the thread that holds gate_
-  std::string key_, fence_key_, queue_key_, waiters_key_, waiter_prefix_, channel_, lease_ms_, wait_lease_ms_;
+  std::string channel_, lease_ms_, wait_lease_ms_;
   // Our hand-off channel, subscribed on the first contended wait and kept until destruction
   // (gate holder only).
   detail::subscriber::subscription channel_subscription_;
@@ -429,7 +405,6 @@ class basic_mutex : public detail::timed_lockable<basic_mutex<Client>> {
   std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
   std::atomic<bool> set_get_supported_{true};     // false once the server refused SET NX GET (Redis < 7)
   bool waited_last_ = false;  // the last acquisition did not succeed at its first attempt (gate holder only)
-  std::atomic<release_status> last_release_{release_status::not_held};
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
   detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)
   detail::lease_keeper lease_;              // renewal and lost flag of the current acquisition

@@ -8,6 +8,7 @@
 #include <redislock/options.hpp>
 #include <redislock/connection.hpp>
 #include <redislock/script.hpp>
+#include <redislock/stats.hpp>
 #include <redislock/watchdog.hpp>
 #include <redislock/client.hpp>
 #include <redislock/cluster_client.hpp>

@@ -20,6 +20,7 @@
 /// One object is one would-be holder; threads sharing it queue locally first (as basic_mutex).
 
 #include <redislock/client.hpp>
+#include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/quorum.hpp>
@@ -58,18 +59,22 @@ struct redlock_options {
 };
 
 template <class Client>
-class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
+class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys>,
+                      public detail::timed_lockable<basic_redlock<Client>> {
+  using core = detail::lock_identity<detail::redlock_scripts::keys>;
+
  public:
   using client_type = Client;
   using steady = std::chrono::steady_clock;
 
   /// `clients`: one per master, each a different object (N >= 1; 3 or 5 are typical). The
   /// clients must outlive the lock. Throws invalid_argument for no client, the same client
-  /// twice, a bad name or lease, fair mode, or timeouts that leave no validity. Sends nothing.
+  /// twice, a bad name or lease, timeouts that leave no validity, or an option that means
+  /// nothing here: fair, wait_lease and recheck_interval (there is no server-side queue nor
+  /// release notice: waiters back off), min_replicas (masters are independent). Sends nothing.
   basic_redlock(std::vector<std::reference_wrapper<Client>> clients, std::string name, lock_options options = {},
                 redlock_options redlock = {})
-      : name_(std::move(name)), options_(std::move(options)), redlock_(redlock) {
-    detail::validate(name_, options_);
+      : core(std::move(name), std::move(options)), redlock_(redlock) {
     if (clients.empty()) throw invalid_argument("redlock: needs at least one client");
     std::vector<Client*> pointers;
     for (Client& c : clients) {
@@ -77,9 +82,13 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
         throw invalid_argument("redlock: the same client is given twice (each master needs its own)");
       pointers.push_back(&c);
     }
-    if (options_.fair) throw invalid_argument("redlock: fair mode is not supported");
-    if (options_.min_replicas > 0)
-      throw invalid_argument("redlock: min_replicas is not supported (its masters are independent, without replicas)");
+    const lock_options defaults;
+    refuse_option(options_.fair, "redlock", "fair mode", "no wait queue: waiters back off");
+    refuse_option(options_.wait_lease != defaults.wait_lease, "redlock", "wait_lease", "no wait queue");
+    refuse_option(options_.recheck_interval != defaults.recheck_interval, "redlock", "recheck_interval",
+                  "no release notice to wait for: waiters back off between retry_min and retry_max");
+    refuse_option(options_.min_replicas > 0, "redlock", "min_replicas",
+                  "its masters are independent, without replicas");
     if (!(redlock_.drift_factor >= 0 && redlock_.drift_factor < 1) || redlock_.drift_floor.count() < 0)
       throw invalid_argument("redlock: drift_factor must be in [0, 1) and drift_floor >= 0");
     if (redlock_.instance_timeout.count() < 0) throw invalid_argument("redlock: instance_timeout must not be negative");
@@ -90,8 +99,6 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
              redlock_.drift_floor;
     if (redlock_.instance_timeout + drift_ >= options_.lease)
       throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
-    key_ = detail::base_key(name_, options_);
-    fence_key_ = key_ + ":rfence";
     lease_ms_ = std::to_string(options_.lease.count());
     quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);
   }
@@ -112,7 +119,7 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
   ///                  key (or the lease was found lost before and a majority answered);
   ///   failed         neither: too few answers to tell (a master that did not answer may still
   ///                  hold our key); our keys run out with the lease.
-  release_status release() {
+  release_status unlock_and_report() {
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
     stop_renewal();
     const hold h = current();
@@ -130,9 +137,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     if (status == release_status::failed) throw_unreachable(*r, "release");
     return status;
   }
-
-  /// Outcome of the most recent release by this object (not_held before any).
-  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+  /// The old name of unlock_and_report() (unlike std::unique_lock::release(), it unlocks).
+  [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
 
   /// Resets the lease to `lease` on every master that still holds our key. True when a majority
   /// did within the validity window: the validity then restarts from this call. False when the
@@ -140,11 +146,9 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
   /// Throws lock_error when not held, connection_error (or the error reply) when fewer than a
   /// majority answered.
   bool extend(std::chrono::milliseconds lease) {
-    if (lease <= drift_ + quorum_->instance_timeout() || lease > max_lease)
-      throw invalid_argument("redlock extend: lease must be in (instance_timeout + drift, max_lease]");
+    // A lease within instance_timeout + drift would leave no validity.
+    detail::checked_lease(lease, "redlock extend", &options_, drift_ + quorum_->instance_timeout());
     require_held("extend");
-    if (options_.auto_renew && lease < options_.lease)
-      throw invalid_argument("redlock extend: with auto_renew the lease cannot be shorter than options().lease");
     return extend_hold(current(), lease);
   }
   bool extend() { return extend(options_.lease); }
@@ -156,6 +160,9 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     const auto left = current().valid_until - steady::now();
     return left.count() > 0 ? std::chrono::ceil<std::chrono::milliseconds>(left) : std::chrono::milliseconds(0);
   }
+  /// The same as validity(), under the name every kind has: the lease this lock can vouch for.
+  /// Computed locally (no round trip): the masters' own PTTLs do not add up to one lease.
+  std::chrono::milliseconds remaining_lease() const { return validity(); }
 
   /// Asks every master (one parallel round): true when a majority still holds our key, false
   /// when so many answered "not ours" that no majority can. Throws connection_error /
@@ -164,8 +171,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     if (!held_.load(std::memory_order_acquire)) return false;
     const hold h = current();
     auto r = quorum_->send(
-        key_,
-        [key = key_, token = h.token](connection& c, std::int64_t&) {
+        keys_.lock,
+        [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
           const std::int64_t pttl = detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key}, {token}));
           return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
         },
@@ -186,8 +193,9 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
 
   /// A fencing token for the current hold: any token obtained after another was obtained is
   /// strictly greater, across all objects and processes, as long as no master loses its data
-  /// (README, "Redlock" gives the argument). Two parallel rounds on the first call per hold
-  /// (read the register on a majority, raise it on a majority), the same value afterwards.
+  /// (README, "Redlock" gives the argument). Drawn on the first call per hold, only while a
+  /// majority holds our key, then cached; drawing takes two parallel rounds (read the register
+  /// on a majority, raise it on a majority) where the other kinds take one round trip.
   /// Throws lock_error when a majority no longer holds our key (then lost() is true), and
   /// connection_error when fewer than a majority answered.
   std::uint64_t fencing_token() {
@@ -198,8 +206,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     std::int64_t floor = 0;  // registers seen at or above a refused proposal
     for (int tries = 0; tries < 5; ++tries) {
       auto read = quorum_->send(
-          key_,
-          [key = key_, fence = fence_key_, token = h.token](connection& c, std::int64_t& v) {
+          keys_.lock,
+          [key = keys_.lock, fence = keys_.fence, token = h.token](connection& c, std::int64_t& v) {
             v = detail::as_integer(*detail::redlock_scripts::fence_read().run(c, {key, fence}, {token}));
             return v >= 0 ? detail::answer::yes : detail::answer::no;
           },
@@ -212,8 +220,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
         if (read->answer_of(i) == detail::answer::yes) highest = std::max(highest, read->value_of(i));
       const std::string proposed = std::to_string(highest + 1);
       auto raise = quorum_->send(
-          key_,
-          [key = key_, fence = fence_key_, token = h.token, proposed](connection& c, std::int64_t& v) {
+          keys_.lock,
+          [key = keys_.lock, fence = keys_.fence, token = h.token, proposed](connection& c, std::int64_t& v) {
             v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
             if (v == 0) return detail::answer::yes;
             return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
@@ -239,10 +247,7 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     throw lock_error("fencing_token: no majority agreed on a token for lock '" + name_ + "' (concurrent writers)");
   }
 
-  const std::string& name() const noexcept { return name_; }
-  /// The key on every master (see detail/redlock_scripts.hpp).
-  const std::string& key() const noexcept { return key_; }
-  const lock_options& options() const noexcept { return options_; }
+  // name(), key() (the key on every master), options(), last_release(): detail::lock_identity.
   const redlock_options& redlock() const noexcept { return redlock_; }
   /// Masters, and how many must agree (N/2 + 1).
   std::size_t instances() const noexcept { return quorum_->size(); }
@@ -287,14 +292,7 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       gate_.unlock();
       return false;
     }
-    if (options_.auto_renew) {
-      try {
-        start_renewal();
-      } catch (...) {
-        this->unlock();  // do not keep a lock we promised to renew
-        throw;
-      }
-    }
+    if (options_.auto_renew) start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
     return true;
   }
 
@@ -305,8 +303,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     h.token = detail::random_token();
     const steady::time_point start = steady::now();
     h.acquired = quorum_->send(
-        key_,
-        [key = key_, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
+        keys_.lock,
+        [key = keys_.lock, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
           reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
           return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
         },
@@ -340,8 +338,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
   // once queued: it must reach a master that got the acquire late.
   std::shared_ptr<detail::round> send_release(const hold& h) {
     return quorum_->send(
-        key_,
-        [key = key_, token = h.token](connection& c, std::int64_t&) {
+        keys_.lock,
+        [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
           const std::int64_t deleted =
               detail::as_integer(*detail::mutex_scripts::release_owned().run(c, {key}, {token}));
           return deleted == 1 ? detail::answer::yes : detail::answer::no;
@@ -359,8 +357,8 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
       return false;
     }
     auto r = quorum_->send(
-        key_,
-        [key = key_, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
+        keys_.lock,
+        [key = keys_.lock, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
           const std::int64_t ok = detail::as_integer(*detail::mutex_scripts::extend().run(c, {key}, {token, ms}));
           return ok == 1 ? detail::answer::yes : detail::answer::no;
         },
@@ -476,8 +474,7 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
   }
 
   void require_held(const char* what) const {
-    if (!held_.load(std::memory_order_acquire))
-      throw lock_error(std::string(what) + ": lock '" + name_ + "' is not held by this object");
+    detail::require_held(held_.load(std::memory_order_acquire), what, name_, "this object");
   }
 
   void drop_local_hold(release_status status) noexcept {
@@ -490,22 +487,14 @@ class basic_redlock : public detail::timed_lockable<basic_redlock<Client>> {
     gate_.unlock();
   }
 
-  release_status record(release_status s) noexcept {
-    last_release_.store(s, std::memory_order_release);
-    return s;
-  }
-
-  std::string name_;
-  lock_options options_;
   redlock_options redlock_;
   std::chrono::milliseconds drift_{0};
-  std::string key_, fence_key_, lease_ms_;
+  std::string lease_ms_;
   mutable std::mutex state_mutex_;
   hold hold_;  // under state_mutex_
   std::mutex fence_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false}, lost_{false};
-  std::atomic<release_status> last_release_{release_status::not_held};
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
   bool renew_stop_ = false;  // under renew_mutex_

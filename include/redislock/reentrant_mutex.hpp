@@ -27,6 +27,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
+#include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
@@ -47,29 +48,21 @@
 namespace redislock {
 
 template <class Client>
-class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mutex<Client>> {
- public:
-  using client_type = Client;
+class basic_reentrant_mutex : public detail::lock_core<Client, detail::lock_keys>,
+                              public detail::timed_lockable<basic_reentrant_mutex<Client>> {
+  using core = detail::lock_core<Client, detail::lock_keys>;
 
+ public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_reentrant_mutex(Client& client, std::string name, lock_options options = {})
-      : client_(client), name_(std::move(name)), options_(std::move(options)), keys_(name_, options_) {
-    detail::require_watchdog_if_renewing<Client>(options_);
-  }
+      : core(client, std::move(name), std::move(options)) {}
 
   basic_reentrant_mutex(const basic_reentrant_mutex&) = delete;
   basic_reentrant_mutex& operator=(const basic_reentrant_mutex&) = delete;
 
   /// Releases every hold any thread still has through this object (never throws).
   ~basic_reentrant_mutex() {
-    owners_.for_each([&](const std::string& owner, hold& h) {
-      if (h.count == 0) return;
-      h.lease->stop();
-      try {
-        run_release(owner, 0);
-      } catch (...) {  // the lease runs out on its own
-      }
-    });
+    detail::release_every_hold(owners_, [&](const std::string& owner, hold&) { run_release(owner, 0); });
   }
 
   // lock(), try_lock(), try_lock_for(), try_lock_until() and unlock() (noexcept; drops one
@@ -81,7 +74,7 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   /// calling thread's local count drops by one either way. not_held: this thread held
   /// nothing (nothing is sent); lease_expired: its lease had run out (or was found lost()).
   /// The last release (count 1 -> 0) stops the renewal before it is sent.
-  release_status release() {
+  release_status unlock_and_report() {
     return detail::release_one(
         owners_, last_release_,
         [](hold& h) {
@@ -94,17 +87,15 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
           return h.lease->outcome(run_release(owner, h.count) == 1);
         });
   }
-
-  /// Outcome of the most recent release through this object, by any thread (not_held before any).
-  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+  /// The old name of unlock_and_report() (unlike std::unique_lock::release(), it unlocks).
+  [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
 
   /// Resets the lease to `lease` from now (server clock) if the calling thread still holds
   /// the lock; false when its lease had run out (which also marks it lost()). Throws
   /// lock_error when it holds nothing.
   bool extend(std::chrono::milliseconds lease) {
-    const std::string ms = detail::lease_arg(lease, "extend");
+    const std::string ms = detail::checked_lease(lease, "extend", &options_);
     require_held("extend");
-    detail::check_extend_under_renewal(options_, lease);
     const bool ours = run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
     if (!ours) owners_.mine().lease->mark_lost();
     return ours;
@@ -119,22 +110,24 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   bool still_held() { return remaining_lease().count() > 0; }
 
   /// The calling thread's local belief (the lease may have run out; still_held() asks).
-  bool owns_lock() const { return hold_count() > 0; }
+  bool owns_lock() const noexcept { return hold_count() > 0; }
   /// How many times the calling thread has locked without unlocking.
-  std::int64_t hold_count() const { return owners_.mine().count; }
-  /// The fencing token of the calling thread's current hold, like mutex::fencing_token():
-  /// drawn on the first call per outermost hold (one round trip, only while its lease is
-  /// valid), then the same value for the nested ones. Strictly increasing per lock name across
-  /// all clients and lock kinds (detail/fence_scripts.hpp). Throws lock_error when the thread
-  /// holds nothing, or when its lease has run out (then lost() is true: write nothing).
+  std::int64_t hold_count() const noexcept { return owners_.mine().count; }
+  /// The fencing token of the calling thread's current hold: strictly increasing per lock
+  /// name across all clients and lock kinds, in the order of the holds (detail/fence_scripts.hpp).
+  /// Drawn on the first call per outermost hold with one round trip, only while its lease is
+  /// valid, then cached: later calls (and the nested holds) return it without asking. Throws
+  /// lock_error when the thread holds nothing, or when its lease has run out (then lost() is
+  /// true: write nothing).
   std::uint64_t fencing_token() {
     return detail::draw_fence(client_, keys_, owners_, detail::reentrant_scripts::fence(), name_,
                               [](hold& h) { h.lease->mark_lost(); });
   }
   /// True when the calling thread's current (or most recent) hold was found lost: by the
-  /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next outermost
+  /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it
+  /// gone. Reset by its next outermost
   /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
-  bool lost() const {
+  bool lost() const noexcept {
     const hold h = owners_.mine();
     return h.lease && h.lease->lost();
   }
@@ -142,13 +135,15 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
   /// outermost acquisitions).
   std::string owner_id() const { return owners_.owner_id(); }
 
-  const std::string& name() const noexcept { return name_; }
-  const std::string& key() const noexcept { return keys_.lock; }
-  const lock_options& options() const noexcept { return options_; }
-  Client& client() const noexcept { return client_; }
+  // name(), key(), options(), client(), last_release(): detail::lock_core.
 
  private:
   friend class detail::timed_lockable<basic_reentrant_mutex>;
+  using core::client_;
+  using core::keys_;
+  using core::last_release_;
+  using core::name_;
+  using core::options_;
 
   struct hold {
     bool idle() const noexcept { return count == 0; }
@@ -185,13 +180,7 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
     if (outermost) {
       const detail::renewal_target renewal{
           &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}};
-      detail::require_replicas(client_, options_, name_, keys_.lock, renewal, d, [this]() noexcept { this->unlock(); });
-      try {
-        h.lease->start(client_, options_, name_, keys_.lock, renewal, sent);
-      } catch (...) {
-        this->unlock();  // do not keep a lock we promised to renew
-        throw;
-      }
+      this->start_hold(*h.lease, renewal, d, sent, [this]() noexcept { this->unlock(); });
     }
     return true;
   }
@@ -204,17 +193,9 @@ class basic_reentrant_mutex : public detail::timed_lockable<basic_reentrant_mute
     return detail::run_integer(client_, keys_, s, args);
   }
 
-  void require_held(const char* what) const {
-    if (hold_count() == 0)
-      throw lock_error(std::string(what) + ": reentrant lock '" + name_ + "' is not held by this thread");
-  }
+  void require_held(const char* what) const { detail::require_held(hold_count() > 0, what, name_, "this thread"); }
 
-  Client& client_;
-  std::string name_;
-  lock_options options_;
-  detail::lock_keys keys_;
   detail::owner_table<hold> owners_;
-  std::atomic<release_status> last_release_{release_status::not_held};
 };
 
 using reentrant_mutex = basic_reentrant_mutex<client>;

@@ -46,6 +46,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
+#include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
 #include <redislock/detail/shared_scripts.hpp>
@@ -67,36 +68,28 @@
 namespace redislock {
 
 template <class Client>
-class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Client>>,
+class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
+                           public detail::timed_lockable<basic_shared_mutex<Client>>,
                            public detail::shared_timed_lockable<basic_shared_mutex<Client>> {
- public:
-  using client_type = Client;
+  using core = detail::lock_core<Client, detail::lock_keys>;
 
+ public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_shared_mutex(Client& client, std::string name, lock_options options = {})
-      : client_(client),
-        name_(std::move(name)),
-        options_(std::move(options)),
-        keys_(name_, options_),
+      : core(client, std::move(name), std::move(options)),
         // Outlasts the waiting writer's sleep between attempts comfortably: marker / 3 on a
         // subscription, at most retry_max when it falls back to backoff.
         marker_(std::max(options_.wait_lease, 3 * options_.retry_max + std::chrono::milliseconds(100))),
-        marker_ms_(std::to_string(marker_.count())) {
-    detail::require_watchdog_if_renewing<Client>(options_);
-  }
+        marker_ms_(std::to_string(marker_.count())) {}
 
   basic_shared_mutex(const basic_shared_mutex&) = delete;
   basic_shared_mutex& operator=(const basic_shared_mutex&) = delete;
 
   /// Releases every hold any thread still has through this object (never throws).
   ~basic_shared_mutex() {
-    owners_.for_each([&](const std::string& owner, hold& h) {
-      if (h.lease) h.lease->write.stop(), h.lease->read.stop();
-      try {
-        if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
-        if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
-      } catch (...) {  // the leases run out on their own
-      }
+    detail::release_every_hold(owners_, [&](const std::string& owner, hold& h) {
+      if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
+      if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
     });
   }
 
@@ -110,7 +103,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked.
   /// lease_expired: the write hold's lease had run out (or was found lost()).
-  release_status release() {
+  release_status unlock_and_report() {
     return release_side(
         [](hold& h) {
           const bool had = h.writing;
@@ -122,6 +115,8 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
           return h.lease->write.outcome(run_integer(detail::shared_scripts::release(), {owner, keys_.channel}) == 1);
         });
   }
+  /// The old name of unlock_and_report() (unlike std::unique_lock::release(), it unlocks).
+  [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
 
   // --- read side (shared) ---
 
@@ -132,7 +127,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
 
   /// Like unlock_shared(), but returns the outcome and throws when Redis could not be asked.
   /// lease_expired: the read hold's lease had run out (or was found lost_shared()).
-  release_status release_shared() {
+  release_status unlock_shared_and_report() {
     return release_side(
         [](hold& h) {
           if (h.reads == 0) return false;
@@ -145,9 +140,12 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
                                                    {owner, keys_.channel, std::to_string(h.reads)}) == 1);
         });
   }
+  /// The old name of unlock_shared_and_report().
+  [[deprecated("use unlock_shared_and_report()")]] release_status release_shared() {
+    return unlock_shared_and_report();
+  }
 
-  /// Outcome of the most recent release (either side) through this object, by any thread.
-  release_status last_release() const noexcept { return last_release_.load(std::memory_order_acquire); }
+  // last_release() (detail::lock_core): the most recent release, either side, by any thread.
 
   // --- leases ---
 
@@ -168,39 +166,43 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   // --- the calling thread's local view ---
 
   /// The calling thread writes (its local belief; still_held() asks the server).
-  bool owns_lock() const { return owners_.mine().writing; }
+  bool owns_lock() const noexcept { return owners_.mine().writing; }
   /// The calling thread holds at least one read hold.
-  bool owns_shared() const { return owners_.mine().reads > 0; }
+  bool owns_shared() const noexcept { return owners_.mine().reads > 0; }
   /// The calling thread's nested read holds.
-  std::int64_t shared_count() const { return owners_.mine().reads; }
-  /// The fencing token of the calling thread's current holds: drawn on the first call (one
-  /// round trip, only while one of its leases is valid) and kept until its holds all end;
-  /// strictly increasing per lock name across all clients and lock kinds
-  /// (detail/fence_scripts.hpp). Throws lock_error when the thread holds nothing, or when its
-  /// leases have run out (then lost() or lost_shared() is true: write nothing).
+  std::int64_t shared_count() const noexcept { return owners_.mine().reads; }
+  /// The fencing token of the calling thread's current holds (either side): strictly
+  /// increasing per lock name across all clients and lock kinds, in the order of the holds
+  /// (detail/fence_scripts.hpp). Drawn on the first call per hold with one round trip, only
+  /// while one of its leases is valid, then cached until its holds all end. Throws lock_error
+  /// when the thread holds nothing, or when its leases have run out (then lost() or
+  /// lost_shared() is true: write nothing).
   std::uint64_t fencing_token() {
     return detail::draw_fence(client_, keys_, owners_, detail::shared_scripts::fence(), name_,
                               [](hold& h) { (h.writing ? h.lease->write : h.lease->read).mark_lost(); });
   }
   /// True when the calling thread's current (or most recent) write hold was found lost: by the
-  /// watchdog (auto_renew) or by an extend() that returned false. Reset by its next write
+  /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it
+  /// gone. Reset by its next write
   /// acquisition. A lost hold is still released with unlock() (it reports lease_expired).
-  bool lost() const { return side_lost(&leases::write); }
+  bool lost() const noexcept { return side_lost(&leases::write); }
   /// The same for the calling thread's read hold (extend_shared(); reset by its next
   /// outermost lock_shared()).
-  bool lost_shared() const { return side_lost(&leases::read); }
+  bool lost_shared() const noexcept { return side_lost(&leases::read); }
   /// The calling thread's owner id, as stored in the lock's hash (a new one once all of its
   /// holds ended: detail/owners.hpp).
   std::string owner_id() const { return owners_.owner_id(); }
 
-  const std::string& name() const noexcept { return name_; }
-  const std::string& key() const noexcept { return keys_.lock; }
-  const lock_options& options() const noexcept { return options_; }
-  Client& client() const noexcept { return client_; }
+  // name(), key(), options(), client(), last_release(): detail::lock_core.
 
  private:
   friend class detail::timed_lockable<basic_shared_mutex>;
   friend class detail::shared_timed_lockable<basic_shared_mutex>;
+  using core::client_;
+  using core::keys_;
+  using core::last_release_;
+  using core::name_;
+  using core::options_;
 
   // The renewal and lost flag of each side of one owner's holds (separate leases).
   struct leases {
@@ -277,13 +279,7 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
       };
       const detail::renewal_target renewal{
           &detail::shared_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.channel, keys_.lease_ms, side}};
-      detail::require_replicas(client_, options_, name_, keys_.lock, renewal, d, drop);
-      try {
-        began->start(client_, options_, name_, keys_.lock, renewal, sent);
-      } catch (...) {
-        drop();  // do not keep a hold we promised to renew
-        throw;
-      }
+      this->start_hold(*began, renewal, d, sent, drop);
     }
     return true;
   }
@@ -294,19 +290,17 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
   }
 
   bool renew(std::chrono::milliseconds lease, bool write) {
-    const std::string ms = detail::lease_arg(lease, write ? "extend" : "extend_shared");
-    detail::check_extend_under_renewal(options_, lease);
+    const char* what = write ? "extend" : "extend_shared";
+    const std::string ms = detail::checked_lease(lease, what, &options_);
     const hold h = owners_.mine();
-    if (write ? !h.writing : h.reads == 0)
-      throw lock_error(std::string(write ? "extend" : "extend_shared") + ": shared lock '" + name_ +
-                       "' is not held on that side by this thread");
+    detail::require_held(write ? h.writing : h.reads > 0, what, name_, "this thread on that side");
     const bool ours = run_integer(detail::shared_scripts::extend(),
                                   {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
     if (!ours) (write ? h.lease->write : h.lease->read).mark_lost();
     return ours;
   }
 
-  bool side_lost(detail::lease_keeper leases::*side) const {
+  bool side_lost(detail::lease_keeper leases::*side) const noexcept {
     const hold h = owners_.mine();
     return h.lease && (h.lease.get()->*side).lost();
   }
@@ -321,14 +315,9 @@ class basic_shared_mutex : public detail::timed_lockable<basic_shared_mutex<Clie
     return detail::run_integer(client_, keys_, s, args);
   }
 
-  Client& client_;
-  std::string name_;
-  lock_options options_;
-  detail::lock_keys keys_;
   std::chrono::milliseconds marker_;  // how long a waiting writer's marker lasts (see the file comment)
   std::string marker_ms_;
   detail::owner_table<hold> owners_;
-  std::atomic<release_status> last_release_{release_status::not_held};
 };
 
 using shared_mutex = basic_shared_mutex<client>;

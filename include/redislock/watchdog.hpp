@@ -39,6 +39,7 @@
 #include <redislock/errors.hpp>
 #include <redislock/reply.hpp>
 #include <redislock/script.hpp>
+#include <redislock/stats.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -57,20 +58,6 @@
 #include <vector>
 
 namespace redislock {
-
-/// Counters of one watchdog (a snapshot; see watchdog::stats()).
-struct watchdog_stats {
-  std::uint64_t ticks = 0;                 ///< wake-ups that found renewals due (a tick drains all of them)
-  std::uint64_t batches = 0;               ///< pipelines sent (one round trip each)
-  std::uint64_t renewals = 0;              ///< leases renewed (the script answered 1)
-  std::uint64_t failures = 0;              ///< renewals not answered 1 or 0 (connection errors, error replies)
-  std::uint64_t lost = 0;                  ///< leases found lost
-  std::size_t registered = 0;              ///< locks currently renewed
-  std::size_t in_flight = 0;               ///< renewals sent (or about to be) and not yet answered
-  std::chrono::microseconds last_tick{0};  ///< duration of the latest finished tick
-  std::chrono::microseconds max_tick{0};   ///< longest tick so far
-  std::chrono::microseconds max_late{0};   ///< worst delay of a renewal's send after its due time (lease/3)
-};
 
 /// What a lock kind hands the watchdog to renew one acquisition.
 struct renewal_request {

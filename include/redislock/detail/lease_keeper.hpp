@@ -42,13 +42,6 @@ void require_watchdog_if_renewing(const lock_options& o) {
   }
 }
 
-/// With auto_renew the watchdog renews on the schedule of options().lease: a shorter manual
-/// extend() would let the key expire before the next renewal, so it is refused.
-inline void check_extend_under_renewal(const lock_options& o, std::chrono::milliseconds lease) {
-  if (o.auto_renew && lease < o.lease)
-    throw invalid_argument("extend: with auto_renew the lease cannot be shorter than options().lease");
-}
-
 /// What the watchdog needs to renew one hold: its owner-checked extend script (replies 1
 /// renewed, 0 not ours) with its KEYS and ARGV.
 struct renewal_target {

@@ -3,9 +3,11 @@
 /// @brief The standard Lockable / TimedLockable (and shared) member functions, written once.
 ///
 /// A lock class derives from timed_lockable<Self> (and shared_timed_lockable<Self>) and
-/// provides acquire(deadline) / release() (and acquire_shared / release_shared): acquire
-/// returns true when it got the lock before the deadline (none: wait forever), release
-/// returns a release_status and may throw. Both may be private if the mixin is a friend.
+/// provides acquire(deadline) / unlock_and_report() (and acquire_shared /
+/// unlock_shared_and_report()): acquire returns true when it got the lock before the deadline
+/// (none: wait forever), unlock_and_report returns a release_status and may throw. acquire
+/// may be private if the mixin is a friend. unlock() and unlock_shared() are the noexcept
+/// wrappers of the reporting ones, written here once for every kind.
 
 #include <redislock/detail/wait.hpp>
 
@@ -39,9 +41,9 @@ class timed_lockable {
   /// not_held, or failed (Redis unreachable: the lease runs out on its own).
   void unlock() noexcept {
     try {
-      self().release();
+      self().unlock_and_report();
     } catch (...) {
-      // release() has recorded release_status::failed and dropped the local hold.
+      // unlock_and_report() has recorded release_status::failed and dropped the local hold.
     }
   }
 
@@ -68,7 +70,7 @@ class shared_timed_lockable {
   /// Drops one shared hold. Never throws; the outcome is kept in last_release().
   void unlock_shared() noexcept {
     try {
-      self().release_shared();
+      self().unlock_shared_and_report();
     } catch (...) {
     }
   }

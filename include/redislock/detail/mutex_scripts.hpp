@@ -41,11 +41,24 @@
 
 #include <redislock/detail/fence_scripts.hpp>
 #include <redislock/detail/notify_lua.hpp>
+#include <redislock/lock_options.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
+#include <string_view>
 
 namespace redislock::detail::mutex_scripts {
+
+/// The keys of one mutex, as in the layout above (waiter_prefix: the channels' "P{N}:w:").
+struct keys {
+  keys(std::string_view name, const lock_options& o)
+      : lock(base_key(name, o)),
+        fence(lock + ":fence"),
+        queue(lock + ":queue"),
+        waiters(lock + ":waiters"),
+        waiter_prefix(lock + ":w:") {}
+  std::string lock, fence, queue, waiters, waiter_prefix;
+};
 
 /// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
 /// hand_off(prefix, take_self[, popped]) gives a free lock to the first live waiter and returns

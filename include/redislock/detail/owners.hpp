@@ -12,19 +12,17 @@
 /// that name and changes nothing. The name changes only once the thread holds nothing, never
 /// after an acquisition that failed: an attempt whose reply was lost is still recognised as
 /// the thread's own by the next attempt, as for the mutex's token.
+///
+/// Only the bookkeeping of owners lives here; the kinds' shared skeleton (and the helpers that
+/// run their scripts) is in detail/lock_core.hpp.
 
-#include <redislock/connection.hpp>
 #include <redislock/detail/random.hpp>
-#include <redislock/lock_options.hpp>
-#include <redislock/reply.hpp>
-#include <redislock/script.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,29 +34,6 @@ inline std::uint64_t thread_serial() noexcept {
   static std::atomic<std::uint64_t> next{1};
   thread_local const std::uint64_t serial = next.fetch_add(1, std::memory_order_relaxed);
   return serial;
-}
-
-/// The keys of one lock (layout in detail/*_scripts.hpp). Validates name and options.
-struct lock_keys {
-  lock_keys(std::string_view name, const lock_options& o)
-      : lock((validate(name, o), base_key(name, o))),
-        fence(lock + ":fence"),
-        channel(lock + ":released"),
-        lease_ms(std::to_string(o.lease.count())) {}
-  std::string lock, fence, channel, lease_ms;
-};
-
-/// Checks an explicit lease (extend) and returns it as a script argument.
-inline std::string lease_arg(std::chrono::milliseconds lease, const char* what) {
-  if (lease.count() <= 0 || lease > max_lease)
-    throw invalid_argument(std::string(what) + ": lease must be in (0, max_lease]");
-  return std::to_string(lease.count());
-}
-
-/// A remaining-lease script reply (ms; -1 no expiry; -2 not ours) as a duration.
-inline std::chrono::milliseconds to_remaining(std::int64_t ms) noexcept {
-  if (ms == -1) return max_lease;
-  return std::chrono::milliseconds(ms > 0 ? ms : 0);
 }
 
 /// Tells every owner table when a thread that used it exits (see owner_table).
@@ -166,69 +141,5 @@ class owner_table : private thread_exits::listener {
   mutable std::mutex m_;
   std::unordered_map<std::uint64_t, entry> states_;
 };
-
-/// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
-template <class Client>
-std::int64_t run_integer(Client& client, const lock_keys& k, const script& s,
-                         std::initializer_list<std::string_view> args) {
-  return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
-}
-
-/// Runs a lock script with KEYS = {lock, fence}; the reply is a pair of integers.
-template <class Client>
-std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& k, const script& s,
-                                               std::initializer_list<std::string_view> args) {
-  return client.run(k.lock, [&](connection& c) {
-    reply_ptr r = s.run(c, {k.lock, k.fence}, args);
-    return std::pair{as_integer(element(*r, 0)), as_integer(element(*r, 1))};
-  });
-}
-
-/// The fencing token of the calling thread's current hold: drawn from the lock's counter on
-/// the first call per hold (one round trip, script `s` with ARGV owner, channel; it replies 0
-/// when the owner holds nothing on the server) and kept in State::fence until the thread's
-/// holds all end. Throws lock_error when the thread holds nothing, or when its lease has run
-/// out (after on_lost(state): write nothing then).
-template <class Client, class State, class OnLost>
-std::uint64_t draw_fence(Client& client, const lock_keys& k, owner_table<State>& owners, const script& s,
-                         const std::string& name, OnLost&& on_lost) {
-  State h = owners.mine();
-  if (h.idle()) throw lock_error("fencing_token: lock '" + name + "' is not held by this thread");
-  if (h.fence != 0) return h.fence;
-  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), k.channel});
-  if (fence <= 0) {
-    on_lost(h);
-    throw lock_error("fencing_token: the lease on lock '" + name + "' has run out");
-  }
-  h = owners.mine();  // only this thread changes its own state: the same hold
-  h.fence = static_cast<std::uint64_t>(fence);
-  owners.set_mine(h);
-  return h.fence;
-}
-
-/// Records a release outcome in an atomic and returns it.
-inline release_status record(std::atomic<release_status>& last, release_status s) noexcept {
-  last.store(s, std::memory_order_release);
-  return s;
-}
-
-/// Drops one local hold of the calling thread and asks the server to drop it too; the outcome
-/// is recorded in `last`. drop(state&) returns false when there was no hold (nothing is sent);
-/// send(owner, state) runs the release script and returns released or lease_expired (see
-/// lease_keeper::outcome). Throws what send throws (after recording release_status::failed);
-/// the local hold is gone either way.
-template <class State, class Drop, class Send>
-release_status release_one(owner_table<State>& owners, std::atomic<release_status>& last, Drop&& drop, Send&& send) {
-  State s = owners.mine();
-  if (!drop(s)) return record(last, release_status::not_held);
-  const std::string owner = owners.owner_id();  // the hold's name, before set_mine may renew it
-  owners.set_mine(s);
-  try {
-    return record(last, send(owner, s));
-  } catch (...) {
-    record(last, release_status::failed);
-    throw;
-  }
-}
 
 }  // namespace redislock::detail

@@ -17,9 +17,19 @@
 ///   check    mutex_scripts::remaining()       our PTTL, -2 when not ours
 ///   fencing  fence_read() on all, then fence_raise() on all (see basic_redlock::fencing_token)
 
+#include <redislock/lock_options.hpp>
 #include <redislock/script.hpp>
 
+#include <string>
+#include <string_view>
+
 namespace redislock::detail::redlock_scripts {
+
+/// The keys of one redlock on each server, as in the layout above.
+struct keys {
+  keys(std::string_view name, const lock_options& o) : lock(base_key(name, o)), fence(lock + ":rfence") {}
+  std::string lock, fence;
+};
 
 /// KEYS: lock, fence. ARGV: token.
 /// Reply: this server's fencing register (0 when unset) while the lock here is ours; -1 when not.

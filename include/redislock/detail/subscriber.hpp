@@ -11,8 +11,8 @@
 /// thread-to-thread wake-up, which is most of a hand-off's latency; and the role passes to the
 /// longest waiting thread, the one a FIFO release is most likely to serve next. Requests
 /// (SUBSCRIBE/UNSUBSCRIBE) go through a queue; an eventfd interrupts the reader's poll() to
-/// send them, so no lock is held across I/O. Connecting is done by a short-lived thread, so a
-/// waiter's deadline holds however slow the server is to answer. While nobody waits nobody
+/// send them (the Linux I/O: detail/socket_wait.hpp), so no lock is held across I/O. Connecting is done by a
+/// short-lived thread, so a waiter's deadline holds however slow the server is to answer. While nobody waits nobody
 /// reads: the socket buffers what comes, and it is read (and a dropped connection noticed)
 /// before a subscription is next trusted.
 ///
@@ -44,20 +44,17 @@
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/fork_guard.hpp>
+#include <redislock/detail/socket_wait.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/options.hpp>
 #include <redislock/reply.hpp>
-
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
+#include <redislock/stats.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <ctime>
 #include <deque>
 #include <functional>
 #include <list>
@@ -70,27 +67,7 @@
 #include <utility>
 #include <vector>
 
-namespace redislock {
-
-/// Counters of how waiting locks of one client were woken (client::wait_stats()).
-struct wait_stats {
-  std::uint64_t subscriptions = 0;       ///< channels subscribed (SUBSCRIBE confirmed)
-  std::uint64_t subscribe_failures = 0;  ///< SUBSCRIBE refused or connection lost/unavailable
-  std::uint64_t wakeups = 0;             ///< waits ended by a release notification
-  std::uint64_t fallback_waits = 0;      ///< acquisitions that waited with backoff instead
-  std::uint64_t moved = 0;               ///< sharded subscriptions the server ended (slot moved) or MOVED
-
-  wait_stats& operator+=(const wait_stats& o) noexcept {
-    subscriptions += o.subscriptions;
-    subscribe_failures += o.subscribe_failures;
-    wakeups += o.wakeups;
-    fallback_waits += o.fallback_waits;
-    moved += o.moved;
-    return *this;
-  }
-};
-
-namespace detail {
+namespace redislock::detail {
 
 class subscriber {
   struct channel_state {
@@ -209,10 +186,7 @@ class subscriber {
       : options_(std::move(options)),
         retry_after_(retry_after),
         sharded_(m == mode::sharded),
-        on_moved_(std::move(on_moved)) {
-    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_fd_ < 0) throw connection_error("subscriber: eventfd failed");
-  }
+        on_moved_(std::move(on_moved)) {}
   subscriber(const subscriber&) = delete;
   subscriber& operator=(const subscriber&) = delete;
 
@@ -229,7 +203,6 @@ class subscriber {
     g.unlock();
     if (connector_.joinable()) connector_.join();
     conn_.reset();
-    ::close(wake_fd_);
   }
 
   /// Registers on `channel` and waits (until `d`, and at most connect + 3 × command timeout) for
@@ -422,8 +395,8 @@ class subscriber {
     }
     g.unlock();
     bool readable = false, woken = false;
-    bool ok = wait_io(*conn_, t, readable, woken);
-    if (woken) drain_wake();
+    bool ok = wait_readable(conn_->native_handle()->fd, wake_, t, readable, woken);
+    if (woken) wake_.drain();
     if (ok && readable) ok = redisBufferRead(conn_->native_handle()) == REDIS_OK;
     g.lock();
     try {
@@ -482,10 +455,7 @@ class subscriber {
     if (reading_) wake();  // the reader may be in poll()
   }
 
-  void wake() noexcept {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
-  }
+  void wake() noexcept { wake_.wake(); }
 
   // Fails every subscription (their waiters back off or join again), forgets the channels and
   // closes the connection. refuse: new subscriptions are refused for retry_after (the server
@@ -515,37 +485,7 @@ class subscriber {
       const std::size_t lens[2] = {v.size(), r.channel.size()};
       if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) return false;
     }
-    int done = batch.empty();
-    while (!done)
-      if (redisBufferWrite(ctx, &done) != REDIS_OK) return false;
-    return true;
-  }
-
-  // Blocks until the socket is readable, t, or wake() (a request to send, or the destructor).
-  bool wait_io(connection& c, steady::time_point t, bool& readable, bool& woken) {
-    pollfd p[2] = {{c.native_handle()->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    for (;;) {
-      timespec ts{}, *timeout = nullptr;
-      if (t != steady::time_point::max()) {
-        const auto left = std::max(steady::duration::zero(), t - steady::now());
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-        ts.tv_sec = static_cast<time_t>(ns / 1000000000);
-        ts.tv_nsec = static_cast<long>(ns % 1000000000);
-        timeout = &ts;
-      }
-      int n = ::ppoll(p, 2, timeout, nullptr);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return false;
-      break;
-    }
-    readable = (p[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0;
-    woken = (p[1].revents & POLLIN) != 0;
-    return (p[0].revents & POLLNVAL) == 0;
-  }
-
-  void drain_wake() noexcept {
-    std::uint64_t n;
-    [[maybe_unused]] ssize_t r = ::read(wake_fd_, &n, sizeof n);
+    return batch.empty() || flush_output(ctx);
   }
 
   // The command (and the reply's first element) of a request: "SUBSCRIBE", "sunsubscribe", ...
@@ -649,9 +589,8 @@ class subscriber {
   bool stopping_ = false;
   steady::time_point refuse_until_{};
   wait_stats stats_;
-  int wake_fd_ = -1;
+  wake_event wake_;
   fork_guard forked_;
 };
 
-}  // namespace detail
-}  // namespace redislock
+}  // namespace redislock::detail
