@@ -48,6 +48,9 @@ struct lock_keys {
   std::string lock, fence, channel, lease_ms;
 };
 
+/// The second argument draw_fence() sends to a kind's fence script (found by ADL for other keys types).
+inline std::string_view fence_arg(const lock_keys& k) noexcept { return k.channel; }
+
 /// Checks an explicit lease (extend) and returns it as a script argument.
 inline std::string lease_arg(std::chrono::milliseconds lease, const char* what) {
   if (lease.count() <= 0 || lease > max_lease)
@@ -141,6 +144,13 @@ class owner_table : private thread_exits::listener {
     if (!e.state.idle() && s.idle()) ++e.generation;
     e.state = s;
   }
+  /// The calling thread gave up a wait while it holds nothing: its next acquisition gets a new
+  /// owner name, so nothing meant for the abandoned one (a hand-off still on its way) matches it.
+  void next_generation() {
+    std::lock_guard<std::mutex> g(m_);
+    entry& e = states_[thread_serial()];
+    if (e.state.idle()) ++e.generation;
+  }
   /// f(owner name, state&) for every thread's state (under the table's lock).
   template <class F>
   void for_each(F&& f) {
@@ -168,15 +178,14 @@ class owner_table : private thread_exits::listener {
 };
 
 /// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
-template <class Client>
-std::int64_t run_integer(Client& client, const lock_keys& k, const script& s,
-                         std::initializer_list<std::string_view> args) {
+template <class Client, class Keys>
+std::int64_t run_integer(Client& client, const Keys& k, const script& s, std::initializer_list<std::string_view> args) {
   return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
 }
 
 /// Runs a lock script with KEYS = {lock, fence}; the reply is a pair of integers.
-template <class Client>
-std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& k, const script& s,
+template <class Client, class Keys>
+std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const Keys& k, const script& s,
                                                std::initializer_list<std::string_view> args) {
   return client.run(k.lock, [&](connection& c) {
     reply_ptr r = s.run(c, {k.lock, k.fence}, args);
@@ -189,13 +198,13 @@ std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& 
 /// when the owner holds nothing on the server) and kept in State::fence until the thread's
 /// holds all end. Throws lock_error when the thread holds nothing, or when its lease has run
 /// out (after on_lost(state): write nothing then).
-template <class Client, class State, class OnLost>
-std::uint64_t draw_fence(Client& client, const lock_keys& k, owner_table<State>& owners, const script& s,
+template <class Client, class Keys, class State, class OnLost>
+std::uint64_t draw_fence(Client& client, const Keys& k, owner_table<State>& owners, const script& s,
                          const std::string& name, OnLost&& on_lost) {
   State h = owners.mine();
   if (h.idle()) throw lock_error("fencing_token: lock '" + name + "' is not held by this thread");
   if (h.fence != 0) return h.fence;
-  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), k.channel});
+  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), fence_arg(k)});
   if (fence <= 0) {
     on_lost(h);
     throw lock_error("fencing_token: the lease on lock '" + name + "' has run out");
