@@ -332,7 +332,9 @@ TEST_F(ReentrantTest, AReleaseWakesOnlyTheHeadAndWaitingSendsNoCommands) {
   // The hold: waiters notified only (retry_max 100 ms would poll a dozen times meanwhile).
   std::this_thread::sleep_for(milliseconds(1500));
   EXPECT_EQ(redislock_test::command_calls(*admin, "evalsha"), 0) << "a waiter polled during the hold";
-  const std::string head = std::string(admin->command({"ZRANGE", holder.key() + ":rqueue", "0", "0"})->element[0]->str);
+  reply_ptr first = admin->command({"ZRANGE", holder.key() + ":rqueue", "0", "0"});
+  ASSERT_EQ(first->elements, 1u);
+  const std::string head(first->element[0]->str, first->element[0]->len);
   holder.unlock();
   EXPECT_EQ(fields(*admin, holder.key()), handed_to(head)) << "the release script handed the lock over";
   ASSERT_TRUE(redislock_test::eventually([&] { return clients[0]->wait_stats().wakeups == 1; }));

@@ -17,8 +17,12 @@
 /// a waiting thread waits on Redis like a waiter in another process.) A thread that unlocks a
 /// lock it does not hold changes nothing; unlock() records release_status::not_held.
 ///
-/// Waiting does not poll: like redislock::mutex, a waiter sleeps on the release channel until
-/// the last hold goes (published) or the holder's lease runs out (detail/wake_wait.hpp).
+/// Waiting does not poll, exactly as for redislock::mutex: a waiting thread subscribes to its
+/// own channel (kept between its waits), queues on the server and sleeps; the release that
+/// brings the count to zero hands the lock straight to the longest waiting live waiter, which
+/// alone is told (no race, no extra round trip). A waiter also wakes when the holder's lease
+/// runs out; with lock_options::fair such a lock goes to the head of the queue too, and
+/// try_lock() never jumps the queue (detail/reentrant_scripts.hpp, detail/wake_wait.hpp).
 ///
 /// With lock_options::auto_renew the client's watchdog renews each owner's lease from its
 /// outermost lock() (count 0 -> 1) until its last unlock() (count 1 -> 0): one renewal per
