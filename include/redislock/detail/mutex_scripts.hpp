@@ -70,7 +70,7 @@ local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
 /// Reply: {1, 0} acquired; {0, pttl} not acquired: the holder's remaining lease in ms
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
-  // Joining: GET, PTTL, then detail/queue_lua.hpp's join.
+  // Joining: GET, then detail/queue_lua.hpp's queue_not_acquired_lua().
   static const script s(hand_off_lua() + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
@@ -80,15 +80,7 @@ if holder == false or holder == token then
   redis.call('SET', lock, token, 'PX', lease)
   return {1, 0}
 end
-local pttl = redis.call('PTTL', lock)
-if mode == 'wait' then
-)lua" + queue_join_lua() +
-                        R"lua(
-elseif mode == 'leave' then
-  forget(token)
-end
-return {0, pttl}
-)lua");
+)lua" + queue_not_acquired_lua());
   return s;
 }
 

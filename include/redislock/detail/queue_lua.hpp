@@ -71,15 +71,17 @@ end
 )lua";
 }
 
-/// The "wait" mode of a queue attempt (both kinds), after the lock was found held by another:
-/// join the queue, keeping our place, and refresh it: it now lapses wait_lease after the
-/// holder's lease ends (the waiter wakes when that lease ends anyway, so waiting behind a
-/// holder costs no refreshes). Needs the locals of queue_lua() plus pttl (the holder's PTTL)
-/// and wait_lease (ms, a number), lease (the caller's lease ms).
-/// Calls: TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only; a refresh asks ZSCORE
-/// instead), PTTL of the queue; both PEXPIREs only when the queue would lapse before this place.
-inline const char* queue_join_lua() {
+/// The end of a queue attempt (both kinds) that found the lock held by another: replies
+/// {0, the holder's PTTL}; mode "wait" joins the queue first, keeping our place, and refreshes
+/// it: it now lapses wait_lease after the holder's lease ends (the waiter wakes when that lease
+/// ends anyway, so waiting behind a holder costs no refreshes); mode "leave" leaves it. Needs
+/// the locals of queue_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
+/// Joining: PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only; a refresh asks
+/// ZSCORE instead), PTTL of the queue; both PEXPIREs only when the queue would lapse before this place.
+inline const char* queue_not_acquired_lua() {
   return R"lua(
+local pttl = redis.call('PTTL', lock)
+if mode == 'wait' then
   -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
   local place = (pttl >= 0 and pttl or 1000) + wait_lease
   -- A new field means a new waiter. A refresh checks the queue too (ZSCORE, refreshes only):
@@ -96,6 +98,10 @@ inline const char* queue_join_lua() {
     redis.call('PEXPIRE', queue, place + wait_lease)
     redis.call('PEXPIRE', waiters, place + wait_lease)
   end
+elseif mode == 'leave' then
+  forget(token)
+end
+return {0, pttl}
 )lua";
 }
 

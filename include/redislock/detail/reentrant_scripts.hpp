@@ -126,15 +126,7 @@ if not other then
   redis.call('PEXPIRE', lock, lease)
   return {1, 0}
 end
-local pttl = redis.call('PTTL', lock)
-if mode == 'wait' then
-)lua" + queue_join_lua() +
-                        R"lua(
-elseif mode == 'leave' then
-  forget(token)
-end
-return {0, pttl}
-)lua");
+)lua" + queue_not_acquired_lua());
   return s;
 }
 
