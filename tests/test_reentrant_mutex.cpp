@@ -431,7 +431,7 @@ TEST_F(ReentrantTest, AWaiterThatTimedOutLeavesTheQueue) {
   reentrant_mutex quitter(quitter_client, "giveup", fair_options());
   reentrant_mutex next(next_client, "giveup", fair_options());
   holder.lock();
-  auto gave_up = std::async(std::launch::async, [&] { return quitter.try_lock_for(milliseconds(400)); });
+  auto gave_up = std::async(std::launch::async, [&] { return quitter.try_lock_for(milliseconds(1500)); });
   ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
   auto waited = std::async(std::launch::async, [&] {
     const bool got = next.try_lock_for(seconds(20));
