@@ -2,6 +2,7 @@
 // threads and processes, stale releases, wrong kinds, guards and round-trip counts.
 #include "eventually.hpp"
 #include "process.hpp"
+#include "redis_server.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
@@ -612,6 +613,44 @@ TEST_F(ReentrantTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
   holder.unlock();
   ASSERT_EQ(waited.wait_for(seconds(40)), std::future_status::ready);
   EXPECT_EQ(waited.get(), std::vector<bool>(5, true)) << "acquired, not lost, held, renewed, not lost, released";
+}
+
+// As for the mutex (test_wakeups.cpp): a release counts the listeners on its own server only,
+// so a waiter queued on the master but listening on a replica (a stale topology after a
+// failover) is dropped, never sent a hand-off the release did not count on (a double grant).
+TEST_F(ReentrantTest, AHandOffIsNeverSentToAWaiterListeningOnAReplica) {
+  redislock_test::redis_server replica({"--replicaof", "127.0.0.1", std::to_string(server->port())});
+  connection on_replica(replica.options());
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        reply_ptr r = on_replica.command({"INFO", "replication"});
+        return std::string(r->str, r->len).find("master_link_status:up") != std::string::npos;
+      },
+      seconds(20)));
+  for (const std::string verb : {"SUBSCRIBE", "SSUBSCRIBE"}) {
+    SCOPED_TRACE(verb);
+    reentrant_mutex holder(*pool, "replicated-" + verb);
+    holder.lock();
+    const std::string owner = "stale:1:0", channel = holder.key() + ":w:stale:1";
+    // W's "wait" attempt, as its client would have made it on the master.
+    const auto& q = detail::reentrant_scripts::acquire();
+    reply_ptr queued_reply =
+        admin->command({"EVAL", q.source(), "4", holder.key(), holder.key() + ":fence", holder.key() + ":rqueue",
+                        holder.key() + ":rwaiters", owner, "30000", "1", "wait", "0", "30000", holder.key() + ":w:"});
+    ASSERT_EQ(queued_reply->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(queued_reply->element[0]->integer, 0) << "W waits behind the holder";
+    connection listener(replica.options());
+    ASSERT_EQ(listener.command({verb, channel})->type, REDIS_REPLY_ARRAY) << "subscribed on the replica";
+    holder.unlock();
+    EXPECT_EQ(holder.last_release(), release_status::released);
+    EXPECT_EQ(admin->command({"EXISTS", holder.key()})->integer, 0)
+        << "nobody listens on the master: W is dropped and the lock is free";
+    admin->command({verb == "SUBSCRIBE" ? "PUBLISH" : "SPUBLISH", channel, "marker"});
+    reply_ptr first = listener.read_reply();
+    ASSERT_TRUE(first && first->type == REDIS_REPLY_ARRAY && first->elements == 3);
+    EXPECT_EQ(std::string(first->element[2]->str, first->element[2]->len), "marker")
+        << "the replica's subscriber was sent the hand-off the release did not count";
+  }
 }
 
 TEST(ReentrantProcesses, WorkersInSeparateProcessesNeverOverlap) {
