@@ -475,7 +475,7 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
   ASSERT_EQ(ri.holders.size(), 1u);
   EXPECT_EQ(ri.holders[0].count, 2);
   EXPECT_EQ(ri.last_fence, 0u);  // nobody asked for a token: no counter
-  EXPECT_EQ(ri.waiters, -1);
+  EXPECT_EQ(ri.waiters, 0);      // its queue (P{N}:rqueue) is empty
   const redislock::lock_info si = redislock::inspect(*pool, "sh");
   EXPECT_EQ(si.kind, redislock::lock_kind::shared);
   ASSERT_EQ(si.holders.size(), 1u);
@@ -576,10 +576,32 @@ TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
   writer.unlock();
   EXPECT_EQ(reader.release_shared(), redislock::release_status::lease_expired);
 
+  // A reentrant lock goes to its longest waiting live waiter, as its last release would.
   redislock::reentrant_mutex r(*pool, "re");
   r.lock();
-  EXPECT_EQ(run({"break", "--yes", "re"}).status, 0);
-  EXPECT_FALSE(exists("redislock:{re}"));
+  redislock::client waiter_client(options());
+  redislock::reentrant_mutex r_waiter(waiter_client, "re");
+  auto r_waited = std::async(std::launch::async, [&] {
+    const bool got = r_waiter.try_lock_for(60s);
+    const std::string owner = got ? r_waiter.owner_id() : "";
+    return owner;
+  });
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{re}:rqueue"})->integer == 1;
+      },
+      bound));
+  EXPECT_EQ(redislock::inspect(*pool, "re").waiters, 1);
+  const result rb = run({"break", "--yes", "re"});
+  EXPECT_EQ(rb.status, 0) << rb.err;
+  EXPECT_NE(rb.out.find("handed to the longest waiting live waiter"), std::string::npos) << rb.out;
+  ASSERT_EQ(r_waited.wait_for(bound), std::future_status::ready) << "the reentrant waiter was not handed the lock";
+  const std::string owner = r_waited.get();
+  ASSERT_FALSE(owner.empty());
+  const redislock::lock_info after = redislock::inspect(*pool, "re");
+  ASSERT_EQ(after.holders.size(), 1u);
+  EXPECT_EQ(after.holders[0].owner, owner);
+  EXPECT_EQ(after.holders[0].count, 1);
   EXPECT_EQ(r.release(), redislock::release_status::lease_expired);
 }
 

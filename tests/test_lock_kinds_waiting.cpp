@@ -1,5 +1,5 @@
 // The reentrant and shared mutexes wait like redislock::mutex and renew like it:
-// waiters are woken by the release's PUBLISH (not by polling) for every transition that
+// waiters are woken by the release's notice (not by polling) for every transition that
 // admits them, sleep no longer than the first blocking lease, honour deadlines; auto_renew
 // keeps each kind (and each side of the shared mutex) held past its lease, per owner; a stolen
 // hold is reported (lost(), on_lost, lease_expired); the last release stops the renewal.
@@ -133,8 +133,10 @@ TEST_F(KindsTest, AReentrantWaiterIsWokenByTheLastReleaseNotByPolling) {
   holder.lock();
   reset_stats();
   own_thread_holder waited([&] { waiter.lock(); }, [&] { waiter.unlock(); });
-  hold_while_subscribed(holder.key());
-  holder.unlock();                                                      // nested: still held, nothing published
+  // It waits in the lock's queue, on a channel of its own (reentrant_scripts.hpp).
+  ASSERT_TRUE(eventually([&] { return admin->command({"ZCARD", holder.key() + ":rqueue"})->integer == 1; }));
+  std::this_thread::sleep_for(milliseconds(1500));                      // the hold (see hold_while_subscribed)
+  holder.unlock();                                                      // nested: still held, nothing handed over
   expect_woken_by([&] { holder.unlock(); }, waited, waiter_client, 3);  // 2 attempts + the nested release
 }
 

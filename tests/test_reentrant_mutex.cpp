@@ -1,12 +1,15 @@
 // redislock::reentrant_mutex against a real redis-server: hold counts, exclusion across
 // threads and processes, stale releases, wrong kinds, guards and round-trip counts.
+#include "eventually.hpp"
 #include "process.hpp"
+#include "redis_server.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -234,18 +237,420 @@ TEST_F(ReentrantTest, UncontendedCycleCostsTwoRoundTripsAfterWarmUp) {
   EXPECT_EQ(other, 0);
 }
 
-TEST_F(ReentrantTest, TheLastReleasePublishes) {
-  reentrant_mutex m(*pool, "publish");
-  connection sub(server->options());
-  sub.command({"SUBSCRIBE", m.key() + ":released"});
+// --- queued hand-off and fair mode ----------------------------------------------------------
+
+namespace {
+long long queued(connection& admin, const reentrant_mutex& m) {
+  return admin.command({"ZCARD", m.key() + ":rqueue"})->integer;
+}
+lock_options fair_options(bool fair = true) {
+  lock_options o;
+  o.fair = fair;
+  o.lease = seconds(20);
+  return o;
+}
+/// The lock's hash as "field=value" lines in field order (HGETALL).
+std::vector<std::string> fields(connection& admin, const std::string& key) {
+  reply_ptr r = admin.command({"HGETALL", key});
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i + 1 < r->elements; i += 2)
+    out.push_back(std::string(r->element[i]->str, r->element[i]->len) + "=" +
+                  std::string(r->element[i + 1]->str, r->element[i + 1]->len));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+/// Commands the server ran since CONFIG RESETSTAT (INFO commandstats), but the admin's own
+/// INFO and CONFIG.
+long long commands_run(connection& admin) {
+  reply_ptr r = admin.command({"INFO", "commandstats"});
+  const std::string info(r->str, r->len);
+  long long total = 0;
+  for (std::size_t at = info.find("cmdstat_"); at != std::string::npos; at = info.find("cmdstat_", at + 1)) {
+    const std::size_t calls = info.find("calls=", at);
+    const bool admins = info.compare(at, 13, "cmdstat_info:") == 0 || info.compare(at, 14, "cmdstat_config") == 0;
+    if (!admins) total += std::stoll(info.substr(calls + 6));
+  }
+  return total;
+}
+/// `owner`'s entry of the lock hash as the hand-off writes it: {@kind=reentrant, owner=1}.
+std::vector<std::string> handed_to(const std::string& owner) {
+  std::vector<std::string> out{"@kind=reentrant", owner + "=1"};
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+// Waiters in separate clients queue on the server and get the lock in arrival order: each
+// release hands it to the head in the same script (the hash holds the head's owner at once).
+TEST_F(ReentrantTest, WaitersInSeparateClientsAcquireInArrivalOrderInBothModes) {
+  for (const bool is_fair : {true, false}) {
+    SCOPED_TRACE(is_fair ? "fair" : "default");
+    const std::string name = is_fair ? "fifo" : "fifo-default";
+    reentrant_mutex holder(*pool, name, fair_options(is_fair));
+    holder.lock();
+    constexpr int n = 4;
+    std::vector<std::unique_ptr<client>> clients;
+    std::vector<std::unique_ptr<reentrant_mutex>> waiters;
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::uint64_t> fences;
+    std::vector<std::future<void>> done;
+    for (int i = 0; i < n; ++i) {
+      clients.push_back(std::make_unique<client>(options()));
+      waiters.push_back(std::make_unique<reentrant_mutex>(*clients.back(), name, fair_options(is_fair)));
+      done.push_back(std::async(std::launch::async, [&, i, w = waiters.back().get()] {
+        std::lock_guard<reentrant_mutex> g(*w);
+        std::lock_guard<std::mutex> l(order_mutex);
+        order.push_back(i);
+        fences.push_back(w->fencing_token());
+      }));
+      // The next waiter starts only once this one is queued on the server.
+      ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == i + 1; }));
+    }
+    EXPECT_EQ(admin->command({"EXISTS", holder.key() + ":queue", holder.key() + ":waiters"})->integer, 0)
+        << "the mutex's queue keys are not the reentrant kind's";
+    holder.unlock();
+    for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(10)), std::future_status::ready);
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_TRUE(std::is_sorted(fences.begin(), fences.end()));
+    EXPECT_EQ(queued(*admin, holder), 0);
+    EXPECT_EQ(admin->command({"EXISTS", holder.key(), holder.key() + ":rqueue"})->integer, 0);
+  }
+}
+
+// A release tells the head alone, on its own channel: the other waiters sleep on (no wake-up,
+// no command), and the head's hand-off costs it no attempt however long the hold was.
+TEST_F(ReentrantTest, AReleaseWakesOnlyTheHeadAndWaitingSendsNoCommands) {
+  lock_options sleepy = fair_options(false);
+  sleepy.recheck_interval = seconds(60);                       // no re-check within the hold
+  reentrant_mutex holder(*pool, "head", fair_options(false));  // auto_renew off, 20 s lease
+  holder.lock();  // a first cycle loads the scripts: the counts below are EVALSHA only
+  holder.unlock();
+  holder.lock();
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::unique_ptr<reentrant_mutex>> waiters;
+  std::vector<std::promise<void>> leave(n);
+  std::vector<std::future<void>> got;
+  for (int i = 0; i < n; ++i) {
+    clients.push_back(std::make_unique<client>(options()));
+    waiters.push_back(std::make_unique<reentrant_mutex>(*clients.back(), "head", sleepy));
+    got.push_back(std::async(std::launch::async, [w = waiters.back().get(), l = leave[i].get_future()] {
+      if (!w->try_lock_for(seconds(30))) return;
+      l.wait_for(seconds(20));
+      w->unlock();
+    }));
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == i + 1; }));
+  }
+  reset_stats();
+  // The hold: waiters notified only (retry_max 100 ms would poll a dozen times meanwhile).
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_EQ(commands_run(*admin), 0) << "a waiter sent commands during the hold";
+  reply_ptr first = admin->command({"ZRANGE", holder.key() + ":rqueue", "0", "0"});
+  ASSERT_EQ(first->elements, 1u);
+  const std::string head(first->element[0]->str, first->element[0]->len);
+  holder.unlock();
+  EXPECT_EQ(fields(*admin, holder.key()), handed_to(head)) << "the release script handed the lock over";
+  ASSERT_TRUE(redislock_test::eventually([&] { return clients[0]->wait_stats().wakeups == 1; }));
+  EXPECT_EQ(got[1].wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(redislock_test::command_calls(*admin, "evalsha"), 1) << "the release alone: no attempt after it";
+  for (int i = 1; i < n; ++i) EXPECT_EQ(clients[i]->wait_stats().wakeups, 0u) << "waiter " << i << " was woken";
+  EXPECT_EQ(queued(*admin, holder), 2);
+  for (int i = 0; i < n; ++i) {
+    leave[i].set_value();
+    ASSERT_EQ(got[i].wait_for(seconds(10)), std::future_status::ready);
+  }
+  for (int i = 0; i < n; ++i) EXPECT_EQ(clients[i]->wait_stats().wakeups, 1u) << "waiter " << i;
+}
+
+// Nested releases hand nothing over; the one that brings the count to zero does.
+TEST_F(ReentrantTest, NestedHoldsHandOverOnlyAtCountZero) {
+  client waiter_client(options());
+  reentrant_mutex holder(*pool, "nested-handoff", fair_options());
+  reentrant_mutex waiter(waiter_client, "nested-handoff", fair_options());
+  holder.lock();
+  holder.lock();
+  const std::string holder_owner = holder.owner_id();
+  auto waited = std::async(std::launch::async, [&] {
+    if (!waiter.try_lock_for(seconds(20))) return std::string();
+    const std::string owner = waiter.owner_id();
+    waiter.unlock();
+    return owner;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+  holder.unlock();
+  EXPECT_EQ(hget(*admin, holder.key(), holder_owner), "1");
+  EXPECT_EQ(queued(*admin, holder), 1) << "a nested release handed the lock over";
+  EXPECT_EQ(waited.wait_for(milliseconds(0)), std::future_status::timeout);
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_FALSE(waited.get().empty());
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
+}
+
+// Fair mode: a lock that fell free (its holder's lease ran out) while waiters are queued goes
+// to the head, not to a newcomer's try_lock. The default mode lets the newcomer take it.
+TEST_F(ReentrantTest, AnExpiredHoldersLockGoesToTheHeadNotToANewcomerInFairMode) {
+  for (const bool is_fair : {true, false}) {
+    SCOPED_TRACE(is_fair ? "fair" : "default");
+    const std::string name = is_fair ? "expired" : "expired-default";
+    lock_options sleepy = fair_options(is_fair);
+    sleepy.recheck_interval = seconds(60);
+    client waiter_client(options()), newcomer_client(options());
+    reentrant_mutex holder(*pool, name, fair_options(is_fair));
+    reentrant_mutex waiter(waiter_client, name, sleepy);
+    reentrant_mutex newcomer(newcomer_client, name, fair_options(is_fair));
+    holder.lock();
+    auto waited = std::async(std::launch::async, [&] {
+      const bool got = waiter.try_lock_for(seconds(20));
+      if (got) waiter.unlock();
+      return got;
+    });
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+    // The holder's lease runs out (it would in 20 s; the waiter sleeps until then).
+    admin->command({"DEL", holder.key()});
+    if (is_fair) {
+      EXPECT_FALSE(newcomer.try_lock());
+      ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+      EXPECT_TRUE(waited.get());
+      EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u) << "handed over by the newcomer's attempt";
+    } else {
+      EXPECT_TRUE(newcomer.try_lock());
+      newcomer.unlock();  // hands it to the waiter
+      ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+      EXPECT_TRUE(waited.get());
+    }
+    EXPECT_EQ(holder.release(), release_status::lease_expired);
+  }
+}
+
+// A waiter that gives up leaves the queue: the next release skips nothing and hands the lock
+// to the next waiter, or frees it.
+TEST_F(ReentrantTest, AWaiterThatTimedOutLeavesTheQueue) {
+  client quitter_client(options()), next_client(options());
+  reentrant_mutex holder(*pool, "giveup", fair_options());
+  reentrant_mutex quitter(quitter_client, "giveup", fair_options());
+  reentrant_mutex next(next_client, "giveup", fair_options());
+  holder.lock();
+  auto gave_up = std::async(std::launch::async, [&] { return quitter.try_lock_for(milliseconds(1500)); });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+  auto waited = std::async(std::launch::async, [&] {
+    const bool got = next.try_lock_for(seconds(20));
+    if (got) next.unlock();
+    return got;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 2; }));
+  EXPECT_FALSE(gave_up.get());
+  EXPECT_EQ(queued(*admin, holder), 1);
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(next_client.wait_stats().wakeups, 1u) << "handed over, not found free";
+  EXPECT_EQ(quitter_client.wait_stats().wakeups, 0u);
+  // Alone: the quitter's place is gone, so the release frees the lock.
+  holder.lock();
+  EXPECT_FALSE(quitter.try_lock_for(milliseconds(200)));
+  holder.unlock();
+  EXPECT_EQ(admin->command({"EXISTS", holder.key()})->integer, 0);
+}
+
+// A waiter whose process died is skipped by the release at once (nobody listens on its
+// channel any more); the live waiter behind it gets the lock.
+TEST_F(ReentrantTest, ACrashedWaiterIsSkipped) {
+  client waiter_client(options());
+  reentrant_mutex holder(*pool, "crashed", fair_options());
+  reentrant_mutex waiter(waiter_client, "crashed", fair_options());
+  holder.lock();
+  child_process crashed(
+      {REDISLOCK_TEST_WORKER, "fair-wait-reentrant", std::to_string(server->port()), "crashed", "30000"});
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+  auto waited = std::async(std::launch::async, [&] {
+    const bool got = waiter.try_lock_for(seconds(20));
+    if (got) waiter.unlock();
+    return got;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 2; }));
+  crashed.signal(SIGKILL);
+  ASSERT_EQ(crashed.wait_for(seconds(5)), 128 + SIGKILL);
+  // Until the server has seen the connection close, the dead waiter still counts as listening.
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements == 1;
+  }));
+  holder.unlock();  // skips the dead head, hands the lock to the live waiter
+  EXPECT_EQ(queued(*admin, holder), 0);
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, 1u);
+}
+
+// Threads of one object are distinct owners: each waits on its own channel and queue place,
+// and the holder's thread unlocking hands the lock to the first of them.
+TEST_F(ReentrantTest, ThreadsOfOneObjectQueueLikeAnyoneElse) {
+  reentrant_mutex m(*pool, "threads-queue", fair_options());
   m.lock();
-  m.lock();
-  m.unlock();  // nested: still held, nothing published
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < 2; ++i) {
+    done.push_back(std::async(std::launch::async, [&, i] {
+      ASSERT_TRUE(m.try_lock_for(seconds(20)));
+      {
+        std::lock_guard<std::mutex> l(order_mutex);
+        order.push_back(i);
+      }
+      m.unlock();
+    }));
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, m) == i + 1; }));
+  }
+  EXPECT_EQ(admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"})->elements, 2u);
   m.unlock();
-  reply_ptr msg = sub.read_reply();  // bounded by the connection's command timeout
-  ASSERT_EQ(msg->type, REDIS_REPLY_ARRAY);
-  EXPECT_EQ(std::string(msg->element[1]->str), m.key() + ":released");
-  EXPECT_EQ(admin->command({"PUBSUB", "NUMSUB", m.key() + ":released"})->element[1]->integer, 1);
+  for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+  EXPECT_EQ(pool->wait_stats().wakeups, 2u);
+  EXPECT_EQ(pool->wait_stats().fallback_waits, 0u);
+}
+
+// A hand-off notice that arrives after its wait gave up (read too late) must not complete a
+// later acquisition of the same thread: the owner id it names is of an earlier generation.
+TEST_F(ReentrantTest, ANoticeLeftFromAnEarlierWaitNeverCompletesALaterAcquisition) {
+  client waiter_client(options());
+  reentrant_mutex holder(*pool, "stale-notice", fair_options());
+  reentrant_mutex waiter(waiter_client, "stale-notice", fair_options());
+  holder.lock();
+  const std::string holder_owner = holder.owner_id();
+  std::promise<std::string> queued_as;
+  std::promise<void> published;
+  auto waits = std::async(std::launch::async, [&] {  // both waits on one thread: one channel
+    const bool first = waiter.try_lock_for(milliseconds(500));
+    queued_as.set_value(waiter.owner_id());
+    published.get_future().wait_for(seconds(10));
+    const bool second = waiter.try_lock_for(milliseconds(300));
+    if (second) waiter.unlock();
+    return std::pair{first, second};
+  });
+  std::string token;
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    reply_ptr r = admin->command({"ZRANGE", holder.key() + ":rqueue", "0", "-1"});
+    if (r->elements != 1) return false;
+    token.assign(r->element[0]->str, r->element[0]->len);
+    return true;
+  }));
+  auto next_owner = queued_as.get_future();
+  ASSERT_EQ(next_owner.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_NE(next_owner.get(), token) << "a wait that gave up keeps no name a notice could match";
+  const std::string channel = holder.key() + ":w:" + token.substr(0, token.rfind(':'));
+  ASSERT_EQ(admin->command({"PUBLISH", channel, token})->integer, 1);
+  published.set_value();
+  const auto [first, second] = waits.get();
+  EXPECT_FALSE(first);
+  EXPECT_FALSE(second) << "the old notice completed the later wait";
+  EXPECT_EQ(fields(*admin, holder.key()), handed_to(holder_owner));
+  holder.unlock();
+  EXPECT_EQ(holder.last_release(), release_status::released);
+}
+
+// Each waiting thread keeps its channel between its waits (no SUBSCRIBE per contended
+// acquisition); the object's destruction unsubscribes it.
+TEST_F(ReentrantTest, AWaitingThreadKeepsItsChannelUntilTheObjectGoes) {
+  client waiter_client(options());
+  reentrant_mutex holder(*pool, "kept", fair_options());
+  auto waiter = std::make_unique<reentrant_mutex>(waiter_client, "kept", fair_options());
+  auto channels = [&] { return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements; };
+  std::promise<void> second_round;
+  holder.lock();
+  auto rounds = std::async(std::launch::async, [&, w = waiter.get()] {  // one thread: one channel
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) second_round.get_future().wait_for(seconds(20));
+      if (!w->try_lock_for(seconds(20))) return false;
+      w->unlock();
+    }
+    return true;
+  });
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      ASSERT_TRUE(redislock_test::eventually([&] { return waiter_client.wait_stats().wakeups == 1; }));
+      ASSERT_TRUE(redislock_test::eventually([&] { return admin->command({"EXISTS", holder.key()})->integer == 0; }));
+      holder.lock();
+      second_round.set_value();
+    }
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+    EXPECT_EQ(channels(), 1u);
+    holder.unlock();
+  }
+  ASSERT_EQ(rounds.wait_for(seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(rounds.get());
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, 1u);
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, 2u);
+  EXPECT_EQ(channels(), 1u);  // kept after the waits
+  waiter.reset();
+  EXPECT_TRUE(redislock_test::eventually([&] { return channels() == 0; }));
+}
+
+// A hand-off counts the new hold's lease from the waiter's last "wait" attempt, which can be
+// up to recheck_interval old: with a shorter lease the hold would start out lost() by the
+// clock. As for the mutex, one owner-checked extend confirms it, so it starts valid and renewed.
+TEST_F(ReentrantTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
+  reentrant_mutex holder(*pool, "long-wait");
+  lock_options o;
+  o.lease = milliseconds(900);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(20);  // the waiter's last "wait" is as old as the hold
+  reentrant_mutex waiter(*pool, "long-wait", o);
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] {
+    std::vector<bool> seen;
+    if (!waiter.try_lock_for(seconds(30))) return seen;
+    seen.push_back(!waiter.lost());
+    seen.push_back(waiter.still_held());
+    seen.push_back(pool->watchdog().wait_for_stats(
+        seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
+    seen.push_back(!waiter.lost());
+    seen.push_back(waiter.release() == release_status::released);
+    return seen;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }, seconds(20)));
+  std::this_thread::sleep_for(milliseconds(1500));  // lets the waiter's queue attempt age past its lease
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(40)), std::future_status::ready);
+  EXPECT_EQ(waited.get(), std::vector<bool>(5, true)) << "acquired, not lost, held, renewed, not lost, released";
+}
+
+// As for the mutex (test_wakeups.cpp): a release counts the listeners on its own server only,
+// so a waiter queued on the master but listening on a replica (a stale topology after a
+// failover) is dropped, never sent a hand-off the release did not count on (a double grant).
+TEST_F(ReentrantTest, AHandOffIsNeverSentToAWaiterListeningOnAReplica) {
+  redislock_test::redis_server replica({"--replicaof", "127.0.0.1", std::to_string(server->port())});
+  connection on_replica(replica.options());
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        reply_ptr r = on_replica.command({"INFO", "replication"});
+        return std::string(r->str, r->len).find("master_link_status:up") != std::string::npos;
+      },
+      seconds(20)));
+  for (const std::string verb : {"SUBSCRIBE", "SSUBSCRIBE"}) {
+    SCOPED_TRACE(verb);
+    reentrant_mutex holder(*pool, "replicated-" + verb);
+    holder.lock();
+    const std::string owner = "stale:1:0", channel = holder.key() + ":w:stale:1";
+    // W's "wait" attempt, as its client would have made it on the master.
+    const auto& q = detail::reentrant_scripts::acquire();
+    reply_ptr queued_reply =
+        admin->command({"EVAL", q.source(), "4", holder.key(), holder.key() + ":fence", holder.key() + ":rqueue",
+                        holder.key() + ":rwaiters", owner, "30000", "1", "wait", "0", "30000", holder.key() + ":w:"});
+    ASSERT_EQ(queued_reply->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(queued_reply->element[0]->integer, 0) << "W waits behind the holder";
+    connection listener(replica.options());
+    ASSERT_EQ(listener.command({verb, channel})->type, REDIS_REPLY_ARRAY) << "subscribed on the replica";
+    holder.unlock();
+    EXPECT_EQ(holder.last_release(), release_status::released);
+    EXPECT_EQ(admin->command({"EXISTS", holder.key()})->integer, 0)
+        << "nobody listens on the master: W is dropped and the lock is free";
+    admin->command({verb == "SUBSCRIBE" ? "PUBLISH" : "SPUBLISH", channel, "marker"});
+    reply_ptr first = listener.read_reply();
+    ASSERT_TRUE(first && first->type == REDIS_REPLY_ARRAY && first->elements == 3);
+    EXPECT_EQ(std::string(first->element[2]->str, first->element[2]->len), "marker")
+        << "the replica's subscriber was sent the hand-off the release did not count";
+  }
 }
 
 TEST(ReentrantProcesses, WorkersInSeparateProcessesNeverOverlap) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <exception>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,9 +208,26 @@ TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
   r.lock();
   r.lock();
   EXPECT_TRUE(r.extend(seconds(5)));
+  // Waiters queue (the reentrant kind's own queue keys), listen on their channels, give up
+  // or are handed the lock by the last release.
+  client other(as_user(server, "kinds"));
+  reentrant_mutex w(other, "acl-reentrant");
+  std::thread([&] { EXPECT_FALSE(w.try_lock_for(milliseconds(50))); }).join();
+  auto waited = std::async(std::launch::async, [&] {
+    const bool got = w.try_lock_for(seconds(10));
+    if (got) w.unlock();
+    return got;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin.command({"ZCARD", "redislock:{acl-reentrant}:rqueue"})->integer == 1;
+  }));
   r.unlock();
   r.unlock();
   EXPECT_EQ(r.last_release(), release_status::released);
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(other.wait_stats().wakeups, 1u) << "handed over by the release";
+  EXPECT_EQ(other.wait_stats().subscribe_failures, 0u);
 
   shared_mutex s(c, "acl-shared");
   s.lock_shared();

@@ -20,6 +20,8 @@
 //       signalled (never renewing its lease).
 //   redislock_test_worker fair-wait <port> <lock> <wait-lease-ms>
 //       queues for the lock in fair mode (blocks there until killed, or exits 0 once acquired).
+//   redislock_test_worker fair-wait-reentrant <port> <lock> <wait-lease-ms>
+//       the same with a reentrant_mutex.
 //   redislock_test_worker stale-write <port> <lock> <lease-ms> <data-prefix>
 //       acquires the lock, prints "acquired <fencing token>", stops itself (SIGSTOP: a pause
 //       past its lease, like a GC pause), and once continued writes <data-prefix>:counter with
@@ -125,12 +127,13 @@ static int renew(const char* port, const std::string& lock, long lease_ms) {
   return 0;
 }
 
+template <class Lock>
 static int fair_wait(const char* port, const std::string& lock, long wait_lease_ms) {
   client c(options_for(port));
   lock_options o;
   o.fair = true;
   o.wait_lease = std::chrono::milliseconds(wait_lease_ms);
-  mutex m(c, lock, o);
+  Lock m(c, lock, o);
   m.lock();
   return 0;
 }
@@ -180,7 +183,9 @@ int main(int argc, char** argv) {
         return m.owner_id();
       });
     if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
-    if (mode == "fair-wait" && argc == 5) return fair_wait(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "fair-wait" && argc == 5) return fair_wait<mutex>(argv[2], argv[3], std::atol(argv[4]));
+    if (mode == "fair-wait-reentrant" && argc == 5)
+      return fair_wait<reentrant_mutex>(argv[2], argv[3], std::atol(argv[4]));
     if (mode == "stale-write" && argc == 6) return stale_write(argv[2], argv[3], std::atol(argv[4]), argv[5]);
     std::fprintf(stderr, "usage: see the comment at the top of worker.cpp\n");
     return 2;

@@ -460,7 +460,7 @@ int break_lock(const std::vector<std::string>& args) {
     return 1;
   }
   std::string out = "removed " + text(removed);
-  if (removed.kind == redislock::lock_kind::mutex) {
+  if (removed.kind == redislock::lock_kind::mutex || removed.kind == redislock::lock_kind::reentrant) {
     out += removed.waiters > 0 ? "  handed to the longest waiting live waiter\n" : "  nobody was waiting\n";
   } else {
     out += "  waiters woken (published on " + removed.key + ":released)\n";

@@ -17,8 +17,12 @@
 /// a waiting thread waits on Redis like a waiter in another process.) A thread that unlocks a
 /// lock it does not hold changes nothing; unlock() records release_status::not_held.
 ///
-/// Waiting does not poll: like redislock::mutex, a waiter sleeps on the release channel until
-/// the last hold goes (published) or the holder's lease runs out (detail/wake_wait.hpp).
+/// Waiting does not poll, exactly as for redislock::mutex: a waiting thread subscribes to its
+/// own channel (kept between its waits), queues on the server and sleeps; the release that
+/// brings the count to zero hands the lock straight to the longest waiting live waiter, which
+/// alone is told (no race, no extra round trip). A waiter also wakes when the holder's lease
+/// runs out; with lock_options::fair such a lock goes to the head of the queue too, and
+/// try_lock() never jumps the queue (detail/reentrant_scripts.hpp, detail/wake_wait.hpp).
 ///
 /// With lock_options::auto_renew the client's watchdog renews each owner's lease from its
 /// outermost lock() (count 0 -> 1) until its last unlock() (count 1 -> 0): one renewal per
@@ -41,16 +45,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 namespace redislock {
 
 template <class Client>
-class basic_reentrant_mutex : public detail::lock_core<Client, detail::lock_keys>,
+class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant_scripts::keys>,
                               public detail::timed_lockable<basic_reentrant_mutex<Client>> {
-  using core = detail::lock_core<Client, detail::lock_keys>;
+  using core = detail::lock_core<Client, detail::reentrant_scripts::keys>;
 
  public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
@@ -161,15 +168,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::lock_keys
     const std::string owner = owners_.owner_id();
     const std::string count = std::to_string(h.count + 1);
     detail::steady::time_point sent;  // the lease starts no earlier
-    const bool acquired = detail::wait_for_release(
-        client_, keys_.channel, d, options_, max_lease, [&]() -> std::optional<std::chrono::milliseconds> {
-          sent = detail::steady::now();
-          auto [ok, value] =
-              detail::run_pair(client_, keys_, detail::reentrant_scripts::acquire(), {owner, keys_.lease_ms, count});
-          if (ok != 1) return std::chrono::milliseconds(value);  // the holder's PTTL
-          return std::nullopt;
-        });
-    if (!acquired) return false;
+    if (!wait_for_lock(d, owner, count, h.count == 0, sent)) return false;
     const bool outermost = ++h.count == 1;
     if (outermost) {
       h.fence = 0;  // drawn on demand (fencing_token())
@@ -180,13 +179,132 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::lock_keys
     if (outermost) {
       const detail::renewal_target renewal{
           &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}};
-      this->start_hold(*h.lease, renewal, d, sent, [this]() noexcept { this->unlock(); });
+      auto drop = [this]() noexcept { this->unlock(); };
+      if (options_.auto_renew) this->start_or_drop([&] { sent = confirm_late_hand_off(owner, sent, *h.lease); }, drop);
+      this->start_hold(*h.lease, renewal, d, sent, drop);
     }
     return true;
   }
 
+  // What one thread keeps between its waits on this object (only that thread touches it).
+  struct waiting_thread {
+    // Its hand-off channel, subscribed on its first contended wait and kept until the object goes.
+    detail::subscriber::subscription channel;
+    detail::steady::time_point queue_sent;  // send time of its last "wait" attempt
+    bool waited_last = false;               // its last acquisition did not succeed at once
+  };
+
+  waiting_thread& this_waiting_thread() {
+    std::lock_guard<std::mutex> g(waiting_mutex_);
+    return waiting_[detail::thread_serial()];  // elements of an unordered_map never move
+  }
+
+  // As mutex::wait_for_lock: the cheapest attempt first; then, subscribed to the thread's own
+  // channel, queue on the server and sleep until a release hands us the lock (the notice names
+  // `owner`) or the holder's lease runs out. Leave the queue when the deadline passes or the
+  // wait throws, so nobody hands us the lock after we gave up. `fresh`: an outermost
+  // acquisition (the thread holds nothing), whose owner name may change when it gives up.
+  bool wait_for_lock(const detail::deadline& d, const std::string& owner, const std::string& count, bool fresh,
+                     detail::steady::time_point& sent) {
+    waiting_thread& w = this_waiting_thread();
+    const std::string channel = keys_.waiter_prefix + owner.substr(0, owner.rfind(':'));
+    // A notice for an earlier wait (read too late) names an earlier generation, and whatever is
+    // still buffered on the channel is dropped now.
+    w.channel.discard_pending();
+    bool first = true, queued = false, won_first = false;
+    auto attempt = [&]() -> std::optional<std::chrono::milliseconds> {
+      // Fair mode, or a thread whose last acquisition had to wait, queues at once when its
+      // channel is still subscribed (and it may wait): the lock is likely held again.
+      const bool may_queue_now = (options_.fair || w.waited_last) && w.channel.active() && !detail::passed(d);
+      const bool queue_now = !std::exchange(first, false) || may_queue_now;
+      queued = queued || queue_now;
+      auto r = queue_attempt(owner, count, queue_now ? "wait" : "try", w, sent);
+      if (!queue_now) won_first = !r;
+      return r;
+    };
+    auto handed_over = [&](detail::subscriber::subscription& sub) {
+      if (!sub.take_message(owner)) return false;  // a late notice for an earlier acquisition
+      sent = w.queue_sent;                         // the release made us the holder
+      return true;
+    };
+    bool acquired = false;
+    try {
+      acquired = detail::wait_for_release(
+          client_, channel, d,
+          detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
+          handed_over, &w.channel);
+    } catch (...) {
+      if (queued) leave_after_failure(owner, count, fresh, w);
+      throw;
+    }
+    w.waited_last = !won_first;
+    if (acquired || !queued) return acquired;
+    // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
+    // and otherwise leaves the queue.
+    try {
+      if (!queue_attempt(owner, count, "leave", w, sent)) return true;
+    } catch (...) {
+      leave_after_failure(owner, count, fresh, w);
+      throw;
+    }
+    // Out of the queue without the lock: a notice for this owner still on its way must match
+    // nothing (a thread that still holds keeps its name: that hold was lost anyway).
+    if (fresh) owners_.next_generation();
+    return false;
+  }
+
+  void leave_after_failure(const std::string& owner, const std::string& count, bool fresh, waiting_thread& w) noexcept {
+    try {
+      detail::steady::time_point sent;
+      // We are failing: a hand-off that reached us meanwhile is passed on.
+      if (!queue_attempt(owner, count, "leave", w, sent)) run_release(owner, 0);
+    } catch (...) {
+      // Redis could not be told: our place lapses on its own (and a lock handed to us
+      // meanwhile, with our lease).
+    }
+    try {
+      if (fresh) owners_.next_generation();  // keeps this thread clear of both
+    } catch (...) {
+    }
+  }
+
+  // mode: "wait", "try" or "leave" (reentrant_scripts::acquire). nullopt when acquired (then
+  // `sent` is the attempt's send time), otherwise the holder's remaining lease (< 0: unknown).
+  std::optional<std::chrono::milliseconds> queue_attempt(const std::string& owner, const std::string& count,
+                                                         std::string_view mode, waiting_thread& w,
+                                                         detail::steady::time_point& sent) {
+    const detail::steady::time_point now = detail::steady::now();
+    if (mode == "wait") w.queue_sent = now;  // a hand-off's lease starts after our last "wait"
+    const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
+      reply_ptr r = detail::reentrant_scripts::acquire().run(
+          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+          {owner, keys_.lease_ms, count, mode, options_.fair ? "1" : "0", keys_.wait_lease_ms, keys_.waiter_prefix});
+      return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
+    });
+    if (ok != 1) return std::chrono::milliseconds(value);  // the holder's PTTL
+    sent = now;
+    return std::nullopt;
+  }
+
+  // As mutex::start_renewal: a hand-off counts its lease from our last "wait" attempt, which
+  // can be up to recheck_interval old. When that leaves less than a third of the lease, the
+  // watchdog (and lost(), by the clock) would count the fresh hold as about to run out, so one
+  // owner-checked extend restarts the count from now. Returns when the lease now counts from.
+  detail::steady::time_point confirm_late_hand_off(const std::string& owner, detail::steady::time_point sent,
+                                                   detail::lease_keeper& lease) {
+    const detail::steady::time_point now = detail::steady::now();
+    if (sent + options_.lease - options_.lease / 3 > now) return sent;
+    if (run_integer(detail::reentrant_scripts::extend(), {owner, keys_.lease_ms}) == 1) return now;
+    lease.mark_lost();  // it ran out before we could renew it: the holder must know
+    return sent;
+  }
+
   std::int64_t run_release(const std::string& owner, std::int64_t count) {
-    return run_integer(detail::reentrant_scripts::release(), {owner, keys_.channel, std::to_string(count)});
+    return client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(
+          *detail::reentrant_scripts::release().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+                                                    {owner, keys_.waiter_prefix, std::to_string(count)}));
+    });
   }
 
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {
@@ -196,6 +314,8 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::lock_keys
   void require_held(const char* what) const { detail::require_held(hold_count() > 0, what, name_, "this thread"); }
 
   detail::owner_table<hold> owners_;
+  std::mutex waiting_mutex_;
+  std::unordered_map<std::uint64_t, waiting_thread> waiting_;  // by thread serial
 };
 
 using reentrant_mutex = basic_reentrant_mutex<client>;

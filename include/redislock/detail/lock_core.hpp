@@ -153,7 +153,7 @@ std::uint64_t draw_fence(Client& client, const Keys& k, owner_table<State>& owne
   State h = owners.mine();
   require_held(!h.idle(), "fencing_token", name, "this thread");
   if (h.fence != 0) return h.fence;
-  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), k.channel});
+  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), fence_arg(k)});
   if (fence <= 0) {
     on_lost(h);
     throw lock_error("fencing_token: the lease on lock '" + name + "' has run out");
@@ -214,5 +214,8 @@ struct lock_keys {
         lease_ms(std::to_string(o.lease.count())) {}
   std::string lock, fence, channel, lease_ms;
 };
+
+/// The second argument draw_fence() sends to a kind's fence script (found by ADL for other keys types).
+inline std::string_view fence_arg(const lock_keys& k) noexcept { return k.channel; }
 
 }  // namespace redislock::detail

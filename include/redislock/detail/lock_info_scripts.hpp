@@ -3,9 +3,10 @@
 /// @brief Read-only introspection scripts, one per lock kind, and the force-release scripts
 /// built on them (redislock::inspect() and redislock::force_release(), lock_info.hpp).
 ///
-/// Every script: KEYS = {lock, fence, queue, waiters} (queue and waiters are the mutex's and
-/// are only read by its script; the others pass them unused), ARGV[1] = waiter channel prefix
-/// "P{N}:w:" (mutex hand-off) or the release channel "P{N}:released" (hash kinds).
+/// Every script: KEYS = {lock, fence, queue, waiters} (the queue keys of the kind the script is
+/// for: P{N}:queue / P{N}:waiters for the mutex, P{N}:rqueue / P{N}:rwaiters for the reentrant
+/// mutex; the shared lock's script leaves them unused), ARGV[1] = waiter channel prefix
+/// "P{N}:w:" (mutex and reentrant hand-off) or the release channel "P{N}:released" (shared).
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
 /// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
@@ -16,8 +17,8 @@
 /// Reply: {kind, pttl, fence, waiters, writer_waiting_ms, holders...}
 ///   pttl               the lock key's remaining time in ms (-2 absent, -1 no expiry)
 ///   fence              the fencing counter's value (GET P{N}:fence; 0 when absent)
-///   waiters            mutex: live places in P{N}:queue; hash kinds: -1 (their waiters do
-///                      not queue on the server)
+///   waiters            mutex, reentrant: live places in the kind's queue; shared: -1 (its
+///                      waiters do not queue on the server)
 ///   writer_waiting_ms  shared: how long the waiting-writer marker @wq still lasts (0: none)
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
@@ -28,27 +29,29 @@
 ///              P{N}:fence. Counting live waiters reads the whole queue: O(waiters), an
 ///              administrator's call, never on a lock's path.
 ///   reentrant  P{N} hash: @kind, <owner> = count (every field not starting with '@' is an
-///              owner); PTTL P{N}; P{N}:fence.
+///              owner); PTTL P{N}; P{N}:rqueue and P{N}:rwaiters as the mutex's; P{N}:fence.
 ///   shared     P{N} hash: @kind, @w, @wx, @wq, r:<owner>, x:<owner>; P{N}:fence.
 ///              Holds whose lease end has passed are left out (the lock scripts purge them on
 ///              their next call); nothing is written.
 ///
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
-///   mutex      delete P{N} and hand the lock to the longest waiting live waiter, exactly as a
-///              release does (mutex_scripts::hand_off_lua);
-///   hash kinds delete P{N} and publish "all" on P{N}:released (every waiter tries again).
+///   mutex, reentrant  delete P{N} and hand the lock to the longest waiting live waiter, exactly
+///              as a release does (the kind's hand_off_lua);
+///   shared     delete P{N} and publish "all" on P{N}:released (every waiter tries again).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/reentrant_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
 
 namespace redislock::detail::lock_info_scripts {
 
-/// Defines kind_of_lock() (the kind of KEYS[1], as described above), now_ms(), fence_value()
-/// and add_holder() (appends one holder's group of 4 to a reply).
+/// Defines kind_of_lock() (the kind of KEYS[1], as described above), now_ms(), fence_value(),
+/// live_waiters() (the places in the queue KEYS[3] whose KEYS[4] entry has not lapsed) and
+/// add_holder() (appends one holder's group of 4 to a reply).
 inline const char* kind_lua() {
   return R"lua(
 local function kind_of_lock()
@@ -67,6 +70,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function fence_value() return tonumber(redis.call('GET', KEYS[2]) or '0') end
+local function live_waiters()
+  local now, live = now_ms(), 0
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local expiry = string.match(redis.call('HGET', KEYS[4], w) or '', '^(%d+):')
+    if expiry and tonumber(expiry) > now then live = live + 1 end
+  end
+  return live
+end
 local function add_holder(r, owner, role, count, ms)
   local n = #r
   r[n + 1], r[n + 2], r[n + 3], r[n + 4] = owner, role, count, ms
@@ -80,13 +91,8 @@ inline const char* mutex_info_lua() {
 local function info()
   local kind = kind_of_lock()
   if kind == 'reentrant' or kind == 'shared' then return {kind} end
-  local now, live = now_ms(), 0
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    local expiry = string.match(redis.call('HGET', KEYS[4], w) or '', '^(%d+):')
-    if expiry and tonumber(expiry) > now then live = live + 1 end
-  end
   local pttl = redis.call('PTTL', KEYS[1])
-  local r = {kind, pttl, fence_value(), live, 0}
+  local r = {kind, pttl, fence_value(), live_waiters(), 0}
   if kind == 'mutex' then
     add_holder(r, redis.call('GET', KEYS[1]), 'holder', 1, pttl)
   end
@@ -102,7 +108,7 @@ local function info()
   local kind = kind_of_lock()
   if kind ~= 'reentrant' then return {kind} end
   local pttl = redis.call('PTTL', KEYS[1])
-  local r = {kind, pttl, fence_value(), -1, 0}
+  local r = {kind, pttl, fence_value(), live_waiters(), 0}
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do
     if string.sub(h[i], 1, 1) ~= '@' then  -- '@' fields are the lock's own (@kind)
@@ -172,7 +178,22 @@ return r
   return s;
 }
 
-// Hash kinds: the snapshot, then, if held, delete and wake every waiter.
+/// Force release of a reentrant mutex: the snapshot, then, if held, delete and hand off like
+/// the last release.
+inline const script& reentrant_break() {
+  static const script s(std::string(kind_lua()) + reentrant_info_lua() + reentrant_scripts::hand_off_lua() + R"lua(
+local r = info()
+if r[1] ~= 'reentrant' then return r end
+-- hand_off() drops the removed holder's own place (if it queued again) instead of handing to it.
+token = r[6] or ''
+redis.call('DEL', lock)
+hand_off(ARGV[1], false)
+return r
+)lua");
+  return s;
+}
+
+// The shared mutex: the snapshot, then, if held, delete and wake every waiter.
 inline std::string hash_break_lua(const char* info_lua, const char* kind) {
   return std::string(kind_lua()) + notify_lua() + info_lua + "local r = info()\nif r[1] ~= '" + kind +
          R"lua(' then return r end
@@ -180,10 +201,6 @@ redis.call('DEL', KEYS[1])
 notify(ARGV[1], 'all')
 return r
 )lua";
-}
-inline const script& reentrant_break() {
-  static const script s(hash_break_lua(reentrant_info_lua(), "reentrant"));
-  return s;
 }
 inline const script& shared_break() {
   static const script s(hash_break_lua(shared_info_lua(), "shared"));

@@ -40,7 +40,7 @@
 /// All times are the server's (TIME inside the scripts): clients' clocks never matter.
 
 #include <redislock/detail/fence_scripts.hpp>
-#include <redislock/detail/notify_lua.hpp>
+#include <redislock/detail/queue_lua.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/script.hpp>
 
@@ -60,50 +60,12 @@ struct keys {
   std::string lock, fence, queue, waiters, waiter_prefix;
 };
 
-/// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = token.
-/// hand_off(prefix, take_self[, popped]) gives a free lock to the first live waiter and returns
-/// its token (nil: nobody waits); popped: the head, when the caller already popped it. The
-/// caller itself, at the head, is returned without a message when take_self (an attempt), and
-/// dropped otherwise (a release: a stale entry of the releaser's).
-/// server_now() reads TIME once per script, and only when a script needs the time.
-/// A waiter's field in the waiters hash and its entry in the queue are added and removed
-/// together (same script), so HSET's and HDEL's replies tell whether a token is queued.
+/// The queue Lua (detail/queue_lua.hpp) with the mutex's grant: the lock key gets the
+/// waiter's token and lease.
 inline std::string hand_off_lua() {
-  // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
-  // The hand-off is on the critical path of every contended acquisition: few calls. An empty
-  // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
-  return std::string(notify_lua()) + R"lua(
-local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local time_of_script
-local function server_now()
-  if not time_of_script then
-    local t = redis.call('TIME')
-    time_of_script = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return time_of_script
-end
-local function forget(w)
-  if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
-end
-local function hand_off(prefix, take_self, popped)
-  while true do
-    local head = popped or redis.call('ZPOPMIN', queue)[1]
-    popped = nil
-    if not head then return nil end
-    local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
-    redis.call('HDEL', waiters, head)
-    if head == token then
-      if take_self then return head end
-    elseif expiry and tonumber(expiry) > server_now() then
-      -- Tokens are "<object id>:<n>"; an object listens on one channel for all its tokens.
-      if notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
-        redis.call('SET', lock, head, 'PX', lease)
-        return head
-      end
-    end
-  end
-end
-)lua";
+  return queue_lua(R"lua(
+local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
+)lua");
 }
 
 /// KEYS: lock, fence, queue, waiters.
@@ -121,9 +83,7 @@ end
 /// Reply: {1, 0} acquired; {0, pttl} not acquired: the holder's remaining lease in ms
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
-  // Joining: GET, PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only; a
-  // refresh asks ZSCORE instead), PTTL of the queue; both PEXPIREs only when the queue would
-  // lapse before this place.
+  // Joining: GET, then detail/queue_lua.hpp's queue_not_acquired_lua().
   static const script s(hand_off_lua() + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
@@ -133,29 +93,7 @@ if holder == false or holder == token then
   redis.call('SET', lock, token, 'PX', lease)
   return {1, 0}
 end
-local pttl = redis.call('PTTL', lock)
-if mode == 'wait' then
-  -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
-  local place = (pttl >= 0 and pttl or 1000) + wait_lease
-  -- A new field means a new waiter. A refresh checks the queue too (ZSCORE, refreshes only):
-  -- should the queue have gone without the hash (evicted, deleted by hand, or expired a
-  -- millisecond earlier on Redis < 7), the waiter is queued again instead of stranded.
-  if redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease)) == 1
-      or not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
-  end
-  -- The queue never outlives its longest place by more than wait_lease, so crashed waiters
-  -- leave no garbage behind; extending it one wait_lease further than needed spares the
-  -- PEXPIREs of the joins that follow within that time.
-  if redis.call('PTTL', queue) < place then
-    redis.call('PEXPIRE', queue, place + wait_lease)
-    redis.call('PEXPIRE', waiters, place + wait_lease)
-  end
-elseif mode == 'leave' then
-  forget(token)
-end
-return {0, pttl}
-)lua");
+)lua" + queue_not_acquired_lua());
   return s;
 }
 

@@ -116,6 +116,13 @@ class owner_table : private thread_exits::listener {
     if (!e.state.idle() && s.idle()) ++e.generation;
     e.state = s;
   }
+  /// The calling thread gave up a wait while it holds nothing: its next acquisition gets a new
+  /// owner name, so nothing meant for the abandoned one (a hand-off still on its way) matches it.
+  void next_generation() {
+    std::lock_guard<std::mutex> g(m_);
+    entry& e = states_[thread_serial()];
+    if (e.state.idle()) ++e.generation;
+  }
   /// f(owner name, state&) for every thread's state (under the table's lock).
   template <class F>
   void for_each(F&& f) {
