@@ -167,16 +167,16 @@ class owner_table : private thread_exits::listener {
   std::unordered_map<std::uint64_t, entry> states_;
 };
 
-/// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
-template <class Client>
-std::int64_t run_integer(Client& client, const lock_keys& k, const script& s,
-                         std::initializer_list<std::string_view> args) {
+/// Runs a lock script with KEYS = {lock, fence}; the reply is an integer. Keys: lock_keys or a
+/// kind's own keys struct (members lock, fence).
+template <class Client, class Keys = lock_keys>
+std::int64_t run_integer(Client& client, const Keys& k, const script& s, std::initializer_list<std::string_view> args) {
   return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
 }
 
 /// Runs a lock script with KEYS = {lock, fence}; the reply is a pair of integers.
-template <class Client>
-std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& k, const script& s,
+template <class Client, class Keys = lock_keys>
+std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const Keys& k, const script& s,
                                                std::initializer_list<std::string_view> args) {
   return client.run(k.lock, [&](connection& c) {
     reply_ptr r = s.run(c, {k.lock, k.fence}, args);
@@ -189,8 +189,8 @@ std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const lock_keys& 
 /// when the owner holds nothing on the server) and kept in State::fence until the thread's
 /// holds all end. Throws lock_error when the thread holds nothing, or when its lease has run
 /// out (after on_lost(state): write nothing then).
-template <class Client, class State, class OnLost>
-std::uint64_t draw_fence(Client& client, const lock_keys& k, owner_table<State>& owners, const script& s,
+template <class Client, class Keys, class State, class OnLost>
+std::uint64_t draw_fence(Client& client, const Keys& k, owner_table<State>& owners, const script& s,
                          const std::string& name, OnLost&& on_lost) {
   State h = owners.mine();
   if (h.idle()) throw lock_error("fencing_token: lock '" + name + "' is not held by this thread");
