@@ -141,8 +141,8 @@ DESCRIPTION
     For each NAME, whatever kind of lock it is (mutex, reentrant, shared): free or held, the
     holders (mutex: the owner token "<object id>:<acquisition>"; reentrant: owner and hold
     count; shared: the writer and each reader with its count), each hold's remaining lease,
-    the waiters queued on the server (mutex only: the other kinds' waiters do not queue on the
-    server), whether a writer waits (shared), and the last fencing token given out. Reads one
+    the waiters queued on the server (mutex and shared; a reentrant lock's waiters do not queue
+    on the server), whether a writer waits (shared), and the last fencing token given out. Reads one
     consistent snapshot per lock with a read-only script; changes nothing.
 
 OPTIONS
@@ -173,8 +173,9 @@ SYNOPSIS
 
 DESCRIPTION
     Removes every hold of NAME, whoever holds it, prints what it removed, and lets the lock
-    move on at once: a mutex is handed to its longest waiting live waiter, as a release
-    would; the waiters of a reentrant or shared lock are woken. The fencing counter is kept,
+    move on at once: a mutex is handed to its longest waiting live waiter and a shared lock to
+    the head of its queue (a writer, or the readers up to the first writer), as a release
+    would; the waiters of a reentrant lock are woken. The fencing counter is kept,
     so the next holder's token is higher than the removed holder's, and storage that checks
     tokens rejects the removed holder's late writes. A holder using "redislock run" notices at
     its next renewal (within a third of its lease) and stops its command (--on-lost).

@@ -392,7 +392,7 @@ std::string text(const redislock::lock_info& i) {
   }
   if (i.waiters >= 0) s << "  waiters queued: " << i.waiters << "\n";
   if (i.writer_waiting.count() > 0)
-    s << "  a writer waits (new readers held back for " << seconds(i.writer_waiting) << ")\n";
+    s << "  a writer waits (new readers queue behind it; its place lasts " << seconds(i.writer_waiting) << ")\n";
   s << "  last fencing token: " << i.last_fence << "\n";
   return s.str();
 }
@@ -462,6 +462,9 @@ int break_lock(const std::vector<std::string>& args) {
   std::string out = "removed " + text(removed);
   if (removed.kind == redislock::lock_kind::mutex) {
     out += removed.waiters > 0 ? "  handed to the longest waiting live waiter\n" : "  nobody was waiting\n";
+  } else if (removed.kind == redislock::lock_kind::shared) {
+    out += removed.waiters > 0 ? "  handed to the head of its queue (a writer, or the readers up to the first writer)\n"
+                               : "  nobody was waiting\n";
   } else {
     out += "  waiters woken (published on " + removed.key + ":released)\n";
   }

@@ -65,10 +65,11 @@ struct lock_info {
   /// When the key goes if nobody renews (PTTL): -2 ms absent, -1 ms no expiry.
   std::chrono::milliseconds key_ttl{-2};
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
-  /// mutex: live waiters queued on the server; -1 for the hash kinds, whose waiters do not
-  /// queue on the server (they listen on P{N}:released).
+  /// mutex, shared: live waiters queued on the server; -1 for the reentrant mutex, whose
+  /// waiters do not queue on the server (they listen on P{N}:released).
   std::int64_t waiters = -1;
-  /// shared: a writer waits (new readers are held back) for this much longer; 0: none.
+  /// shared: a writer waits (new readers queue behind it) for at most this much longer (its
+  /// place, refreshed while it lives); 0: none.
   std::chrono::milliseconds writer_waiting{0};
 
   bool held() const noexcept { return !holders.empty(); }
@@ -115,21 +116,25 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   validate(name, options);
   const std::string key = base_key(name, options);
   const std::string fence = key + ":fence", queue = key + ":queue", waiters = key + ":waiters";
+  const std::string squeue = key + ":squeue", swaiters = key + ":swaiters";
   const std::string waiter_prefix = key + ":w:", released = key + ":released";
   std::string kind = "mutex";
   for (int round = 0; round < 4; ++round) {
     const script* s = nullptr;
-    std::string_view channel = waiter_prefix;
+    std::string_view channel = waiter_prefix, queue_key = queue, waiters_key = waiters;
     if (kind == "reentrant") {
       s = force ? &lock_info_scripts::reentrant_break() : &lock_info_scripts::reentrant_info();
       channel = released;
     } else if (kind == "shared") {
       s = force ? &lock_info_scripts::shared_break() : &lock_info_scripts::shared_info();
-      channel = released;
+      queue_key = squeue;
+      waiters_key = swaiters;
     } else {
       s = force ? &lock_info_scripts::mutex_break() : &lock_info_scripts::mutex_info();
     }
-    reply_ptr r = client.run(key, [&](connection& c) { return s->run(c, {key, fence, queue, waiters}, {channel}); });
+    reply_ptr r = client.run(key, [&](connection& c) {
+      return s->run(c, {key, fence, queue_key, waiters_key}, {channel});
+    });
     const std::string found(as_string(element(*r, 0)));
     if (r->elements > 1) return parse_lock_info(*r, std::string(name), key);
     kind = found;
@@ -147,8 +152,8 @@ lock_info inspect(Client& client, std::string_view name, const lock_options& opt
 }
 
 /// Administrator's force release: removes every hold of `name`, whoever holds it, and lets
-/// the waiters move on at once (mutex: the release's hand-off to the longest waiting live
-/// waiter; hash kinds: a message on P{N}:released). Returns what was removed (held() false:
+/// the waiters move on at once (mutex and shared: the release's hand-off to the head of the
+/// queue; reentrant: a message on P{N}:released). Returns what was removed (held() false:
 /// the lock was free, nothing changed). The fencing counter is kept, so the next holder's token
 /// still exceeds the removed holder's: fence your writes and the old holder is rejected.
 /// A key of a foreign type is left alone (kind == foreign).

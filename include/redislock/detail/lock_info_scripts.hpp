@@ -3,9 +3,10 @@
 /// @brief Read-only introspection scripts, one per lock kind, and the force-release scripts
 /// built on them (redislock::inspect() and redislock::force_release(), lock_info.hpp).
 ///
-/// Every script: KEYS = {lock, fence, queue, waiters} (queue and waiters are the mutex's and
-/// are only read by its script; the others pass them unused), ARGV[1] = waiter channel prefix
-/// "P{N}:w:" (mutex hand-off) or the release channel "P{N}:released" (hash kinds).
+/// Every script: KEYS = {lock, fence, queue, waiters} (the kind's own queue: P{N}:queue and
+/// P{N}:waiters for the mutex, P{N}:squeue and P{N}:swaiters for the shared mutex; unused by the
+/// reentrant script), ARGV[1] = waiter channel prefix "P{N}:w:" (mutex and shared hand-off) or
+/// the release channel "P{N}:released" (reentrant).
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
 /// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
@@ -16,9 +17,10 @@
 /// Reply: {kind, pttl, fence, waiters, writer_waiting_ms, holders...}
 ///   pttl               the lock key's remaining time in ms (-2 absent, -1 no expiry)
 ///   fence              the fencing counter's value (GET P{N}:fence; 0 when absent)
-///   waiters            mutex: live places in P{N}:queue; hash kinds: -1 (their waiters do
-///                      not queue on the server)
-///   writer_waiting_ms  shared: how long the waiting-writer marker @wq still lasts (0: none)
+///   waiters            mutex, shared: live places in the kind's queue; reentrant: -1 (its
+///                      waiters do not queue on the server)
+///   writer_waiting_ms  shared: how long the longest live place of a queued writer still lasts
+///                      (new readers queue behind it meanwhile; 0: no writer waits)
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
 ///
@@ -29,7 +31,8 @@
 ///              administrator's call, never on a lock's path.
 ///   reentrant  P{N} hash: @kind, <owner> = count (every field not starting with '@' is an
 ///              owner); PTTL P{N}; P{N}:fence.
-///   shared     P{N} hash: @kind, @w, @wx, @wq, r:<owner>, x:<owner>; P{N}:fence.
+///   shared     P{N} hash: @kind, @w, @wx, r:<owner>, x:<owner>; P{N}:fence; P{N}:squeue
+///              (members), P{N}:swaiters (owner -> "<place expires ms>:<lease>:<side><wait>").
 ///              Holds whose lease end has passed are left out (the lock scripts purge them on
 ///              their next call); nothing is written.
 ///
@@ -37,10 +40,13 @@
 /// they removed it, and then, when the lock was held:
 ///   mutex      delete P{N} and hand the lock to the longest waiting live waiter, exactly as a
 ///              release does (mutex_scripts::hand_off_lua);
-///   hash kinds delete P{N} and publish "all" on P{N}:released (every waiter tries again).
+///   shared     delete P{N} and admit the head of its queue (a writer, or the run of readers),
+///              exactly as a release does (shared_scripts::queue_lua);
+///   reentrant  delete P{N} and publish "all" on P{N}:released (every waiter tries again).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/shared_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -124,8 +130,16 @@ local function info()
   local f = {}
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-  local wq = math.max((tonumber(f['@wq'] or '0') or 0) - now, 0)
-  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), -1, wq}
+  local live, writer_waits = 0, 0
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local expiry, side = string.match(redis.call('HGET', KEYS[4], w) or '', '^(%d+):%d+:([rw])')
+    expiry = tonumber(expiry)
+    if expiry and expiry > now then
+      live = live + 1
+      if side == 'w' then writer_waits = math.max(writer_waits, expiry - now) end
+    end
+  end
+  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), live, writer_waits}
   local wexp = tonumber(f['@wx'] or '0') or 0
   if f['@w'] and wexp > now then
     add_holder(r, f['@w'], 'writer', 1, wexp - now)
@@ -185,8 +199,19 @@ inline const script& reentrant_break() {
   static const script s(hash_break_lua(reentrant_info_lua(), "reentrant"));
   return s;
 }
+// The shared mutex: the snapshot, then, if held, delete and admit the head of the queue.
 inline const script& shared_break() {
-  static const script s(hash_break_lua(shared_info_lua(), "shared"));
+  static const script s(std::string(kind_lua()) + shared_info_lua() + R"lua(
+local r = info()
+if r[1] ~= 'shared' then return r end
+redis.call('DEL', KEYS[1])
+local owner, prefix = '', ARGV[1]
+)lua" + shared_scripts::body_lua() +
+                        shared_scripts::queue_lua() + R"lua(
+admit(false, '')
+finish(true)
+return r
+)lua");
   return s;
 }
 
