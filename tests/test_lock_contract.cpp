@@ -68,10 +68,11 @@ struct LockContract : redislock_test::server_test {
     Kind::adjust(o);
     return o;
   }
-  // A waiter of any kind is registered on the server: queued (mutex) or subscribed to the
-  // lock's release channel (the hash kinds).
+  // A waiter of any kind is registered on the server: queued (mutex: :queue, shared: :squeue)
+  // or subscribed to the lock's release channel (reentrant).
   bool someone_waits(const lock_type& l) {
-    return admin->command({"EXISTS", l.key() + ":queue"})->integer == 1 || subscribers(l.key() + ":released") > 0;
+    return admin->command({"EXISTS", l.key() + ":queue", l.key() + ":squeue"})->integer == 1 ||
+           subscribers(l.key() + ":released") > 0;
   }
   // Waits on `waiter` with wait(waiter) on another thread while `holder` holds; returns how
   // long the wait took once `free_it()` (called when the waiter is registered) frees the lock.

@@ -775,3 +775,30 @@ TEST_F(SharedTest, FairModeGivesALapsedLockToTheHeadNotToANewcomer) {
   other.unlock();  // hands it to the waiter
   ASSERT_TRUE(waiting.got_in_within(seconds(5)));
 }
+
+TEST_F(SharedTest, ANoticeForAnEarlierWaitNeverCompletesALaterOne) {
+  // One thread waits to write and gives up, then waits to read with the same owner id (it held
+  // nothing in between, so its generation did not change). Notices naming its earlier wait, of
+  // either side, arrive during the later one: they must not make it a holder.
+  shared_mutex holder(*pool, "stale"), late(*pool, "stale");
+  holder.lock();
+  std::promise<std::string> owner_p;
+  std::future<std::string> owner_f = owner_p.get_future();
+  auto reader = std::async(std::launch::async, [&] {
+    if (late.try_lock_for(milliseconds(50))) return std::string("acquired the write lock");
+    owner_p.set_value(late.owner_id());
+    if (late.try_lock_shared_for(milliseconds(1500))) return std::string("acquired the read lock");
+    return std::string();
+  });
+  ASSERT_EQ(owner_f.wait_for(seconds(5)), std::future_status::ready);
+  const std::string owner = owner_f.get();
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  const std::string channel = holder.key() + ":w:" + owner.substr(0, owner.rfind(':'));
+  EXPECT_EQ(admin->command({"PUBLISH", channel, owner + " w1"})->integer, 1);
+  EXPECT_EQ(admin->command({"PUBLISH", channel, owner + " r1"})->integer, 1);
+  ASSERT_EQ(reader.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(reader.get(), "");
+  EXPECT_FALSE(late.owns_shared());
+  EXPECT_FALSE(hexists(*admin, holder.key(), "r:" + owner));
+  holder.unlock();
+}
