@@ -191,7 +191,6 @@ TEST_F(cli_test, BadInputIsOneLineAndExitTwoBeforeRedisIsTouched) {
       {"run", "--on-lost", "sulk", "job", "--", "true"},
       {"run", "--url", "http://127.0.0.1:1", "job", "--", "true"},
       {"run", "--lease"},
-      {"run", "--fair", "--shared", "job", "--", "true"},
       {"status"},
       {"status", "--bogus", "job"},
       {"status", "--url", "redis://127.0.0.1:notaport", "job"},

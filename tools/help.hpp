@@ -102,8 +102,10 @@ OPTIONS
                                mutex, but on the same lock as the --shared runs of NAME (a
                                NAME is one kind of lock: mixing a plain run with --shared
                                runs of it fails with exit status 69, "wrong kind")
-    --fair                     fair mode of the mutex: a lock whose holder's lease ran out
-                               goes to the longest waiter (all users of NAME must agree)
+    --fair                     fair mode: a lock whose holder's lease ran out goes to the
+                               longest waiter (with --shared/--write: the head of the queue),
+                               and no run enters past a waiting one (all users of NAME must
+                               agree)
     --on-lost term|kill|ignore what to do when the lease is lost (default term):
                                term   SIGTERM to COMMAND's process group, SIGKILL after
                                       --kill-after; exit status 76

@@ -199,8 +199,6 @@ run_options parse_run(arg_cursor a) {
   a.take();
   o.command = a.rest();
   if (o.command.empty()) throw usage_error("run: missing COMMAND after '--'");
-  if (o.common.lock.fair && o.lock_kind != run_options::kind::mutex)
-    throw usage_error("run: --fair applies to the exclusive lock only, not with --shared or --write");
   o.common.lock.auto_renew = true;
   o.common.finish();
   o.name = checked_name(o.name, o.common.lock);
