@@ -802,3 +802,36 @@ TEST_F(SharedTest, ANoticeForAnEarlierWaitNeverCompletesALaterOne) {
   EXPECT_FALSE(hexists(*admin, holder.key(), "r:" + owner));
   holder.unlock();
 }
+
+// A hand-off counts the new hold's lease from the waiter's last "wait" attempt, which can be
+// up to recheck_interval old: such a stale hold is confirmed with one owner-checked extend
+// before it is renewed, so it starts out valid (not lost() by the clock) and renewed.
+TEST_F(SharedTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
+  lock_options o;
+  o.lease = milliseconds(900);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(20);  // the waiter's last "wait" is as old as the hold
+  shared_mutex holder(*pool, "long-wait"), waiter(*pool, "long-wait", o);
+  for (bool write : {true, false}) {
+    SCOPED_TRACE(write ? "writer" : "reader");
+    holder.lock();
+    const std::uint64_t renewals = pool->watchdog().stats().renewals;
+    auto waited = std::async(std::launch::async, [&]() -> std::string {
+      if (!(write ? waiter.try_lock_for(seconds(30)) : waiter.try_lock_shared_for(seconds(30)))) return "not acquired";
+      std::string problem;
+      if (write ? waiter.lost() : waiter.lost_shared()) problem += " lost at once;";
+      if (!(write ? waiter.still_held() : waiter.still_held_shared())) problem += " not held;";
+      if (!pool->watchdog().wait_for_stats(
+              seconds(20), [&](const watchdog_stats& s) { return s.renewals > renewals || s.lost > 0; }) ||
+          (write ? waiter.lost() : waiter.lost_shared()))
+        problem += " not renewed;";
+      if ((write ? waiter.release() : waiter.release_shared()) != release_status::released) problem += " release;";
+      return problem;
+    });
+    ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }, seconds(20)));
+    std::this_thread::sleep_for(milliseconds(1500));  // lets the waiter's queue attempt age past its lease
+    holder.unlock();
+    ASSERT_EQ(waited.wait_for(seconds(40)), std::future_status::ready);
+    EXPECT_EQ(waited.get(), "");
+  }
+}
