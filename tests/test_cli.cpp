@@ -191,7 +191,6 @@ TEST_F(cli_test, BadInputIsOneLineAndExitTwoBeforeRedisIsTouched) {
       {"run", "--on-lost", "sulk", "job", "--", "true"},
       {"run", "--url", "http://127.0.0.1:1", "job", "--", "true"},
       {"run", "--lease"},
-      {"run", "--fair", "--shared", "job", "--", "true"},
       {"status"},
       {"status", "--bogus", "job"},
       {"status", "--url", "redis://127.0.0.1:notaport", "job"},
@@ -482,6 +481,7 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
   EXPECT_EQ(si.holders[0].role, "reader");
   EXPECT_EQ(si.holders[0].owner, s.owner_id());
   EXPECT_EQ(si.holders[0].count, 2);
+  EXPECT_EQ(si.waiters, 0);  // the shared kind queues its waiters on the server
   const redislock::lock_info mi = redislock::inspect(*pool, "mx");
   EXPECT_EQ(mi.kind, redislock::lock_kind::mutex);
   ASSERT_EQ(mi.holders.size(), 1u);
@@ -562,15 +562,19 @@ TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
   redislock::client other(options());
   redislock::shared_mutex writer(other, "sh");
   auto waited = std::async(std::launch::async, [&] { return writer.try_lock_for(60s); });
-  // The writer waits once its marker is set.
+  // The writer waits once it is queued.
   ASSERT_TRUE(redislock_test::eventually(
       [&] {
-        return admin->command({"HEXISTS", "redislock:{sh}", "@wq"})->integer == 1;
+        return admin->command({"ZCARD", "redislock:{sh}:squeue"})->integer == 1;
       },
       bound));
+  const redislock::lock_info queued = redislock::inspect(*pool, "sh");
+  EXPECT_EQ(queued.waiters, 1);
+  EXPECT_GT(queued.writer_waiting.count(), 0);
   const result b = run({"break", "--yes", "sh"});
   EXPECT_EQ(b.status, 0) << b.err;
   EXPECT_NE(b.out.find(reader.owner_id()), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("handed to the head of its queue"), std::string::npos) << b.out;
   ASSERT_EQ(waited.wait_for(bound), std::future_status::ready) << "the writer was not woken";
   EXPECT_TRUE(waited.get());
   writer.unlock();

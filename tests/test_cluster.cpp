@@ -646,6 +646,7 @@ TEST(Cluster, MinimalAcl) {
                                         "+hexists",
                                         "+hgetall",
                                         "+hlen",
+                                        "+zrange",
                                         "+cluster|slots",
                                         "+asking",
                                         "+spublish",

@@ -71,7 +71,8 @@ TEST_F(HashTags, EveryKeyOfALockSharesOneSlotForNamesWithBraces) {
     SCOPED_TRACE("name '" + name + "'");
     mutex m(c, name);
     const long long s = slot(m.key());
-    for (const char* suffix : {":fence", ":queue", ":waiters", ":w:0123abcd", ":released"})
+    for (const char* suffix :
+         {":fence", ":queue", ":waiters", ":w:0123abcd", ":released", ":squeue", ":swaiters", ":w:0123abcd:7"})
       EXPECT_EQ(slot(m.key() + suffix), s) << suffix;
   }
 }

@@ -68,11 +68,9 @@ struct LockContract : redislock_test::server_test {
     Kind::adjust(o);
     return o;
   }
-  // A waiter of any kind is registered on the server: queued (mutex: P{N}:queue, reentrant:
-  // P{N}:rqueue) or subscribed to the lock's release channel (shared).
+  // A waiter of any kind is queued on the server (P{N}:queue, :rqueue or :squeue).
   bool someone_waits(const lock_type& l) {
-    return admin->command({"EXISTS", l.key() + ":queue", l.key() + ":rqueue"})->integer >= 1 ||
-           subscribers(l.key() + ":released") > 0;
+    return admin->command({"EXISTS", l.key() + ":queue", l.key() + ":rqueue", l.key() + ":squeue"})->integer >= 1;
   }
   // Waits on `waiter` with wait(waiter) on another thread while `holder` holds; returns how
   // long the wait took once `free_it()` (called when the waiter is registered) frees the lock.

@@ -64,6 +64,12 @@ struct KindsTest : redislock_test::server_test {
     ASSERT_TRUE(eventually([&] { return subscribers(key + ":released") == 1; }));
     std::this_thread::sleep_for(milliseconds(1500));
   }
+  /// The same for a shared lock, whose waiters queue on the server (each on its own channel).
+  void hold_while_queued(const std::string& key) {
+    ASSERT_TRUE(eventually([&] { return queued(key) == 1; }));
+    std::this_thread::sleep_for(milliseconds(1500));
+  }
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
 
   /// Calls release(); the waiter must get in, woken by it: before, the waiter (and the
   /// holders) sent at most `sent_before` EVALSHAs since reset_stats(); after, only the release
@@ -151,14 +157,13 @@ TEST_F(KindsTest, ASharedReaderIsWokenWhenTheWriterLeaves) {
   writer.lock();
   reset_stats();
   own_thread_holder waited([&] { reader.lock_shared(); }, [&] { reader.unlock_shared(); });
-  hold_while_subscribed(writer.key());
+  hold_while_queued(writer.key());
   expect_woken_by([&] { writer.unlock(); }, waited, waiter_client, 2);
 }
 
 TEST_F(KindsTest, ASharedWriterIsWokenWhenTheLastReaderLeaves) {
   client waiter_client(options());
   lock_options patient = no_recheck(seconds(20));
-  patient.wait_lease = seconds(60);  // its marker refresh (every wait_lease / 3) stays out of the count
   shared_mutex r1(*pool, "s-wake-w", lease(seconds(20))), r2(*pool, "s-wake-w", lease(seconds(20)));
   shared_mutex writer(waiter_client, "s-wake-w", patient);
   writer.lock();  // loads the scripts
@@ -169,23 +174,24 @@ TEST_F(KindsTest, ASharedWriterIsWokenWhenTheLastReaderLeaves) {
   r2.lock_shared();
   reset_stats();
   own_thread_holder waited([&] { writer.lock(); }, [&] { writer.unlock(); });
-  hold_while_subscribed(r1.key());
-  r1.unlock_shared();  // a reader is still inside: nothing published, the writer sleeps on
+  hold_while_queued(r1.key());
+  r1.unlock_shared();  // a reader is still inside: nothing handed over, the writer sleeps on
   EXPECT_FALSE(waited.acquired_within(seconds(0)));
   expect_woken_by([&] { r2.unlock_shared(); }, waited, waiter_client, 3);  // 2 attempts + r1's release
 }
 
-TEST_F(KindsTest, AWaitingWriterRefreshesItsMarkerEveryThirdOfTheWaitLeaseOnly) {
+TEST_F(KindsTest, AWaitingWriterSendsNothingWhileTheReadersHold) {
   lock_options o;
-  o.wait_lease = milliseconds(900);  // refresh every 300 ms
+  o.wait_lease = milliseconds(900);  // no refresh of a "writer waiting" marker any more
+  o.recheck_interval = seconds(60);
   shared_mutex reader(*pool, "s-refresh"), writer(*pool, "s-refresh", o);
   reader.lock_shared();
   EXPECT_FALSE(writer.try_lock());  // loads the script
   reset_stats();
   EXPECT_FALSE(writer.try_lock_for(milliseconds(1500)));
-  // 1500 / 300 = 5 refreshes + the attempts around subscribing and at the deadline.
-  EXPECT_LE(evalsha(), 9) << "the waiting writer polled";
-  EXPECT_GE(evalsha(), 5) << "the waiting writer did not refresh its marker";
+  // A try, the attempt that queues once subscribed, the "leave" at the deadline.
+  EXPECT_LE(evalsha(), 3) << "the waiting writer polled";
+  EXPECT_EQ(queued(reader.key()), 0) << "the writer that gave up is still queued";
   reader.unlock_shared();
 }
 
@@ -194,14 +200,14 @@ TEST_F(KindsTest, AWriterSleepsOnlyUntilTheFirstBlockingLeaseMayLapse) {
   // one leaves: nothing is published (a hold remains); the crashed one lapses unannounced. The
   // writer must get in when the short lease ends, not when the long one would have.
   lock_options patient;
-  patient.wait_lease = seconds(60);  // no marker refresh (every 20 s) within the test
+  patient.recheck_interval = seconds(60);
   shared_mutex live(*pool, "s-first", lease(seconds(20))), writer(*pool, "s-first", patient);
   live.lock_shared();
   const std::string ghost = "ghost:1";
   admin->command({"HSET", live.key(), "r:" + ghost, "1", "x:" + ghost, std::to_string(server_now_ms() + 600)});
   const steady::time_point start = steady::now();
   auto waited = std::async(std::launch::async, [&] { return writer.try_lock_for(seconds(10)); });
-  ASSERT_TRUE(eventually([&] { return subscribers(live.key() + ":released") == 1; }));
+  ASSERT_TRUE(eventually([&] { return queued(live.key()) == 1; }));
   live.unlock_shared();
   ASSERT_EQ(waited.wait_for(seconds(15)), std::future_status::ready);
   ASSERT_TRUE(waited.get());
@@ -243,7 +249,8 @@ TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
   s_holder.unlock_shared();
   s_holder.lock();
   timed([&] { return s_waiter.try_lock_shared_until(std::chrono::system_clock::now() + milliseconds(300)); });
-  EXPECT_GE(pool->wait_stats().subscriptions, 3u);
+  // The reentrant waiter's channel and the shared waiter's own, kept between its two waits.
+  EXPECT_GE(pool->wait_stats().subscriptions, 2u);
   EXPECT_EQ(pool->wait_stats().fallback_waits, 0u);
   s_holder.unlock();
   r_holder.unlock();
@@ -408,11 +415,8 @@ TEST_F(KindsTest, AWriterLeavingWakesEveryWaitingReaderOfTheClient) {
       may_leave.wait_for(seconds(20));  // every reader holds until all three are inside
       r->unlock_shared();
     }));
-  ASSERT_TRUE(eventually([&] { return subscribers(writer.key() + ":released") >= 1; }, seconds(10)));
-  // Let the readers fall asleep: each is refused once, and once more if it made the
-  // subscription itself (a reader that joins an already confirmed one needs no second try), so
-  // 3 to 6 refusals. Best effort: a reader still on its way simply enters after the release.
-  eventually([&] { return evalsha() >= 6; }, seconds(2));
+  // Every reader queued on the server (each subscribed on its own channel first).
+  ASSERT_TRUE(eventually([&] { return queued(writer.key()) == 3; }, seconds(10)));
   writer.unlock();
   const auto all_inside = [&] {
     return admin->command({"HLEN", writer.key()})->integer >= 1 + 2 * 3;  // @kind + r:/x: per reader

@@ -33,8 +33,9 @@ const std::vector<std::string> mutex_commands = {
     "+evalsha", "+script|load", "+get",  "+set",  "+del",  "+pexpire", "+pttl",    "+time",   "+zadd",
     "+zscore",  "+zpopmin",     "+zrem", "+hset", "+hget", "+hdel",    "+hincrby", "+publish"};
 const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe", "+pubsub|numsub"};
-/// What the reentrant and shared mutexes add (README, "Redis ACL").
-const std::vector<std::string> lock_kind_commands = {"+exists", "+hexists", "+hgetall", "+hlen"};
+/// What the reentrant and shared mutexes add (README, "Redis ACL"); +zrange: the shared
+/// mutex's scripts look at the head of its queue.
+const std::vector<std::string> lock_kind_commands = {"+exists", "+hexists", "+hgetall", "+hlen", "+zrange"};
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
   std::vector<std::string> args = {
@@ -195,6 +196,55 @@ TEST(Security, TheMinimalAclSufficesAndEachPermissionIsNeeded) {
   }
 }
 
+/// What an application does with a shared mutex: read, extend, write, fence; a reader that
+/// queues behind the writer and is handed the lock; a writer that queues and gives up.
+/// Throws what the server refused.
+void shared_cycle(client& c, connection& admin) {
+  shared_mutex s(c, "acl-shared"), other(c, "acl-shared");
+  s.lock_shared();
+  EXPECT_TRUE(s.extend_shared(seconds(5)));
+  s.unlock_shared();
+  s.lock();
+  EXPECT_GT(s.fencing_token(), 0u);
+  std::exception_ptr failed;
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    try {
+      if (other.try_lock_shared_for(seconds(10))) other.unlock_shared();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    done = true;
+  });
+  const bool queued = eventually([&] {
+    return admin.command({"ZCARD", "redislock:{acl-shared}:squeue"})->integer == 1 || done.load();
+  });
+  s.unlock();  // hands the lock to the queued reader
+  reader.join();
+  if (failed) std::rethrow_exception(failed);
+  EXPECT_TRUE(queued);
+  EXPECT_EQ(s.last_release(), release_status::released);
+  s.lock_shared();
+  EXPECT_FALSE(other.try_lock_for(milliseconds(50)));  // queues, waits on its channel, leaves
+  s.unlock_shared();
+}
+
+TEST(Security, TheSharedMutexNeedsEachOfItsOwnPermissions) {
+  redis_server server;
+  connection admin = server.admin();
+  for (const char* needed : {"+hgetall", "+zrange"}) {
+    std::vector<std::string> fewer = mutex_commands;
+    fewer.insert(fewer.end(), waiter_commands.begin(), waiter_commands.end());
+    for (const std::string& k : lock_kind_commands)
+      if (k != needed) fewer.push_back(k);
+    set_user(admin, "lesser", fewer);
+    client c(as_user(server, "lesser"));
+    admin.command(
+        {"DEL", "redislock:{acl-shared}", "redislock:{acl-shared}:squeue", "redislock:{acl-shared}:swaiters"});
+    EXPECT_THROW(shared_cycle(c, admin), auth_error) << "not needed: " << needed;
+  }
+}
+
 TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
   redis_server server;
   connection admin = server.admin();
@@ -229,13 +279,7 @@ TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
   EXPECT_EQ(other.wait_stats().wakeups, 1u) << "handed over by the release";
   EXPECT_EQ(other.wait_stats().subscribe_failures, 0u);
 
-  shared_mutex s(c, "acl-shared");
-  s.lock_shared();
-  EXPECT_TRUE(s.extend_shared(seconds(5)));
-  s.unlock_shared();
-  s.lock();
-  s.unlock();
-  EXPECT_EQ(s.last_release(), release_status::released);
+  shared_cycle(c, admin);
 
   lock_options fair;
   fair.fair = true;

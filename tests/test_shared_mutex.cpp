@@ -1,6 +1,7 @@
 // redislock::shared_mutex against a real redis-server: overlapping readers, exclusive writers,
 // writer preference under a reader flood, downgrade, refused upgrade, per-reader leases
 // (a killed reader), stale releases, wrong kinds, guards and round-trip counts.
+#include "eventually.hpp"
 #include "process.hpp"
 #include "server_fixture.hpp"
 
@@ -12,6 +13,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -22,9 +24,13 @@ using redislock_test::command_calls;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-using SharedTest = redislock_test::server_test;
-
 namespace {
+
+/// The server's clock in ms (for writing a place or lease end by hand).
+long long server_now_ms(connection& c) {
+  reply_ptr t = c.command({"TIME"});
+  return std::stoll(t->element[0]->str) * 1000 + std::stoll(t->element[1]->str) / 1000;
+}
 
 bool hexists(connection& c, const std::string& key, const std::string& field) {
   return c.command({"HEXISTS", key, field})->integer == 1;
@@ -59,7 +65,60 @@ class latch {
   int left_;
 };
 
+/// A thread with its own client (so its wait_stats are its own) that waits for one side of the
+/// lock, says when it got in, and holds it until finish().
+class queued_waiter {
+ public:
+  queued_waiter(const client_options& co, const std::string& name, lock_options o, bool write,
+                milliseconds timeout = seconds(20))
+      : client_(co), lock_(client_, name, std::move(o)) {
+    done_ = std::async(std::launch::async, [this, write, timeout] {
+      const bool got = write ? lock_.try_lock_for(timeout) : lock_.try_lock_shared_for(timeout);
+      if (!got) return false;
+      in_.set_value();
+      leave_f_.wait_for(seconds(30));
+      if (write) lock_.unlock();
+      else lock_.unlock_shared();
+      return true;
+    });
+  }
+  ~queued_waiter() { finish(); }
+  queued_waiter(const queued_waiter&) = delete;
+  queued_waiter& operator=(const queued_waiter&) = delete;
+
+  bool got_in_within(milliseconds t) { return in_f_.wait_for(t) == std::future_status::ready; }
+  /// Releases (when it got in) and returns whether it got in.
+  bool finish() {
+    if (!done_.valid()) return result_;
+    leave_.set_value();
+    result_ = done_.get();
+    return result_;
+  }
+  std::uint64_t wakeups() const { return client_.wait_stats().wakeups; }
+
+ private:
+  client client_;
+  shared_mutex lock_;
+  std::promise<void> in_, leave_;
+  std::future<void> in_f_ = in_.get_future(), leave_f_ = leave_.get_future();
+  std::future<bool> done_;
+  bool result_ = false;
+};
+
+/// Waiters that look again only when told (recheck_interval far beyond these tests).
+lock_options patient() {
+  lock_options o;
+  o.recheck_interval = seconds(60);
+  return o;
+}
+
 }  // namespace
+
+struct SharedTest : redislock_test::server_test {
+  /// Waiters queued on the server for the lock at `key`.
+  long long zcard(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
+  long long server_now_ms() { return ::server_now_ms(*admin); }
+};
 
 TEST_F(SharedTest, ReadersReallyOverlap) {
   constexpr int readers = 4;
@@ -215,19 +274,27 @@ TEST_F(SharedTest, WriterWaitIsBoundedUnderAReaderFlood) {
   EXPECT_GT(cycles, readers);
 }
 
-TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyBriefly) {
-  lock_options slow_retry;
-  slow_retry.retry_max = milliseconds(500);
-  slow_retry.wait_lease = milliseconds(1000);  // the marker lasts max(wait_lease, 3 x retry_max + 100 ms) = 1.6 s
-  shared_mutex r(*pool, "marker"), w(*pool, "marker", slow_retry), late(*pool, "marker");
+TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyUntilItsPlaceLapses) {
+  shared_mutex r(*pool, "marker"), w(*pool, "marker"), late(*pool, "marker");
   r.lock_shared();
-  EXPECT_FALSE(w.try_lock());  // a single attempt does not wait, so it leaves no marker
-  EXPECT_FALSE(hexists(*admin, r.key(), "@wq"));
-  EXPECT_FALSE(w.try_lock_for(milliseconds(30)));  // waits: leaves the marker, then "crashes"
-  EXPECT_TRUE(hexists(*admin, r.key(), "@wq"));
-  EXPECT_FALSE(late.try_lock_shared());                // queued behind the waiting writer
-  EXPECT_TRUE(r.try_lock_shared());                    // re-entry by a reader inside is admitted
-  EXPECT_TRUE(late.try_lock_shared_for(seconds(10)));  // once the marker lapses
+  EXPECT_FALSE(w.try_lock());  // a single attempt does not wait, so it does not queue
+  EXPECT_EQ(zcard(r.key()), 0);
+  EXPECT_TRUE(late.try_lock_shared());
+  late.unlock_shared();
+  EXPECT_FALSE(w.try_lock_for(milliseconds(30)));  // waits, then leaves the queue: holds nobody back
+  EXPECT_EQ(zcard(r.key()), 0);
+  EXPECT_TRUE(late.try_lock_shared());
+  late.unlock_shared();
+  // A writer that crashed while queued: its place lapses in 600 ms.
+  admin->command({"ZADD", r.key() + ":squeue", "0", "crashed:1:0"});
+  admin->command({"HSET", r.key() + ":swaiters", "crashed:1:0", std::to_string(server_now_ms() + 600) + ":30000:w1"});
+  EXPECT_FALSE(late.try_lock_shared());  // queued behind the waiting writer
+  EXPECT_TRUE(r.try_lock_shared());      // re-entry by a reader inside is admitted
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(late.try_lock_shared_for(seconds(10)));  // once its place lapses
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(400));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5)) << "slept towards the reader's 30 s lease";
+  EXPECT_EQ(zcard(r.key()), 0) << "the lapsed place was dropped";
   late.unlock_shared();
   r.unlock_shared();
   r.unlock_shared();
@@ -354,21 +421,17 @@ TEST_F(SharedTest, FencingTokensAreDrawnOnDemandAndIncreaseAcrossHolds) {
   EXPECT_EQ(std::string(admin->command({"GET", w.key() + ":fence"})->str), std::to_string(written));
 }
 
-TEST_F(SharedTest, ReleasesPublish) {
+TEST_F(SharedTest, ReleasesWithNobodyWaitingPublishNothing) {
   shared_mutex m(*pool, "publish");
-  connection sub(server->options());
-  sub.command({"SUBSCRIBE", m.key() + ":released"});
-  auto expect_message = [&] {
-    reply_ptr msg = sub.read_reply();  // bounded by the connection's command timeout
-    ASSERT_EQ(msg->type, REDIS_REPLY_ARRAY);
-    EXPECT_EQ(std::string(msg->element[0]->str), "message");
-  };
+  m.lock();  // loads the scripts
+  m.unlock();
+  reset_stats();
   m.lock();
   m.unlock();
-  expect_message();
   m.lock_shared();
   m.unlock_shared();
-  expect_message();
+  EXPECT_EQ(command_calls(*admin, "publish"), 0);
+  EXPECT_EQ(command_calls(*admin, "spublish"), 0);
 }
 
 TEST_F(SharedTest, WrongKindsAreTypedErrorsAndChangeNothing) {
@@ -539,4 +602,236 @@ TEST(SharedServerLoss, UnreachableIsTypedAndReleasesReportFailed) {
   EXPECT_THROW(r.lock_shared(), connection_error);
   EXPECT_THROW(w.try_lock_for(seconds(1)), connection_error);
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+}
+
+// --- the queue: hand-off, writer preference, fairness ---------------------------------------
+
+TEST_F(SharedTest, FairWritersAreHandedTheLockInArrivalOrderAndOnlyTheHeadWakes) {
+  lock_options fair = patient();
+  fair.fair = true;
+  shared_mutex holder(*pool, "fifo", fair);
+  holder.lock();
+  std::vector<std::unique_ptr<queued_waiter>> writers;
+  for (int i = 0; i < 4; ++i) {
+    writers.push_back(std::make_unique<queued_waiter>(options(), "fifo", fair, true));
+    ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == i + 1; })) << "waiter " << i;
+  }
+  holder.unlock();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(writers[i]->got_in_within(seconds(5))) << "waiter " << i;
+    EXPECT_EQ(writers[i]->wakeups(), 1u);
+    for (int j = i + 1; j < 4; ++j) {
+      EXPECT_FALSE(writers[j]->got_in_within(milliseconds(0))) << j << " jumped " << i;
+      EXPECT_EQ(writers[j]->wakeups(), 0u) << "a release woke waiter " << j << ", not only the head";
+    }
+    EXPECT_TRUE(writers[i]->finish());
+  }
+}
+
+TEST_F(SharedTest, AReleaseWakesOnlyTheHead) {
+  shared_mutex holder(*pool, "head");
+  holder.lock();
+  queued_waiter first(options(), "head", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  queued_waiter second(options(), "head", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 2; }));
+  queued_waiter reader(options(), "head", patient(), false);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 3; }));
+  holder.unlock();
+  ASSERT_TRUE(first.got_in_within(seconds(5)));
+  EXPECT_EQ(first.wakeups(), 1u);
+  EXPECT_EQ(second.wakeups(), 0u);
+  EXPECT_EQ(reader.wakeups(), 0u);
+  EXPECT_TRUE(first.finish());
+  ASSERT_TRUE(second.got_in_within(seconds(5)));
+  EXPECT_EQ(reader.wakeups(), 0u);
+  EXPECT_TRUE(second.finish());
+  ASSERT_TRUE(reader.got_in_within(seconds(5)));
+}
+
+TEST_F(SharedTest, ReadersQueuedBehindAWriterAreAdmittedTogetherByItsRelease) {
+  shared_mutex holder(*pool, "run");
+  holder.lock();
+  std::vector<std::unique_ptr<queued_waiter>> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.push_back(std::make_unique<queued_waiter>(options(), "run", patient(), false));
+    ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == i + 1; }));
+  }
+  queued_waiter writer(options(), "run", patient(), true);  // behind the readers: stays queued
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 4; }));
+  reset_stats();
+  holder.unlock();
+  for (auto& r : readers) {
+    ASSERT_TRUE(r->got_in_within(seconds(5)));
+    EXPECT_EQ(r->wakeups(), 1u) << "each reader is told on its own channel";
+  }
+  // All three hold at once, admitted by the release alone: none of them sent an attempt.
+  EXPECT_EQ(evalsha(), 1);
+  EXPECT_EQ(zcard(holder.key()), 1);
+  EXPECT_FALSE(writer.got_in_within(milliseconds(0)));
+  for (auto& r : readers) EXPECT_TRUE(r->finish());
+  ASSERT_TRUE(writer.got_in_within(seconds(5)));  // the last reader's release hands it over
+  EXPECT_EQ(writer.wakeups(), 1u);
+}
+
+TEST_F(SharedTest, AQueuedWriterIsAdmittedAloneAfterTheLastReaderAndLaterReadersQueueBehindIt) {
+  shared_mutex r1(*pool, "alone"), r2(*pool, "alone"), late(*pool, "alone");
+  r1.lock_shared();
+  r2.lock_shared();
+  queued_waiter writer(options(), "alone", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(r1.key()) == 1; }));
+  EXPECT_FALSE(late.try_lock_shared()) << "a new reader entered past the queued writer";
+  queued_waiter reader(options(), "alone", patient(), false);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(r1.key()) == 2; }));
+  r1.unlock_shared();  // a reader is still inside: nothing handed over
+  EXPECT_FALSE(writer.got_in_within(milliseconds(0)));
+  r2.unlock_shared();
+  ASSERT_TRUE(writer.got_in_within(seconds(5)));
+  EXPECT_EQ(writer.wakeups(), 1u);
+  EXPECT_FALSE(reader.got_in_within(milliseconds(0)));
+  EXPECT_EQ(reader.wakeups(), 0u);
+  EXPECT_TRUE(writer.finish());
+  ASSERT_TRUE(reader.got_in_within(seconds(5)));
+  EXPECT_EQ(reader.wakeups(), 1u);
+}
+
+TEST_F(SharedTest, WaitingSendsNoCommandsHoweverLongTheHold) {
+  shared_mutex holder(*pool, "quiet-wait", lease(seconds(20)));
+  holder.lock();
+  queued_waiter writer(options(), "quiet-wait", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  queued_waiter reader(options(), "quiet-wait", patient(), false);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 2; }));
+  reset_stats();
+  std::this_thread::sleep_for(milliseconds(1500));  // the observation: nothing may happen in it
+  const std::string stats = admin->command({"INFO", "commandstats"})->str;
+  std::istringstream lines(stats);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const std::string command = line.substr(8, line.find_first_of(":|") - 8);
+    EXPECT_TRUE(command == "info" || command == "config") << "sent while waiting: " << line;
+  }
+  holder.unlock();
+  ASSERT_TRUE(writer.got_in_within(seconds(5)));
+  EXPECT_TRUE(writer.finish());
+  ASSERT_TRUE(reader.got_in_within(seconds(5)));
+}
+
+TEST_F(SharedTest, DeadWaitersAreSkippedAndDropped) {
+  shared_mutex holder(*pool, "dead");
+  holder.lock();
+  const std::string queue = holder.key() + ":squeue", waiters = holder.key() + ":swaiters";
+  // Ahead of the live waiter: one whose place lapsed, one nobody listens for (crashed).
+  admin->command({"ZADD", queue, "0", "lapsed:1:0", "0", "crashed:1:0"});
+  admin->command({"HSET", waiters, "lapsed:1:0", std::to_string(server_now_ms() - 1) + ":30000:w1", "crashed:1:0",
+                  std::to_string(server_now_ms() + 60000) + ":30000:r1"});
+  queued_waiter live(options(), "dead", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 3; }));
+  holder.unlock();
+  ASSERT_TRUE(live.got_in_within(seconds(5)));
+  EXPECT_EQ(live.wakeups(), 1u);
+  EXPECT_EQ(zcard(holder.key()), 0);
+  EXPECT_FALSE(hexists(*admin, waiters, "lapsed:1:0"));
+  EXPECT_FALSE(hexists(*admin, waiters, "crashed:1:0"));
+  EXPECT_FALSE(hexists(*admin, holder.key(), "r:crashed:1:0")) << "a dead reader was admitted";
+}
+
+TEST_F(SharedTest, AQueuedWriterThatGivesUpLetsTheReadersBehindItIn) {
+  shared_mutex inside(*pool, "gives-up");
+  inside.lock_shared();
+  queued_waiter writer(options(), "gives-up", patient(), true, milliseconds(600));
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(inside.key()) == 1; }));
+  queued_waiter reader(options(), "gives-up", patient(), false);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(inside.key()) == 2; }));
+  EXPECT_FALSE(writer.finish());  // timed out: its "leave" admits the reader (and tells it)
+  ASSERT_TRUE(reader.got_in_within(seconds(5)));
+  EXPECT_EQ(reader.wakeups(), 1u);
+  EXPECT_EQ(zcard(inside.key()), 0);
+  inside.unlock_shared();
+}
+
+TEST_F(SharedTest, FairModeGivesALapsedLockToTheHeadNotToANewcomer) {
+  lock_options fair = patient();
+  fair.fair = true;
+  shared_mutex holder(*pool, "fair-lapse", fair), newcomer(*pool, "fair-lapse", fair);
+  holder.lock();
+  queued_waiter head(options(), "fair-lapse", fair, true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  // The holder's lease ends now on the server's clock (its waiter sleeps on towards 30 s).
+  admin->command({"HSET", holder.key(), "@wx", std::to_string(server_now_ms() - 1)});
+  EXPECT_FALSE(newcomer.try_lock()) << "a newcomer jumped the queue";
+  ASSERT_TRUE(head.got_in_within(seconds(5)));
+  EXPECT_EQ(head.wakeups(), 1u);
+  EXPECT_FALSE(newcomer.try_lock_shared());
+  EXPECT_TRUE(head.finish());
+  EXPECT_EQ(holder.release(), release_status::lease_expired);
+  // Without fair, a lock found free goes to whoever asks first, as for the mutex.
+  shared_mutex plain(*pool, "lapse"), other(*pool, "lapse");
+  plain.lock();
+  queued_waiter waiting(options(), "lapse", patient(), true);
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(plain.key()) == 1; }));
+  admin->command({"HSET", plain.key(), "@wx", std::to_string(server_now_ms() - 1)});
+  EXPECT_TRUE(other.try_lock());
+  other.unlock();  // hands it to the waiter
+  ASSERT_TRUE(waiting.got_in_within(seconds(5)));
+}
+
+TEST_F(SharedTest, ANoticeForAnEarlierWaitNeverCompletesALaterOne) {
+  // One thread waits to write and gives up, then waits to read with the same owner id (it held
+  // nothing in between, so its generation did not change). Notices naming its earlier wait, of
+  // either side, arrive during the later one: they must not make it a holder.
+  shared_mutex holder(*pool, "stale"), late(*pool, "stale");
+  holder.lock();
+  std::promise<std::string> owner_p;
+  std::future<std::string> owner_f = owner_p.get_future();
+  auto reader = std::async(std::launch::async, [&] {
+    if (late.try_lock_for(milliseconds(50))) return std::string("acquired the write lock");
+    owner_p.set_value(late.owner_id());
+    if (late.try_lock_shared_for(milliseconds(1500))) return std::string("acquired the read lock");
+    return std::string();
+  });
+  ASSERT_EQ(owner_f.wait_for(seconds(5)), std::future_status::ready);
+  const std::string owner = owner_f.get();
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  const std::string channel = holder.key() + ":w:" + owner.substr(0, owner.rfind(':'));
+  EXPECT_EQ(admin->command({"PUBLISH", channel, owner + " w1"})->integer, 1);
+  EXPECT_EQ(admin->command({"PUBLISH", channel, owner + " r1"})->integer, 1);
+  ASSERT_EQ(reader.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(reader.get(), "");
+  EXPECT_FALSE(late.owns_shared());
+  EXPECT_FALSE(hexists(*admin, holder.key(), "r:" + owner));
+  holder.unlock();
+}
+
+// A hand-off counts the new hold's lease from the waiter's last "wait" attempt, which can be
+// up to recheck_interval old: such a stale hold is confirmed with one owner-checked extend
+// before it is renewed, so it starts out valid (not lost() by the clock) and renewed.
+TEST_F(SharedTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
+  lock_options o;
+  o.lease = milliseconds(900);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(20);  // the waiter's last "wait" is as old as the hold
+  shared_mutex holder(*pool, "long-wait"), waiter(*pool, "long-wait", o);
+  for (bool write : {true, false}) {
+    SCOPED_TRACE(write ? "writer" : "reader");
+    holder.lock();
+    const std::uint64_t renewals = pool->watchdog().stats().renewals;
+    auto waited = std::async(std::launch::async, [&]() -> std::string {
+      if (!(write ? waiter.try_lock_for(seconds(30)) : waiter.try_lock_shared_for(seconds(30)))) return "not acquired";
+      std::string problem;
+      if (write ? waiter.lost() : waiter.lost_shared()) problem += " lost at once;";
+      if (!(write ? waiter.still_held() : waiter.still_held_shared())) problem += " not held;";
+      if (!pool->watchdog().wait_for_stats(
+              seconds(20), [&](const watchdog_stats& s) { return s.renewals > renewals || s.lost > 0; }) ||
+          (write ? waiter.lost() : waiter.lost_shared()))
+        problem += " not renewed;";
+      if ((write ? waiter.release() : waiter.release_shared()) != release_status::released) problem += " release;";
+      return problem;
+    });
+    ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }, seconds(20)));
+    std::this_thread::sleep_for(milliseconds(1500));  // lets the waiter's queue attempt age past its lease
+    holder.unlock();
+    ASSERT_EQ(waited.wait_for(seconds(40)), std::future_status::ready);
+    EXPECT_EQ(waited.get(), "");
+  }
 }

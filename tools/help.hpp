@@ -102,8 +102,10 @@ OPTIONS
                                mutex, but on the same lock as the --shared runs of NAME (a
                                NAME is one kind of lock: mixing a plain run with --shared
                                runs of it fails with exit status 69, "wrong kind")
-    --fair                     fair mode of the mutex: a lock whose holder's lease ran out
-                               goes to the longest waiter (all users of NAME must agree)
+    --fair                     fair mode: a lock whose holder's lease ran out goes to the
+                               longest waiter (with --shared/--write: the head of the queue),
+                               and no run enters past a waiting one (all users of NAME must
+                               agree)
     --on-lost term|kill|ignore what to do when the lease is lost (default term):
                                term   SIGTERM to COMMAND's process group, SIGKILL after
                                       --kill-after; exit status 76
@@ -141,8 +143,8 @@ DESCRIPTION
     For each NAME, whatever kind of lock it is (mutex, reentrant, shared): free or held, the
     holders (mutex: the owner token "<object id>:<acquisition>"; reentrant: owner and hold
     count; shared: the writer and each reader with its count), each hold's remaining lease,
-    the waiters queued on the server (mutex and reentrant: the shared lock's waiters do not
-    queue on the server), whether a writer waits (shared), and the last fencing token given out. Reads one
+    the waiters queued on the server (every kind queues them), whether a writer waits
+    (shared), and the last fencing token given out. Reads one
     consistent snapshot per lock with a read-only script; changes nothing.
 
 OPTIONS
@@ -173,8 +175,9 @@ SYNOPSIS
 
 DESCRIPTION
     Removes every hold of NAME, whoever holds it, prints what it removed, and lets the lock
-    move on at once: a mutex or reentrant lock is handed to its longest waiting live waiter,
-    as a release would; the waiters of a shared lock are woken. The fencing counter is kept,
+    move on at once: a mutex or reentrant lock is handed to its longest waiting live waiter and
+    a shared lock to the head of its queue (a writer, or the readers up to the first writer),
+    as a release would. The fencing counter is kept,
     so the next holder's token is higher than the removed holder's, and storage that checks
     tokens rejects the removed holder's late writes. A holder using "redislock run" notices at
     its next renewal (within a third of its lease) and stops its command (--on-lost).

@@ -199,8 +199,6 @@ run_options parse_run(arg_cursor a) {
   a.take();
   o.command = a.rest();
   if (o.command.empty()) throw usage_error("run: missing COMMAND after '--'");
-  if (o.common.lock.fair && o.lock_kind != run_options::kind::mutex)
-    throw usage_error("run: --fair applies to the exclusive lock only, not with --shared or --write");
   o.common.lock.auto_renew = true;
   o.common.finish();
   o.name = checked_name(o.name, o.common.lock);
@@ -392,7 +390,7 @@ std::string text(const redislock::lock_info& i) {
   }
   if (i.waiters >= 0) s << "  waiters queued: " << i.waiters << "\n";
   if (i.writer_waiting.count() > 0)
-    s << "  a writer waits (new readers held back for " << seconds(i.writer_waiting) << ")\n";
+    s << "  a writer waits (new readers queue behind it; its place lasts " << seconds(i.writer_waiting) << ")\n";
   s << "  last fencing token: " << i.last_fence << "\n";
   return s.str();
 }
@@ -460,10 +458,12 @@ int break_lock(const std::vector<std::string>& args) {
     return 1;
   }
   std::string out = "removed " + text(removed);
-  if (removed.kind == redislock::lock_kind::mutex || removed.kind == redislock::lock_kind::reentrant) {
-    out += removed.waiters > 0 ? "  handed to the longest waiting live waiter\n" : "  nobody was waiting\n";
+  if (removed.waiters <= 0) {
+    out += "  nobody was waiting\n";
+  } else if (removed.kind == redislock::lock_kind::shared) {
+    out += "  handed to the head of its queue (a writer, or the readers up to the first writer)\n";
   } else {
-    out += "  waiters woken (published on " + removed.key + ":released)\n";
+    out += "  handed to the longest waiting live waiter\n";
   }
   std::fputs(out.c_str(), stdout);
   return 0;

@@ -65,10 +65,10 @@ struct lock_info {
   /// When the key goes if nobody renews (PTTL): -2 ms absent, -1 ms no expiry.
   std::chrono::milliseconds key_ttl{-2};
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
-  /// mutex, reentrant: live waiters queued on the server; -1 for the shared mutex, whose
-  /// waiters do not queue on the server (they listen on P{N}:released).
+  /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue, :squeue).
   std::int64_t waiters = -1;
-  /// shared: a writer waits (new readers are held back) for this much longer; 0: none.
+  /// shared: a writer waits (new readers queue behind it) for at most this much longer (its
+  /// place, refreshed while it lives); 0: none.
   std::chrono::milliseconds writer_waiting{0};
 
   bool held() const noexcept { return !holders.empty(); }
@@ -115,12 +115,12 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   validate(name, options);
   const std::string key = base_key(name, options);
   const std::string fence = key + ":fence";
-  const std::string waiter_prefix = key + ":w:", released = key + ":released";
+  const std::string waiter_prefix = key + ":w:";
   std::string kind = "mutex";
   for (int round = 0; round < 4; ++round) {
     const script* s = nullptr;
     std::string_view channel = waiter_prefix;
-    // Each queueing kind has its own queue keys (detail/*_scripts.hpp).
+    // Each kind has its own queue keys (detail/*_scripts.hpp).
     std::string queue = key + ":queue", waiters = key + ":waiters";
     if (kind == "reentrant") {
       s = force ? &lock_info_scripts::reentrant_break() : &lock_info_scripts::reentrant_info();
@@ -128,7 +128,8 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
       waiters = key + ":rwaiters";
     } else if (kind == "shared") {
       s = force ? &lock_info_scripts::shared_break() : &lock_info_scripts::shared_info();
-      channel = released;
+      queue = key + ":squeue";
+      waiters = key + ":swaiters";
     } else {
       s = force ? &lock_info_scripts::mutex_break() : &lock_info_scripts::mutex_info();
     }
@@ -150,8 +151,8 @@ lock_info inspect(Client& client, std::string_view name, const lock_options& opt
 }
 
 /// Administrator's force release: removes every hold of `name`, whoever holds it, and lets
-/// the waiters move on at once (mutex, reentrant: the release's hand-off to the longest
-/// waiting live waiter; shared: a message on P{N}:released). Returns what was removed (held() false:
+/// the waiters move on at once (the release's hand-off to the head of the kind's queue: the
+/// longest waiting live waiter, or a shared lock's run of readers). Returns what was removed (held() false:
 /// the lock was free, nothing changed). The fencing counter is kept, so the next holder's token
 /// still exceeds the removed holder's: fence your writes and the old holder is rejected.
 /// A key of a foreign type is left alone (kind == foreign).

@@ -37,14 +37,14 @@ struct lock_options {
   /// waiting one. Fair mode adds: try_lock() never jumps the queue, and a lock that fell free
   /// because its holder's lease ran out goes to the head of the queue too (without it, the
   /// first waiter to notice takes it). All objects of one lock name must agree on it.
-  /// See detail/mutex_scripts.hpp.
+  /// See detail/mutex_scripts.hpp (shared_mutex: detail/shared_scripts.hpp).
   bool fair = false;
   /// basic_mutex: how long a waiter keeps its place in the queue after the lease of the holder
   /// it waits behind has run out (it refreshes its place when it wakes then). A waiter whose
   /// process died is skipped at once (its connection closed); one that vanished without
   /// closing it (power loss, partition), once its place lapsed.
-  /// shared_mutex: how long a waiting writer holds new readers back without refreshing its
-  /// marker (the same way; see shared_mutex.hpp).
+  /// shared_mutex: the same, after the earliest lease among the holds that block the waiter;
+  /// a queued writer that vanished holds new readers back until then (detail/shared_scripts.hpp).
   std::chrono::milliseconds wait_lease{2000};
   /// A waiter sleeps until a release notifies it or the holder's lease (as it last saw it)
   /// runs out, but never longer than this before it looks again: a lock that becomes free

@@ -24,20 +24,24 @@
 ///   lock_error when the calling thread holds a read hold on this object (two readers
 ///   upgrading would wait for each other forever). lock() while already writing throws too
 ///   (the write side is not recursive).
-/// - Writers are not starved: once a writer waits, readers that hold nothing yet queue behind
-///   it; the readers inside finish and the writer gets in. A waiting writer refreshes its
-///   "writer waiting" marker every wait_lease / 3 (the only attempts it makes while the lock
-///   stays busy); one that crashes or gives up while waiting holds new readers back for at
-///   most max(wait_lease, 3 x retry_max + 100 ms) (2 s by default); try_lock() never holds
-///   them back. (As with any writer-preferring
-///   rwlock, a thread that holds a read hold through one object and asks for another through a
-///   second object of the same name waits for the waiting writer, which waits for it: take
-///   nested reads through the same object.)
+/// - Writers are not starved: once a writer waits (queued on the server), readers that hold
+///   nothing yet queue behind it; the readers inside finish and the writer gets in. A writer
+///   that gives up leaves the queue (the readers behind it get in at once); one that crashes
+///   holds them back until its place lapses (wait_lease after the holds it saw). (As with any
+///   writer-preferring rwlock, a thread that holds a read hold through one object and asks for
+///   another through a second object of the same name waits for the waiting writer, which
+///   waits for it: take nested reads through the same object.)
 /// - Fencing: fencing_token() draws a token for the calling thread's current holds (either
 ///   side) on its first call, like mutex::fencing_token(), and keeps it until they all end.
-/// - Waiting does not poll: waiters sleep on the release channel, which is published when the
-///   writer leaves or the last hold goes, until notified or until the earliest lease among
-///   the holds that block them may run out (an expiry publishes nothing; detail/wake_wait.hpp).
+/// - Waiting does not poll, and nobody races: like redislock::mutex, a waiting thread
+///   subscribes to its own channel (kept between its waits), queues on the server with its
+///   side, and sleeps. A release that frees the lock for others (the writer leaving, the last
+///   reader leaving) admits the head of the queue in the same script: a writer alone, or the
+///   run of readers up to the first queued writer all at once, each told on its channel. A
+///   waiter also wakes when the earliest lease among the holds that block it may run out (an
+///   expiry publishes nothing). With lock_options::fair a lock that fell free that way goes to
+///   the head of the queue too, and no new acquirer (try_lock*() included) enters past a
+///   non-empty queue (detail/shared_scripts.hpp, detail/wake_wait.hpp).
 /// - auto_renew: an owner's write hold and its read hold have separate leases on the server,
 ///   so each is renewed separately: the write hold from lock() to unlock(), the read hold from
 ///   the owner's outermost lock_shared() (0 -> 1) to its last unlock_shared() (1 -> 0).
@@ -58,29 +62,25 @@
 
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace redislock {
 
 template <class Client>
-class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
+class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scripts::keys>,
                            public detail::timed_lockable<basic_shared_mutex<Client>>,
                            public detail::shared_timed_lockable<basic_shared_mutex<Client>> {
-  using core = detail::lock_core<Client, detail::lock_keys>;
+  using core = detail::lock_core<Client, detail::shared_scripts::keys>;
 
  public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_shared_mutex(Client& client, std::string name, lock_options options = {})
-      : core(client, std::move(name), std::move(options)),
-        // Outlasts the waiting writer's sleep between attempts comfortably: marker / 3 on a
-        // subscription, at most retry_max when it falls back to backoff.
-        marker_(std::max(options_.wait_lease, 3 * options_.retry_max + std::chrono::milliseconds(100))),
-        marker_ms_(std::to_string(marker_.count())) {}
+      : core(client, std::move(name), std::move(options)) {}
 
   basic_shared_mutex(const basic_shared_mutex&) = delete;
   basic_shared_mutex& operator=(const basic_shared_mutex&) = delete;
@@ -219,6 +219,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
     std::uint64_t fence = 0;
     // Made by the owner's first acquisition, then kept: the watchdog points into it.
     std::shared_ptr<leases> lease;
+    // The thread's hand-off channel: subscribed on its first wait, kept until the object goes.
+    std::shared_ptr<detail::subscriber::subscription> channel;
   };
 
   bool acquire(const detail::deadline& d) {
@@ -226,12 +228,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
       throw lock_error("lock: upgrade refused: this thread holds a read hold on shared lock '" + name_ + "'");
     if (owners_.mine().writing)
       throw lock_error("lock: this thread already holds the write lock on '" + name_ + "' (not recursive)");
-    // A writer that will not try again (try_lock(), or a deadline reached) sends marker_ms 0:
-    // one that does not wait must not hold readers back. One that waits re-attempts (and so
-    // refreshes the marker) at least every marker / 3.
     return attempt_until(
-        d, detail::shared_scripts::acquire(), marker_ / 3,
-        [&](bool last_try) -> std::string_view { return last_try ? std::string_view("0") : marker_ms_; },
+        d, 'w', "1",
         [](hold& h) {
           h.writing = true;
           return &h.lease->write;
@@ -240,30 +238,62 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
   }
 
   bool acquire_shared(const detail::deadline& d) {
-    const std::string count = std::to_string(owners_.mine().reads + 1);
     return attempt_until(
-        d, detail::shared_scripts::acquire_shared(), max_lease, [&](bool) -> std::string_view { return count; },
+        d, 'r', std::to_string(owners_.mine().reads + 1),
         [](hold& h) -> detail::lease_keeper* { return ++h.reads == 1 ? &h.lease->read : nullptr; }, "read");
   }
 
-  // last_arg(last_try) is the script's fourth argument; last_try: no attempt follows this one.
+  // Attempts return nullopt when they acquired, else how long until a blocking hold may lapse.
+  using attempt_result = std::optional<std::chrono::milliseconds>;
+
+  // One acquisition of `side` ('w' or 'r'; count: the read count after it) by the calling
+  // thread, modelled on basic_mutex::wait_for_lock: the first attempt, then, subscribed to the
+  // thread's own channel, queue on the server and sleep until a release admits us (told on the
+  // channel: no attempt needed) or a blocking hold may have lapsed. Leave the queue when the
+  // deadline passes or the wait throws, so nobody admits us after we gave up.
   // on_acquired(hold&) updates the hold and returns the side's lease keeper when a new hold
   // on that side began (renewed from now on), nullptr for a nested read.
-  template <class LastArg, class OnAcquired>
-  bool attempt_until(const detail::deadline& d, const script& s, std::chrono::milliseconds max_sleep, LastArg last_arg,
-                     OnAcquired on_acquired, const char* side) {
+  template <class OnAcquired>
+  bool attempt_until(const detail::deadline& d, char side, const std::string& count, OnAcquired on_acquired,
+                     const char* side_name) {
     const std::string owner = owners_.owner_id();
-    detail::steady::time_point sent;  // the lease starts no earlier
-    const bool acquired = detail::wait_for_release(
-        client_, keys_.channel, d, options_, max_sleep, [&]() -> std::optional<std::chrono::milliseconds> {
-          const std::string_view arg = last_arg(detail::passed(d));
-          sent = detail::steady::now();
-          auto [ok, value] = detail::run_pair(client_, keys_, s, {owner, keys_.channel, keys_.lease_ms, arg});
-          if (ok == -1)
-            throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" + name_ + "'");
-          if (ok != 1) return std::chrono::milliseconds(value);  // until a blocking hold may lapse
-          return std::nullopt;
-        });
+    hold mine = owners_.mine();
+    if (!mine.channel) {
+      mine.channel = std::make_shared<detail::subscriber::subscription>();
+      owners_.set_mine(mine);  // the thread keeps its subscription between waits
+    }
+    detail::subscriber::subscription& sub = *mine.channel;
+    // Two guards keep a notice meant for an earlier wait (read too late, after that wait gave
+    // up) from completing this one: it names another wait number, and whatever is still
+    // buffered on the channel is dropped now.
+    const std::string wait = std::to_string(wait_serial_.fetch_add(1, std::memory_order_relaxed) + 1);
+    const std::string notice = owner + " " + side + wait;
+    const std::string channel = keys_.channel + owner.substr(0, owner.rfind(':'));
+    sub.discard_pending();
+    detail::steady::time_point sent;  // the lease starts no earlier (a hand-off's: our last "wait")
+    bool first = true, queued = false;
+    auto attempt = [&]() -> attempt_result {
+      // A first attempt queues at once when our channel is still subscribed from an earlier
+      // wait (and we may wait); otherwise it only tries, and try_lock*() never queues.
+      const bool queue = !std::exchange(first, false) || (sub.active() && !detail::passed(d));
+      queued = queued || queue;
+      sent = detail::steady::now();
+      return send_attempt(owner, queue ? "wait" : "try", side, wait, count);
+    };
+    auto handed_over = [&](detail::subscriber::subscription& s) { return s.take_message(notice); };
+    bool acquired = false;
+    try {
+      acquired = detail::wait_for_release(
+          client_, channel, d,
+          detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
+          handed_over, &sub);
+      // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
+      // and otherwise leaves the queue (admitting the readers we held back).
+      if (!acquired && queued) acquired = !send_attempt(owner, "leave", side, wait, count);
+    } catch (...) {
+      if (queued) leave_after_failure(owner, side, wait, count);
+      throw;
+    }
     if (!acquired) return false;
     hold h = owners_.mine();
     if (!h.lease) h.lease = std::make_shared<leases>();
@@ -277,11 +307,58 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
         if (write) this->unlock();
         else this->unlock_shared();
       };
-      const detail::renewal_target renewal{
-          &detail::shared_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.channel, keys_.lease_ms, side}};
+      const detail::renewal_target renewal{&detail::shared_scripts::extend(),
+                                           {keys_.lock, keys_.fence},
+                                           {owner, keys_.channel, keys_.lease_ms, side_name}};
+      if (options_.auto_renew)
+        this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, sent); }, drop);
       this->start_hold(*began, renewal, d, sent, drop);
     }
     return true;
+  }
+
+  // mode: "wait", "try" or "leave" (see shared_scripts::acquire).
+  attempt_result send_attempt(const std::string& owner, std::string_view mode, char side, const std::string& wait,
+                              const std::string& count) {
+    const std::string_view side_arg = side == 'w' ? "w" : "r";
+    const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
+      reply_ptr r =
+          detail::shared_scripts::acquire().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+                                                {owner, keys_.channel, keys_.lease_ms, mode, options_.fair ? "1" : "0",
+                                                 keys_.wait_lease_ms, side_arg, wait, count});
+      return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
+    });
+    if (ok == -1)
+      throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" + name_ + "'");
+    if (ok == 1) return std::nullopt;
+    return std::chrono::milliseconds(value);
+  }
+
+  // The wait is failing: leave the queue, and pass on a hand-off that reached us meanwhile.
+  // When Redis cannot be told, our place lapses on its own (a hold handed to us meanwhile with
+  // its lease; the owner's next acquisition would take it as its own, like a lost reply).
+  void leave_after_failure(const std::string& owner, char side, const std::string& wait,
+                           const std::string& count) noexcept {
+    try {
+      if (send_attempt(owner, "leave", side, wait, count)) return;
+      if (side == 'w') run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
+      else run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
+    } catch (...) {
+    }
+  }
+
+  // A hand-off's lease counts from our last "wait" attempt, which can be up to recheck_interval
+  // old: when that leaves less than a third of the lease, the watchdog (and lost(), by the
+  // clock) would count the fresh hold as about to run out, so one owner-checked extend restarts
+  // the count from now (as basic_mutex::start_renewal). Returns the time the lease counts from.
+  detail::steady::time_point confirm_late_handoff(detail::lease_keeper& lease, const std::string& owner,
+                                                  const char* side_name, detail::steady::time_point sent) {
+    const detail::steady::time_point now = detail::steady::now();
+    if (sent + options_.lease - options_.lease / 3 > now) return sent;
+    if (run_integer(detail::shared_scripts::extend(), {owner, keys_.channel, keys_.lease_ms, side_name}) == 1)
+      return now;
+    lease.mark_lost();  // it ran out before we could renew it: the holder must know
+    return sent;
   }
 
   template <class Drop, class Send>
@@ -312,11 +389,12 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::lock_keys>,
   }
 
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {
-    return detail::run_integer(client_, keys_, s, args);
+    return client_.run(keys_.lock, [&](connection& c) {
+      return detail::as_integer(*s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, args));
+    });
   }
 
-  std::chrono::milliseconds marker_;  // how long a waiting writer's marker lasts (see the file comment)
-  std::string marker_ms_;
+  std::atomic<std::uint64_t> wait_serial_{0};  // numbers each wait: a notice names the wait it is for
   detail::owner_table<hold> owners_;
 };
 

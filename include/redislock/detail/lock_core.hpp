@@ -11,7 +11,7 @@
 /// `Keys` is the kind's key layout (beside its scripts), constructed as Keys(name, options)
 /// from a validated name and options and exposing at least `lock` (the key the lock lives at,
 /// which every other key shares its hash tag with): detail::mutex_scripts::keys,
-/// detail::redlock_scripts::keys, and for now detail::lock_keys (reentrant and shared).
+/// detail::redlock_scripts::keys, detail::reentrant_scripts::keys, detail::shared_scripts::keys.
 ///
 /// The owner-table helpers at the end serve the kinds whose owners are threads (reentrant and
 /// shared): their scripts take KEYS = {lock, fence}.
@@ -203,19 +203,5 @@ void release_every_hold(owner_table<State>& owners, Release&& release) noexcept 
     }
   });
 }
-
-/// The keys of a reentrant or shared lock (layout in detail/reentrant_scripts.hpp and
-/// detail/shared_scripts.hpp). Kept until each kind has its own keys struct beside its scripts.
-struct lock_keys {
-  lock_keys(std::string_view name, const lock_options& o)
-      : lock((validate(name, o), base_key(name, o))),
-        fence(lock + ":fence"),
-        channel(lock + ":released"),
-        lease_ms(std::to_string(o.lease.count())) {}
-  std::string lock, fence, channel, lease_ms;
-};
-
-/// The second argument draw_fence() sends to a kind's fence script (found by ADL for other keys types).
-inline std::string_view fence_arg(const lock_keys& k) noexcept { return k.channel; }
 
 }  // namespace redislock::detail

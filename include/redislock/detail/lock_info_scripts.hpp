@@ -5,8 +5,7 @@
 ///
 /// Every script: KEYS = {lock, fence, queue, waiters} (the queue keys of the kind the script is
 /// for: P{N}:queue / P{N}:waiters for the mutex, P{N}:rqueue / P{N}:rwaiters for the reentrant
-/// mutex; the shared lock's script leaves them unused), ARGV[1] = waiter channel prefix
-/// "P{N}:w:" (mutex and reentrant hand-off) or the release channel "P{N}:released" (shared).
+/// mutex, P{N}:squeue / P{N}:swaiters for the shared mutex), ARGV[1] = waiter channel prefix "P{N}:w:".
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
 /// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
@@ -17,9 +16,9 @@
 /// Reply: {kind, pttl, fence, waiters, writer_waiting_ms, holders...}
 ///   pttl               the lock key's remaining time in ms (-2 absent, -1 no expiry)
 ///   fence              the fencing counter's value (GET P{N}:fence; 0 when absent)
-///   waiters            mutex, reentrant: live places in the kind's queue; shared: -1 (its
-///                      waiters do not queue on the server)
-///   writer_waiting_ms  shared: how long the waiting-writer marker @wq still lasts (0: none)
+///   waiters            live places in the kind's queue
+///   writer_waiting_ms  shared: how long the longest live place of a queued writer still lasts
+///                      (new readers queue behind it meanwhile; 0: no writer waits)
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
 ///
@@ -30,7 +29,8 @@
 ///              administrator's call, never on a lock's path.
 ///   reentrant  P{N} hash: @kind, <owner> = count (every field not starting with '@' is an
 ///              owner); PTTL P{N}; P{N}:rqueue and P{N}:rwaiters as the mutex's; P{N}:fence.
-///   shared     P{N} hash: @kind, @w, @wx, @wq, r:<owner>, x:<owner>; P{N}:fence.
+///   shared     P{N} hash: @kind, @w, @wx, r:<owner>, x:<owner>; P{N}:fence; P{N}:squeue
+///              (members), P{N}:swaiters (owner -> "<place expires ms>:<lease>:<side><wait>").
 ///              Holds whose lease end has passed are left out (the lock scripts purge them on
 ///              their next call); nothing is written.
 ///
@@ -38,11 +38,13 @@
 /// they removed it, and then, when the lock was held:
 ///   mutex, reentrant  delete P{N} and hand the lock to the longest waiting live waiter, exactly
 ///              as a release does (the kind's hand_off_lua);
-///   shared     delete P{N} and publish "all" on P{N}:released (every waiter tries again).
+///   shared     delete P{N} and admit the head of its queue (a writer, or the run of readers),
+///              exactly as a release does (shared_scripts::queue_lua).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
+#include <redislock/detail/shared_scripts.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -130,8 +132,16 @@ local function info()
   local f = {}
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-  local wq = math.max((tonumber(f['@wq'] or '0') or 0) - now, 0)
-  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), -1, wq}
+  local live, writer_waits = 0, 0
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local expiry, side = string.match(redis.call('HGET', KEYS[4], w) or '', '^(%d+):%d+:([rw])')
+    expiry = tonumber(expiry)
+    if expiry and expiry > now then
+      live = live + 1
+      if side == 'w' then writer_waits = math.max(writer_waits, expiry - now) end
+    end
+  end
+  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), live, writer_waits}
   local wexp = tonumber(f['@wx'] or '0') or 0
   if f['@w'] and wexp > now then
     add_holder(r, f['@w'], 'writer', 1, wexp - now)
@@ -193,17 +203,19 @@ return r
   return s;
 }
 
-// The shared mutex: the snapshot, then, if held, delete and wake every waiter.
-inline std::string hash_break_lua(const char* info_lua, const char* kind) {
-  return std::string(kind_lua()) + notify_lua() + info_lua + "local r = info()\nif r[1] ~= '" + kind +
-         R"lua(' then return r end
-redis.call('DEL', KEYS[1])
-notify(ARGV[1], 'all')
-return r
-)lua";
-}
+// The shared mutex: the snapshot, then, if held, delete and admit the head of the queue.
 inline const script& shared_break() {
-  static const script s(hash_break_lua(shared_info_lua(), "shared"));
+  static const script s(std::string(kind_lua()) + shared_info_lua() + R"lua(
+local r = info()
+if r[1] ~= 'shared' then return r end
+redis.call('DEL', KEYS[1])
+local owner, prefix = '', ARGV[1]
+)lua" + shared_scripts::body_lua() +
+                        shared_scripts::queue_lua() + R"lua(
+admit(false, '')
+finish(true)
+return r
+)lua");
   return s;
 }
 

@@ -4,69 +4,110 @@
 ///
 /// Key layout for a lock named N with key prefix P (default "redislock:"):
 ///
-///   P{N}         hash    @kind        = "shared" (tells this lock from a reentrant lock)
-///                        @w           = owner id of the writer (absent: no writer)
-///                        @wx          = the writer's lease end, server time in ms
-///                        r:<owner>    = that reader's hold count (reads are reentrant)
-///                        x:<owner>    = that reader's lease end, server time in ms
-///                        @wq          = "a writer is waiting" until this server time (ms)
-///                        The key's PEXPIRE is the latest of the lease ends above, so Redis
-///                        drops it exactly when the last hold has run out. Absent when free.
-///   P{N}:fence   integer fencing counter, drawn from by fencing_token() while the owner holds
-///                the lock (detail/fence_scripts.hpp: expires, tokens still increase); shared
-///                with the other lock kinds of the same name.
-///   channel P{N}:released   the message "all" (wake every local waiter: several readers may
-///                enter at once) is published when the writer leaves or the last hold
-///                goes (release or expiry noticed by a script): waiters may now get in. These
-///                are the only transitions that admit a waiter: a writer leaving admits readers
-///                (and writers), the last reader leaving admits a writer. A hold or marker that
-///                lapses unnoticed publishes nothing, so a refused attempt replies how long
-///                until the first blocking hold (or the marker) may lapse: waiters sleep no
-///                longer than that (detail/wake_wait.hpp).
+///   P{N}           hash    @kind     = "shared" (tells this lock from a reentrant lock)
+///                          @w        = owner id of the writer (absent: no writer)
+///                          @wx       = the writer's lease end, server time in ms
+///                          r:<owner> = that reader's hold count (reads are reentrant)
+///                          x:<owner> = that reader's lease end, server time in ms
+///                          The key's PEXPIRE is the latest of the lease ends above, so Redis
+///                          drops it exactly when the last hold has run out. Absent when free.
+///                          (A field "@wq" left by an older version is ignored.)
+///   P{N}:fence     integer fencing counter, drawn from by fencing_token() while the owner holds
+///                          the lock (detail/fence_scripts.hpp: expires, tokens still increase);
+///                          shared with the other lock kinds of the same name.
+///   P{N}:squeue    zset    waiting owners, score = arrival number: the lowest is the head.
+///                          Absent when nobody waits; expires at most wait_lease after the
+///                          longest place in it. This kind's own: a mutex's P{N}:queue never
+///                          names a shared waiter, nor the reverse.
+///   P{N}:swaiters  hash    owner -> "<place expires at>:<lease ms>:<side><wait>" (server time,
+///                          ms; side "w" or "r"; wait = the client's number for this wait, so a
+///                          notice names one wait, never a later one of the same owner). A place
+///                          lapses wait_lease after the earliest lease among the holds that kept
+///                          the waiter out when it last asked; field "#seq" is the arrival
+///                          counter. An owner has a field exactly while it is in the queue.
+///   channel P{N}:w:<instance hex>:<thread serial>   one object's thread's channel (owners are
+///                          "<instance>:<serial>:<generation>", so the channel is the owner id
+///                          without its generation). A hand-off publishes "<owner> <side><wait>":
+///                          a notice left from an earlier wait never completes a later one. The
+///                          thread stays subscribed between waits (no SUBSCRIBE per wait).
 ///
-/// Owners are "<instance hex>:<thread serial>:<generation>": one per object and thread, renamed
-/// whenever the thread's holds have all ended (detail/owners.hpp), so a late release or renewal
-/// of an earlier hold never touches a later one.
+/// Owners are renamed whenever the thread's holds have all ended (detail/owners.hpp), so a late
+/// release or renewal of an earlier hold never touches a later one.
 ///
 /// Every lease is kept per holder, as an absolute time on the server's clock (TIME inside the
 /// script): a reader that crashes loses only its own hold when its lease ends, however often
 /// other readers renew theirs. Every script first purges the holds whose lease has ended. No
 /// client clock is ever compared with anything.
 ///
-/// Writer preference: a writer that finds the lock busy and is going to wait sets @wq to
-/// now + marker_ms (it refreshes it on every attempt while it waits; the client sends
-/// marker_ms = max(wait_lease, 3 x retry_max + 100 ms) and attempts at least every
-/// marker_ms / 3 while it waits). While @wq is in
-/// the future, readers that hold nothing yet are refused, so the readers inside drain and the
-/// writer gets in; a reader that already holds a read hold (re-entry), or the writer itself,
-/// is still admitted. A writer that does not wait (try_lock(), or the last attempt before its
-/// deadline) sends marker_ms 0 and sets nothing. A writer that crashes, or gives up, while
-/// waiting holds new readers back for at most marker_ms.
+/// Waiting: a waiter subscribes to its channel, then joins the queue with acquire(mode "wait")
+/// and sleeps. A release that frees the lock for others (the writer leaving, or the last reader)
+/// admits the head of the queue in the same script (admit()): a writer at the head alone, or
+/// the run of readers at the head up to the first queued writer, all together, each with its
+/// own hold (count 1) and the lease it queued with, each told on its own channel. A waiter
+/// whose place lapsed, or whose notice reaches no subscriber on this server
+/// (detail/notify_lua.hpp), is dead: dropped on the way. Nested read releases admit nothing.
+/// A lapsed hold publishes nothing: a refused attempt replies how long until the first hold
+/// that blocks it may lapse, and the waiter sleeps no longer than that (detail/wake_wait.hpp).
+///
+/// Writer preference is the queue: a reader that holds nothing yet is not admitted while a
+/// writer holds or any live entry is queued (after admit(), a queue that is not empty while no
+/// writer holds starts with a live writer waiting for the readers inside). Re-entrant reads and
+/// the writer's own read (downgrade) are admitted at once. There is no separate "writer
+/// waiting" marker any more: a writer that crashed holds readers back until its place lapses
+/// (wait_lease after the holds it saw), and one that gives up leaves the queue, which admits
+/// the readers behind it at once.
+///
+/// Fairness: with lock_options::fair a free lock (holds lapsed) goes to the head of the queue,
+/// and a new acquirer never enters past a non-empty queue (try_lock() included). Without it a
+/// writer that finds the lock free takes it at once (the queue is served by releases).
 ///
 /// A string at P{N} (a redislock::mutex) fails with Redis's own WRONGTYPE; a hash that is not a
 /// shared lock (a reentrant lock, or foreign data) fails with a WRONGTYPE error reply. Either
 /// way before anything is changed.
 ///
-/// Every script: KEYS = {lock, fence}; ARGV[1] = owner, ARGV[2] = channel, then its own.
+/// Every script: KEYS = {lock, fence, queue, waiters} (extend, fence and remaining only use the
+/// first two); ARGV[1] = owner, ARGV[2] = waiter channel prefix "P{N}:w:", then its own.
+/// Each script reads the lock hash once (HGETALL) and costs one EVALSHA.
 
 #include <redislock/detail/fence_scripts.hpp>
 #include <redislock/detail/notify_lua.hpp>
+#include <redislock/lock_options.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
+#include <string_view>
 
 namespace redislock::detail::shared_scripts {
 
-// Loads the hash, checks its kind, purges ended holds; defines finish() which sets the key's
-// expiry (or deletes it) and publishes (notify_lua) when someone may now get in.
-inline std::string prelude() {
-  return std::string(notify_lua()) + R"lua(
+/// The keys and fixed script arguments of one shared lock (layout above). Validates name and
+/// options.
+struct keys {
+  keys(std::string_view name, const lock_options& o)
+      : lock(base_key(name, o)),
+        fence(lock + ":fence"),
+        queue(lock + ":squeue"),
+        waiters(lock + ":swaiters"),
+        channel(lock + ":w:"),
+        lease_ms(std::to_string(o.lease.count())),
+        wait_lease_ms(std::to_string(o.wait_lease.count())) {}
+  std::string lock, fence, queue, waiters;
+  std::string channel;  // the waiter channel prefix "P{N}:w:" (ARGV[2] of every script)
+  std::string lease_ms, wait_lease_ms;
+};
+
+/// The second argument detail::draw_fence sends to fence(): the channel prefix.
+inline std::string_view fence_arg(const keys& k) noexcept { return k.channel; }
+
+/// Loads the hash (after `local owner, prefix = ...`), checks its kind, purges ended holds;
+/// defines finish(changed), which sets the key's expiry (or deletes it).
+inline const char* body_lua() {
+  return R"lua(
 -- TIME followed by writes needs effects replication: the default (and only) mode since Redis 7;
 -- Redis 5 and 6 switch to it here.
 if redis.replicate_commands then redis.replicate_commands() end
-local key, owner, channel = KEYS[1], ARGV[1], ARGV[2]
+local key = KEYS[1]
 local h = redis.call('HGETALL', key)
-local kind, writer, wexp, wq = false, false, 0, 0
+local kind, writer, wexp = false, false, 0
 local counts, leases = {}, {}
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
@@ -74,7 +115,6 @@ for i = 1, #h, 2 do
   if f == '@kind' then kind = v
   elseif f == '@w' then writer = v
   elseif f == '@wx' then wexp = tonumber(v)
-  elseif f == '@wq' then wq = tonumber(v)
   elseif p == 'r:' then counts[string.sub(f, 3)] = tonumber(v)
   elseif p == 'x:' then leases[string.sub(f, 3)] = tonumber(v)
   end
@@ -85,12 +125,10 @@ if #h > 0 and kind ~= 'shared' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Publish when the writer left (readers may enter) or a reader left and no holds remain.
-local writer_left, reader_left = false, false
-local purged = false  -- the purge changed the hash
+local dirty = false  -- the hash was written (purge, grant): finish() sets its expiry
 if writer and wexp <= now then
   redis.call('HDEL', key, '@w', '@wx')
-  writer, writer_left, purged = false, true, true
+  writer, dirty = false, true
 end
 local gone = {}
 for o, x in pairs(leases) do
@@ -98,12 +136,7 @@ for o, x in pairs(leases) do
 end
 for _, o in ipairs(gone) do
   redis.call('HDEL', key, 'r:' .. o, 'x:' .. o)
-  leases[o], counts[o] = nil, nil
-end
-if #gone > 0 then reader_left, purged = true, true end
-if wq ~= 0 and wq <= now then
-  redis.call('HDEL', key, '@wq')
-  wq, purged = 0, true
+  leases[o], counts[o], dirty = nil, nil, true
 end
 -- The latest lease end among the holds (0: no holds).
 local function last_hold()
@@ -116,121 +149,201 @@ local function last_hold()
 end
 -- changed: the script wrote to the hash (an untouched hash keeps its expiry: no write).
 local function finish(changed)
-  if not (changed or purged) then return end
-  local holds = last_hold()
-  local last = math.max(holds, wq)
+  if not (changed or dirty) then return end
+  local last = last_hold()
   if last > now then
     redis.call('PEXPIRE', key, last - now)
-  elseif #h > 0 then
+  elseif #h > 0 or dirty then
     redis.call('DEL', key)
   end
-  if writer_left or (reader_left and holds == 0) then notify(channel, 'all') end
 end
 )lua";
 }
 
-/// Write acquisition. ARGV: owner, channel, lease_ms, marker_ms.
+inline std::string prelude() { return std::string("local owner, prefix = ARGV[1], ARGV[2]\n") + body_lua(); }
+
+/// The queue (after body_lua): KEYS[3] queue, KEYS[4] waiters.
+/// admit(self, wait) admits the head of the queue while it may enter: a writer alone when
+/// nobody holds, readers (up to the first queued writer) while no writer holds. Dead entries
+/// (place lapsed, or nobody listening) are dropped. The caller's own entry (self) is admitted
+/// without a notice when it is for this wait, and dropped otherwise (a stale entry of an earlier
+/// wait). Returns whether self was admitted, and when the head that stays blocked (if any) lapses.
+inline std::string queue_lua() {
+  return std::string(notify_lua()) + R"lua(
+local queue, waiters = KEYS[3], KEYS[4]
+local function forget(w)
+  if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
+end
+local function drop(w)
+  redis.call('ZREM', queue, w)
+  redis.call('HDEL', waiters, w)
+end
+local function grant(o, side, lease)
+  dirty = true
+  if side == 'w' then
+    writer, wexp = o, now + tonumber(lease)
+    redis.call('HSET', key, '@kind', 'shared', '@w', o, '@wx', wexp)
+  else
+    counts[o], leases[o] = 1, now + tonumber(lease)
+    redis.call('HSET', key, '@kind', 'shared', 'r:' .. o, 1, 'x:' .. o, leases[o])
+  end
+end
+local function admit(self, wait)
+  local got_self = false
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then return got_self, false end
+    local expiry, lease, side, tag =
+        string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+):([rw])(%d+)$')
+    expiry = tonumber(expiry)
+    if not expiry or expiry <= now or (head == self and side .. tag ~= wait) then
+      drop(head)
+    elseif writer or (side == 'w' and next(leases)) then
+      return got_self, expiry
+    else
+      drop(head)
+      if head == self then
+        got_self = true
+        grant(head, side, lease)
+      elseif notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head .. ' ' .. side .. tag) > 0 then
+        grant(head, side, lease)
+      end
+    end
+  end
+end
+)lua";
+}
+
+/// Acquisition, either side. ARGV: owner, prefix, lease_ms, mode, fair ("1"/"0"), wait_lease_ms,
+/// side ("w"/"r"), wait (the client's number for this wait), count (read: the count after this
+/// acquisition).
+///   mode "wait":  acquire, or join the queue (keeping our place) and refresh it: it lapses
+///                 wait_lease after the earliest lease among the holds that block us;
+///   mode "try":   acquire only; never queue;
+///   mode "leave": like "try", and leave the queue (giving up); a hand-off that reached us
+///                 meanwhile is kept (reported as acquired). Leaving may unblock the readers
+///                 behind us: they are admitted (and told) at once.
+/// Ours already (handed to us, or an earlier attempt whose reply was lost), a re-entrant read
+/// or the writer's own read: acquired, the lease restarts from now.
 /// Reply: {1, 0} acquired;
-///        {0, ms} busy: @wq set to now + marker_ms (unless marker_ms is 0: a caller that will
-///        not wait); ms = the time to the earliest lease end among the holds that block it
-///        (the soonest the lock may change without a message; > 0);
-///        {-1, 0} refused: the owner holds a read hold (an upgrade would deadlock).
+///        {0, ms} refused; ms = the time until the earliest of the holds that block it (or the
+///        writer queued ahead of a reader) may lapse (> 0);
+///        {-1, 0} refused: a write by an owner that holds a read hold (an upgrade would deadlock).
 inline const script& acquire() {
-  static const script s(std::string(prelude()) + R"lua(
-if counts[owner] then
+  static const script s(prelude() + queue_lua() + R"lua(
+local lease, mode, fair, wait_lease, side, count = ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[9]
+local wait = side .. ARGV[8]
+if side == 'w' and counts[owner] then
   finish()
   return {-1, 0}
 end
-if writer and writer ~= owner or next(leases) then
-  local marker = now + tonumber(ARGV[4])
-  local marked = tonumber(ARGV[4]) > 0 and marker > wq
-  if marked then
-    wq = marker
-    redis.call('HSET', key, '@wq', wq)
+local function take()
+  forget(owner)
+  if side == 'w' then
+    writer, wexp = owner, now + tonumber(lease)
+    redis.call('HSET', key, '@kind', 'shared', '@w', owner, '@wx', wexp)
+  else
+    counts[owner], leases[owner] = tonumber(count), now + tonumber(lease)
+    redis.call('HSET', key, '@kind', 'shared', 'r:' .. owner, count, 'x:' .. owner, leases[owner])
   end
-  finish(marked)
-  local first = false  -- the earliest lease end of the blocking holds
-  if writer and writer ~= owner then first = wexp end
+  finish(true)
+  return {1, 0}
+end
+if writer == owner or (side == 'r' and counts[owner]) then return take() end
+-- Without fair, a writer that finds the lock free takes it before the queue is looked at.
+if side == 'w' and not fair and not writer and not next(leases) then return take() end
+local got, head_lapses = admit(owner, wait)
+if got then
+  finish()
+  return {1, 0}
+end
+if not head_lapses then  -- nobody is queued
+  if not writer and (side == 'r' or not next(leases)) then return take() end
+end
+-- Refused: until the earliest blocking hold may lapse (a reader behind a queued writer: or
+-- that writer's place).
+local first = false
+if writer then
+  first = wexp
+else
   for _, x in pairs(leases) do
     if not first or x < first then first = x end
   end
-  return {0, first - now}
+  if side == 'r' and head_lapses and (not first or head_lapses < first) then first = head_lapses end
 end
-writer, wexp, wq = owner, now + tonumber(ARGV[3]), 0
-redis.call('HSET', key, '@kind', 'shared', '@w', owner, '@wx', wexp)
-redis.call('HDEL', key, '@wq')
-finish(true)
-return {1, 0}
+local pttl = first and math.max(first - now, 1) or 1000
+if mode == 'wait' then
+  local place = pttl + wait_lease
+  -- A new field is a new waiter. A refresh checks the queue too (ZSCORE), so a waiter whose
+  -- entry vanished without its field is queued again, not stranded.
+  if redis.call('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait)) == 1
+      or not redis.call('ZSCORE', queue, owner) then
+    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), owner)
+  end
+  -- The queue never outlives its longest place by more than wait_lease (crashed waiters leave
+  -- no garbage); one wait_lease more than needed spares the PEXPIREs of the joins that follow.
+  if redis.call('PTTL', queue) < place then
+    redis.call('PEXPIRE', queue, place + wait_lease)
+    redis.call('PEXPIRE', waiters, place + wait_lease)
+  end
+elseif mode == 'leave' and redis.call('HDEL', waiters, owner) == 1 then
+  redis.call('ZREM', queue, owner)
+  admit(owner, '')
+end
+finish()
+return {0, pttl}
 )lua");
   return s;
 }
 
-/// Read acquisition. ARGV: owner, channel, lease_ms, count (the count after this acquisition).
-/// The owner's lease becomes now + lease_ms. Admitted when there is no other writer and either
-/// no writer waits, or the owner already holds a read hold or is the writer (downgrade).
-/// Reply: {1, 0} acquired;
-///        {0, ms} refused; ms = how long the blocking writer's lease or the waiting marker lasts
-///        (> 0: ended ones were purged).
-inline const script& acquire_shared() {
-  static const script s(std::string(prelude()) + R"lua(
-if writer and writer ~= owner then
-  finish()
-  return {0, wexp - now}
-end
-if wq ~= 0 and not counts[owner] and writer ~= owner then
-  finish()
-  return {0, wq - now}
-end
-leases[owner] = now + tonumber(ARGV[3])
-redis.call('HSET', key, '@kind', 'shared', 'r:' .. owner, ARGV[4], 'x:' .. owner, leases[owner])
-finish(true)
-return {1, 0}
-)lua");
-  return s;
-}
-
-/// Write release. ARGV: owner, channel.
-/// Reply: 1 released (published on channel); 0 the owner is not the writer (its lease ran out).
+/// Write release. ARGV: owner, prefix.
+/// Reply: 1 released (the head of the queue admitted); 0 the owner is not the writer (its lease
+/// ran out): nothing changed but the purge.
 inline const script& release() {
-  static const script s(std::string(prelude()) + R"lua(
+  static const script s(prelude() + R"lua(
 if writer ~= owner then
   finish()
   return 0
 end
 redis.call('HDEL', key, '@w', '@wx')
-writer, writer_left = false, true
+writer = false
+)lua" + queue_lua() + R"lua(
+admit(owner, '')
 finish(true)
 return 1
 )lua");
   return s;
 }
 
-/// Read release. ARGV: owner, channel, count (the count left after this release).
-/// Reply: 1 released (at count 0 the owner's hold is removed; published when no holds remain);
-///        0 the owner holds no read hold (its lease ran out): nothing changed.
+/// Read release. ARGV: owner, prefix, count (the count left after this release).
+/// Reply: 1 released (at count 0 the owner's hold is removed; when no holds remain, the head
+///        of the queue is admitted); 0 the owner holds no read hold (its lease ran out).
 inline const script& release_shared() {
-  static const script s(std::string(prelude()) + R"lua(
+  static const script s(prelude() + R"lua(
 if not counts[owner] then
   finish()
   return 0
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('HSET', key, 'r:' .. owner, ARGV[3])
-else
-  redis.call('HDEL', key, 'r:' .. owner, 'x:' .. owner)
-  leases[owner], counts[owner], reader_left = nil, nil, true
+  redis.call('HSET', key, 'r:' .. owner, ARGV[3])  -- nested: nothing to hand over
+  finish(true)
+  return 1
 end
+redis.call('HDEL', key, 'r:' .. owner, 'x:' .. owner)
+leases[owner], counts[owner] = nil, nil
+)lua" + queue_lua() + R"lua(
+if not writer and not next(leases) then admit(owner, '') end
 finish(true)
 return 1
 )lua");
   return s;
 }
 
-/// Renewal. ARGV: owner, channel, lease_ms, side ("write" or "read").
+/// Renewal. ARGV: owner, prefix, lease_ms, side ("write" or "read").
 /// Reply: 1 the owner's hold on that side now ends lease_ms from the server's now;
 ///        0 the owner holds nothing on that side (its lease ran out).
 inline const script& extend() {
-  static const script s(std::string(prelude()) + R"lua(
+  static const script s(prelude() + R"lua(
 local until_ms = now + tonumber(ARGV[3])
 if ARGV[4] == 'write' and writer == owner then
   wexp = until_ms
@@ -248,11 +361,11 @@ return 1
   return s;
 }
 
-/// Fencing token. ARGV: owner, channel.
+/// Fencing token. ARGV: owner, prefix.
 /// Reply: a new token (detail/fence_scripts.hpp) while the owner holds a hold on either side;
 ///        0 when it holds nothing (its leases ran out).
 inline const script& fence() {
-  static const script s(std::string(prelude()) + next_fence_lua() + R"lua(
+  static const script s(prelude() + next_fence_lua() + R"lua(
 finish()
 if writer ~= owner and not counts[owner] then return 0 end
 return next_fence(KEYS[2])
@@ -260,10 +373,10 @@ return next_fence(KEYS[2])
   return s;
 }
 
-/// Remaining lease. ARGV: owner, channel, side ("write" or "read").
+/// Remaining lease. ARGV: owner, prefix, side ("write" or "read").
 /// Reply: ms left of the owner's hold on that side; -2 when it holds nothing there.
 inline const script& remaining() {
-  static const script s(std::string(prelude()) + R"lua(
+  static const script s(prelude() + R"lua(
 finish()
 if ARGV[3] == 'write' and writer == owner then return wexp - now end
 if ARGV[3] == 'read' and counts[owner] and leases[owner] then return leases[owner] - now end
