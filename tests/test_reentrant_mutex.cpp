@@ -550,8 +550,8 @@ TEST_F(ReentrantTest, ANoticeLeftFromAnEarlierWaitNeverCompletesALaterAcquisitio
 }
 
 // Each waiting thread keeps its channel between its waits (no SUBSCRIBE per contended
-// acquisition); the object's destruction unsubscribes it.
-TEST_F(ReentrantTest, AWaitingThreadKeepsItsChannelUntilTheObjectGoes) {
+// acquisition); it goes when the thread ends.
+TEST_F(ReentrantTest, AWaitingThreadKeepsItsChannelBetweenWaitsUntilItEnds) {
   client waiter_client(options());
   reentrant_mutex holder(*pool, "kept", fair_options());
   auto waiter = std::make_unique<reentrant_mutex>(waiter_client, "kept", fair_options());
@@ -581,8 +581,7 @@ TEST_F(ReentrantTest, AWaitingThreadKeepsItsChannelUntilTheObjectGoes) {
   EXPECT_TRUE(rounds.get());
   EXPECT_EQ(waiter_client.wait_stats().subscriptions, 1u);
   EXPECT_EQ(waiter_client.wait_stats().wakeups, 2u);
-  EXPECT_EQ(channels(), 1u);  // kept after the waits
-  waiter.reset();
+  // The waiting thread has ended: its channel went with it, though the object lives on.
   EXPECT_TRUE(redislock_test::eventually([&] { return channels() == 0; }));
 }
 
@@ -678,4 +677,148 @@ TEST(ReentrantServerLoss, UnreachableIsTypedAndReleasesReportFailed) {
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::failed);
   EXPECT_FALSE(m.owns_lock());
+}
+
+// (Found in review; failed before the fix.) A re-entry by the holding thread that fails (here:
+// its reply times out) keeps the hold the thread still has. Once the thread has waited (or in
+// fair mode) a re-entry's first attempt is a "wait", so its failure goes through the "leave"
+// path, which used to take the thread's own outer hold for a hand-off that reached it meanwhile
+// and pass it on: the server freed the lock while the thread still held count 1.
+TEST_F(ReentrantTest, AFailedReEntryKeepsTheOuterHold) {
+  auto connections_received = [&] {
+    reply_ptr r = admin->command({"INFO", "stats"});
+    const std::string info(r->str, r->len);
+    const std::size_t at = info.find("total_connections_received:");
+    return std::stoll(info.substr(at + 27));
+  };
+  for (const bool is_fair : {true, false}) {
+    SCOPED_TRACE(is_fair ? "fair" : "default (the thread waited last time)");
+    const std::string name = is_fair ? "reentry-fails" : "reentry-fails-default";
+    client_options co = options();
+    co.pool_size = 1;                                     // the re-entry and its "leave" share it
+    co.connection.command_timeout = milliseconds(300);    // the re-entry's reply times out
+    client thread_client(co);
+    reentrant_mutex holder(*pool, name, fair_options(is_fair));
+    reentrant_mutex mine(thread_client, name, fair_options(is_fair));
+    reentrant_mutex newcomer(*pool, name, fair_options(is_fair));
+    holder.lock();
+    struct outcome {
+      bool threw = false;
+      std::int64_t count = 0;
+      bool owns = false;
+    };
+    std::promise<void> acquired, go, done;
+    std::promise<outcome> reported;
+    auto thread = std::async(std::launch::async, [&] {
+      outcome o;
+      mine.lock();  // waits: its channel is now kept, and its next first attempt is a "wait"
+      acquired.set_value();
+      go.get_future().wait_for(seconds(20));
+      try {
+        mine.lock();  // re-entry
+      } catch (const std::exception&) {
+        o.threw = true;
+      }
+      o.count = mine.hold_count();
+      o.owns = mine.owns_lock();
+      reported.set_value(o);
+      done.get_future().wait_for(seconds(20));
+      while (mine.hold_count() > 0) mine.unlock();
+    });
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+    holder.unlock();  // hands it to `mine`
+    ASSERT_EQ(acquired.get_future().wait_for(seconds(10)), std::future_status::ready);
+    ASSERT_EQ(hget(*admin, holder.key(), "@kind"), "reentrant");
+    const long long before = connections_received();
+    admin->command({"CLIENT", "PAUSE", "30000", "WRITE"});  // scripts wait; the admin does not
+    go.set_value();
+    // The re-entry's reply timed out: its pool connection reconnects for the "leave".
+    const bool reconnected = redislock_test::eventually([&] { return connections_received() > before; });
+    admin->command({"CLIENT", "UNPAUSE"});
+    ASSERT_TRUE(reconnected);
+    auto report = reported.get_future();
+    ASSERT_EQ(report.wait_for(seconds(20)), std::future_status::ready);
+    const outcome o = report.get();  // lock() threw; the thread still holds its outer hold
+    const bool key_exists = admin->command({"EXISTS", holder.key()})->integer == 1;
+    const bool newcomer_got_it = newcomer.try_lock();
+    done.set_value();
+    thread.get();
+    EXPECT_TRUE(o.threw);
+    EXPECT_EQ(o.count, 1);
+    EXPECT_TRUE(o.owns);
+    EXPECT_TRUE(key_exists) << "the failed re-entry released the thread's outer hold on the server";
+    EXPECT_FALSE(newcomer_got_it) << "double grant: the newcomer holds while the thread still holds";
+    if (newcomer_got_it) newcomer.unlock();
+  }
+}
+
+// (Found in review; failed before the fix.) A thread's hand-off channel goes when the thread
+// ends: an object used from short-lived threads (std::async per task, thread-per-request)
+// does not keep one server subscription per thread that ever waited.
+TEST_F(ReentrantTest, TheChannelsOfExitedThreadsAreNotKept) {
+  reentrant_mutex holder(*pool, "thread-churn");
+  client waiter_client(options());
+  reentrant_mutex shared_object(waiter_client, "thread-churn");
+  auto channels = [&] { return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements; };
+  constexpr int threads = 8;
+  for (int i = 0; i < threads; ++i) {
+    holder.lock();
+    std::thread t([&] {
+      if (shared_object.try_lock_for(seconds(10))) shared_object.unlock();
+    });
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
+    holder.unlock();
+    t.join();  // the thread is gone
+  }
+  EXPECT_EQ(waiter_client.wait_stats().wakeups, static_cast<std::uint64_t>(threads));
+  EXPECT_LE(channels(), 1u) << "subscriptions of exited threads are kept until the object goes";
+}
+
+// (Found in review; failed before the fix.) A thread whose wait failed while Redis was
+// unreachable (its "leave" failed too) leaves a place behind and exits; nobody listens on its
+// channel any more, so the next release skips that place instead of handing the lock to an
+// owner nobody will use (the live waiter behind it would wait out a whole lease).
+TEST_F(ReentrantTest, AnExitedThreadsLeftoverPlaceIsSkipped) {
+  lock_options o = fair_options(false);  // 20 s lease
+  o.recheck_interval = milliseconds(200);
+  reentrant_mutex holder(*pool, "exited-waiter", o);
+  client_options co = options();
+  co.connection.command_timeout = milliseconds(300);
+  client waiter_client(co);
+  reentrant_mutex shared_object(waiter_client, "exited-waiter", o);
+  holder.lock();
+  std::string abandoned;
+  auto failing = std::async(std::launch::async, [&] {
+    try {
+      shared_object.try_lock_for(seconds(10));
+    } catch (const std::exception&) {
+      return true;  // the thread ends here
+    }
+    return false;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    reply_ptr r = admin->command({"ZRANGE", holder.key() + ":rqueue", "0", "0"});
+    if (r->elements != 1) return false;
+    abandoned.assign(r->element[0]->str, r->element[0]->len);
+    return true;
+  }));
+  admin->command({"CLIENT", "PAUSE", "30000", "WRITE"});  // its re-check and its "leave" time out
+  const auto ended = failing.wait_for(seconds(10));
+  admin->command({"CLIENT", "UNPAUSE"});
+  ASSERT_EQ(ended, std::future_status::ready);
+  ASSERT_TRUE(failing.get());
+  if (queued(*admin, holder) != 1) GTEST_SKIP() << "the server ran the timed-out leave after all";
+  client live_client(options());
+  reentrant_mutex live(live_client, "exited-waiter", o);
+  auto waited = std::async(std::launch::async, [&] {
+    const bool got = live.try_lock_for(seconds(5));
+    if (got) live.unlock();
+    return got;
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 2; }));
+  holder.unlock();
+  EXPECT_NE(fields(*admin, holder.key()), handed_to(abandoned))
+      << "handed to the place of a thread that has exited (its channel is still subscribed)";
+  admin->command({"DEL", holder.key()});  // let the live waiter finish either way
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
 }

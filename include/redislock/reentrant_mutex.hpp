@@ -195,9 +195,21 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   };
 
   waiting_thread& this_waiting_thread() {
+    detail::thread_exits::instance().watch_this_thread();  // the entry is dropped at thread exit
     std::lock_guard<std::mutex> g(waiting_mutex_);
     return waiting_[detail::thread_serial()];  // elements of an unordered_map never move
   }
+  // A thread's channel goes with the thread (an exited thread's leftover place is
+  // then dead: notify() counts nobody on its channel).
+  struct waiting_exits : detail::thread_exits::listener {
+    explicit waiting_exits(basic_reentrant_mutex& m) : m_(m) { detail::thread_exits::instance().add(this); }
+    ~waiting_exits() { detail::thread_exits::instance().remove(this); }
+    void thread_exited(std::uint64_t serial) noexcept override {
+      std::lock_guard<std::mutex> g(m_.waiting_mutex_);
+      m_.waiting_.erase(serial);
+    }
+    basic_reentrant_mutex& m_;
+  };
 
   // As mutex::wait_for_lock: the cheapest attempt first; then, subscribed to the thread's own
   // channel, queue on the server and sleep until a release hands us the lock (the notice names
@@ -256,11 +268,18 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   void leave_after_failure(const std::string& owner, const std::string& count, bool fresh, waiting_thread& w) noexcept {
     try {
       detail::steady::time_point sent;
-      // We are failing: a hand-off that reached us meanwhile is passed on.
-      if (!queue_attempt(owner, count, "leave", w, sent)) run_release(owner, 0);
+      if (fresh) {
+        // We are failing: a hand-off that reached us meanwhile is passed on.
+        if (!queue_attempt(owner, count, "leave", w, sent)) run_release(owner, 0);
+      } else {
+        // A re-entry: the thread still counts its outer holds, so whatever hold of
+        // ours "leave" finds (its own, or a hand-off) is kept at that count, never released.
+        (void)queue_attempt(owner, std::to_string(std::stoll(count) - 1), "leave", w, sent);
+      }
     } catch (...) {
       // Redis could not be told: our place lapses on its own (and a lock handed to us
       // meanwhile, with our lease).
+      w.channel.reset();  // and nobody listens for it: a release skips it
     }
     try {
       if (fresh) owners_.next_generation();  // keeps this thread clear of both
@@ -316,6 +335,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   detail::owner_table<hold> owners_;
   std::mutex waiting_mutex_;
   std::unordered_map<std::uint64_t, waiting_thread> waiting_;  // by thread serial
+  waiting_exits waiting_exits_{*this};  // declared last: it stops listening before the map goes
 };
 
 using reentrant_mutex = basic_reentrant_mutex<client>;
