@@ -4,6 +4,7 @@
 // Waiters are woken by sharded pub/sub notices (SSUBSCRIBE on the slot's owner).
 #include "eventually.hpp"
 #include "redis_cluster.hpp"
+#include "redis_stats.hpp"
 
 #include <redislock/cluster_client.hpp>
 #include <redislock/redislock.hpp>
@@ -73,10 +74,8 @@ std::string name_on(cluster_client& c, int port, const std::string& base) {
 }
 
 long long error_count(int port, const std::string& code) {
-  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "errorstats"}));
-  const std::string needle = "errorstat_" + code + ":count=";
-  const auto at = info.find(needle);
-  return at == std::string::npos ? 0 : std::stoll(info.substr(at + needle.size()));
+  connection admin = redis_cluster::admin(port);
+  return redislock_test::info_counter(admin, "errorstats", "errorstat_" + code, "count");
 }
 
 // Moves `slot` from the master on src to the master on dst the way redis-cli does, with
@@ -209,13 +208,9 @@ void hold_wait_renew_release(const std::string& base) {
 
 // EVALSHA calls that the node at `port` ran without failing (INFO commandstats).
 long long evalsha_done(int port) {
-  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "commandstats"}));
-  auto field = [&](const std::string& name) {
-    const auto line = info.find("cmdstat_evalsha:");
-    const auto at = line == std::string::npos ? line : info.find(name + "=", line);
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + name.size() + 1));
-  };
-  return field("calls") - field("failed_calls");
+  connection admin = redis_cluster::admin(port);
+  return redislock_test::info_counter(admin, "commandstats", "cmdstat_evalsha", "calls") -
+         redislock_test::info_counter(admin, "commandstats", "cmdstat_evalsha", "failed_calls");
 }
 
 // On a lock per master at once, held with a long lease: each waiter (another client) makes

@@ -215,13 +215,6 @@ TEST_F(FairTest, ANonQueuedTryLockTakesAFreeLock) {
   m.unlock();
 }
 
-TEST_F(FairTest, BadWaitLeaseIsRejected) {
-  client c(options());
-  lock_options o = fair();
-  o.wait_lease = milliseconds(0);
-  EXPECT_THROW(mutex(c, "bad", o), invalid_argument);
-}
-
 TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
   // The same token sent twice, as when the first reply was lost: the second "acquired" must
   // restart the lease, or the caller would count a full lease from its retry while the key

@@ -1,10 +1,11 @@
 // Losing a lease: a paused holder (SIGSTOP), a lock taken over, renewals failing until the
 // lease ran out, a restarted server, and extend() answering false. The holder must learn it
 // (lost(), on_lost, release_status::lease_expired) and must never disturb the next holder.
-#include "process.hpp"
+#include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
-#include "eventually.hpp"
+#include "worker_process.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -23,9 +24,9 @@
 #include <vector>
 
 using namespace redislock;
-using redislock_test::child_process;
-using redislock_test::read_line;
+using redislock_test::lost_signal;
 using redislock_test::redis_server;
+using redislock_test::worker_process;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
@@ -37,35 +38,14 @@ std::string get(connection& admin, const std::string& key) {
   return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
 }
 
-/// auto_renew options whose on_lost fulfils a promise (once) with the time it ran.
-struct lost_signal {
-  std::promise<steady::time_point> fired;
-  std::future<steady::time_point> seen = fired.get_future();
-  std::string name;
-  lock_options options(milliseconds lease) {
-    lock_options o;
-    o.lease = lease;
-    o.auto_renew = true;
-    o.on_lost = [this](const std::string& n) {
-      name = n;
-      fired.set_value(steady::now());
-    };
-    return o;
-  }
-  bool wait(seconds timeout) { return seen.wait_for(timeout) == std::future_status::ready; }
-};
-
 }  // namespace
 
 TEST(LeaseLoss, APausedHolderLosesTheLockAndItsLateReleaseLeavesTheNextHolderAlone) {
   redis_server server;
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  child_process holder({REDISLOCK_TEST_WORKER, "renew", std::to_string(server.port()), "paused", "1000"}, out[1]);
-  ::close(out[1]);
-  const std::string line = read_line(out[0], seconds(20));
-  ASSERT_EQ(line.rfind("acquired ", 0), 0u) << line;
-  const std::uint64_t holder_fence = std::stoull(line.substr(9));
+  worker_process holder(REDISLOCK_TEST_WORKER, {"renew", std::to_string(server.port()), "paused", "1000"});
+  const std::string acquired = holder.acquired();
+  ASSERT_FALSE(acquired.empty());
+  const std::uint64_t holder_fence = std::stoull(acquired);
 
   client c(client_options{server.options()});
   mutex next(c, "paused");
@@ -75,10 +55,9 @@ TEST(LeaseLoss, APausedHolderLosesTheLockAndItsLateReleaseLeavesTheNextHolderAlo
   EXPECT_GT(next.fencing_token(), holder_fence);
   holder.signal(SIGCONT);
 
-  EXPECT_EQ(read_line(out[0], seconds(20)), "lost 1");
-  EXPECT_EQ(read_line(out[0], seconds(20)), "release lease_expired");
+  EXPECT_EQ(holder.read_line(), "lost 1");
+  EXPECT_EQ(holder.read_line(), "release lease_expired");
   EXPECT_EQ(holder.wait_for(seconds(20)), 0);
-  ::close(out[0]);
   EXPECT_TRUE(next.still_held());  // the late release did not delete the new holder's key
   EXPECT_EQ(next.release(), release_status::released);
 }
@@ -119,7 +98,7 @@ TEST(LeaseLoss, RenewalsFailingUntilTheLeaseRanOutMarkItLost) {
   server.resume();
   ASSERT_TRUE(fired);
   // Declared lost no earlier than the lease could have run out (counted from the acquisition).
-  EXPECT_GE(signal.seen.get() - before, lease);
+  EXPECT_GE(signal.at - before, lease);
   EXPECT_TRUE(m.lost());
   EXPECT_GE(c.watchdog().stats().failures, 1u);
   EXPECT_EQ(m.release(), release_status::lease_expired);

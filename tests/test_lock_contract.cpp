@@ -6,6 +6,7 @@
 // structs (round trips, recursion, whether the side is exclusive), never the test.
 // Per-kind suites (test_mutex.cpp, test_reentrant_mutex.cpp, ...) keep what is their own.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "redis_stats.hpp"
 #include "server_fixture.hpp"
 
@@ -134,20 +135,7 @@ struct LockContract : redislock_test::server_test {
     acquired = done && waited.get();
     return steady::now() - freed;
   }
-  // auto_renew options whose on_lost counts its calls and fulfils a promise on the first.
-  struct lost_signal {
-    std::promise<void> fired;
-    std::future<void> seen = fired.get_future();
-    std::atomic<int> calls{0};
-    lock_options options(lock_options o) {
-      o.auto_renew = true;
-      o.on_lost = [this](const std::string&) {
-        if (calls.fetch_add(1) == 0) fired.set_value();
-      };
-      return o;
-    }
-    bool wait() { return seen.wait_for(seconds(10)) == std::future_status::ready; }
-  };
+
   // Lets the watchdog renew a witness lock three times (a whole 300 ms lease passes): a
   // renewal that was still to report something has done so by then.
   void let_the_watchdog_turn() {
@@ -257,11 +245,14 @@ TYPED_TEST(LockContract, AStaleReleaseReportsLeaseExpiredAndLeavesTheNextHolderA
   K::take(slow);
   ASSERT_TRUE(next.try_lock_for(seconds(5)));  // the rival's write side, once slow's lease ran out
   const std::vector<std::string> before = key_dump(*this->admin);
-  EXPECT_FALSE(slow.still_held());
+  EXPECT_EQ(K::remaining(slow), milliseconds(0));
+  EXPECT_THROW(slow.fencing_token(), lock_error);  // tokens are only given while the lease runs
+  EXPECT_TRUE(K::lost(slow));                      // ... and asking found it lost
   EXPECT_EQ(K::report(slow), release_status::lease_expired);
   EXPECT_EQ(slow.last_release(), release_status::lease_expired);
   EXPECT_EQ(key_dump(*this->admin), before) << "the stale release wrote";
   EXPECT_TRUE(next.still_held());
+  EXPECT_GT(next.fencing_token(), 0u);
   next.unlock();
   EXPECT_EQ(next.last_release(), release_status::released);
 }
@@ -293,6 +284,7 @@ TYPED_TEST(LockContract, ExtendAnsweringFalseMarksTheHoldLost) {
   this->admin->command({"DEL", l.key()});  // as if the lease had run out
   EXPECT_FALSE(K::extend(l, seconds(10)));
   EXPECT_TRUE(K::lost(l));
+  EXPECT_EQ(K::remaining(l), milliseconds(0));
   EXPECT_EQ(K::report(l), release_status::lease_expired);
   K::take(l);  // the next hold starts afresh
   EXPECT_FALSE(K::lost(l));
@@ -303,14 +295,16 @@ TYPED_TEST(LockContract, AutoRenewReportsADeletedOrTakenOverHoldLostOnce) {
   using K = TypeParam;
   for (const bool taken_over : {false, true}) {
     SCOPED_TRACE(taken_over ? "taken over" : "deleted");
-    typename TestFixture::lost_signal signal;
+    redislock_test::lost_signal signal;
     client other(this->options());
     typename K::lock_type l(*this->pool, "renewed", signal.options(this->opts(milliseconds(300))));
     typename K::lock_type rival(other, "renewed", this->opts(seconds(20)));
     K::take(l);
     EXPECT_FALSE(K::lost(l));
     this->admin->command({"DEL", l.key()});
-    if (taken_over) ASSERT_TRUE(rival.try_lock());
+    if (taken_over) {
+      ASSERT_TRUE(rival.try_lock());
+    }
     ASSERT_TRUE(signal.wait()) << "on_lost never ran";
     EXPECT_TRUE(K::lost(l));
     this->let_the_watchdog_turn();
@@ -398,7 +392,9 @@ TYPED_TEST(LockContract, AContendedHandOffServesEveryWaiterOnceInTurn) {
   EXPECT_LT(steady::now() - start, seconds(5));
   EXPECT_EQ(acquired.load(), waiters);
   EXPECT_EQ(overlaps.load(), 0);
-  if (K::exclusive) EXPECT_EQ(this->get("contended:count"), std::to_string(waiters));
+  if (K::exclusive) {
+    EXPECT_EQ(this->get("contended:count"), std::to_string(waiters));
+  }
   EXPECT_EQ(this->admin->command({"EXISTS", holder.key()})->integer, 0);
 }
 

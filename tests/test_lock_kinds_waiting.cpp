@@ -4,6 +4,7 @@
 // keeps each kind (and each side of the shared mutex) held past its lease, per owner; a stolen
 // hold is reported (lost(), on_lost, lease_expired); the last release stops the renewal.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
@@ -15,8 +16,8 @@
 #include <thread>
 
 using namespace redislock;
-using redislock_test::command_calls;
 using redislock_test::eventually;
+using redislock_test::lost_signal;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
@@ -93,18 +94,6 @@ lock_options renewed(milliseconds lease) {
   o.auto_renew = true;
   return o;
 }
-
-/// auto_renew options whose on_lost fulfils a promise (once) with the lock's name.
-struct lost_signal {
-  std::promise<std::string> fired;
-  std::future<std::string> seen = fired.get_future();
-  lock_options options(milliseconds lease) {
-    lock_options o = renewed(lease);
-    o.on_lost = [this](const std::string& name) { fired.set_value(name); };
-    return o;
-  }
-  bool wait() { return seen.wait_for(seconds(20)) == std::future_status::ready; }
-};
 
 /// Asserts for 3 x lease (by the clock) that attempt() keeps failing, pacing the attempts.
 template <class Attempt>
@@ -220,7 +209,9 @@ TEST_F(KindsTest, AnExpiredReentrantHoldWakesTheWaiterThoughNothingIsPublished) 
   waiter.unlock();
 }
 
-TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
+// A timed wait sleeps subscribed and makes at most three attempts (its deadline, to the
+// millisecond, for every kind: test_lock_contract.cpp).
+TEST_F(KindsTest, ATimedWaitSleepsSubscribedAndMakesAtMostThreeAttempts) {
   reentrant_mutex r_holder(*pool, "r-deadline", lease(seconds(20))), r_waiter(*pool, "r-deadline");
   shared_mutex s_holder(*pool, "s-deadline", lease(seconds(20))), s_waiter(*pool, "s-deadline");
   r_holder.lock();
@@ -229,11 +220,7 @@ TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
   EXPECT_FALSE(s_waiter.try_lock());
   auto timed = [&](auto&& attempt) {
     reset_stats();
-    const steady::time_point start = steady::now();
     EXPECT_FALSE(attempt());
-    const auto took = steady::now() - start;
-    EXPECT_GE(took, milliseconds(300));
-    EXPECT_LT(took, milliseconds(300 + 250));  // generous: a loaded machine
     EXPECT_LE(evalsha(), 3) << "one timed wait: at most three attempts";
   };
   timed([&] { return r_waiter.try_lock_for(milliseconds(300)); });
@@ -297,7 +284,7 @@ TEST_F(KindsTest, AStolenReentrantHoldIsReportedLost) {
   EXPECT_FALSE(m.lost());
   admin->command({"HDEL", m.key(), m.owner_id()});  // as if the lease had run out
   ASSERT_TRUE(signal.wait());
-  EXPECT_EQ(signal.seen.get(), "r-stolen");
+  EXPECT_EQ(signal.name, "r-stolen");
   EXPECT_TRUE(m.lost());
   EXPECT_EQ(m.hold_count(), 2);  // still to be released by its owner
   EXPECT_EQ(m.release(), release_status::lease_expired);
@@ -326,14 +313,9 @@ TEST_F(KindsTest, AStolenSharedHoldIsReportedLostOnItsSideOnly) {
   EXPECT_EQ(pool->watchdog().stats().lost, 2u);
 }
 
-TEST_F(KindsTest, ExtendAnsweringFalseMarksTheHoldLost) {
-  reentrant_mutex r(*pool, "r-extend");
-  r.lock();
-  admin->command({"DEL", r.key()});
-  EXPECT_FALSE(r.extend());
-  EXPECT_TRUE(r.lost());
-  EXPECT_EQ(r.release(), release_status::lease_expired);
-
+// Each side of a shared lock has its own lease: extend_shared() answering false marks the read
+// side lost, not the write side (the same rule for every kind: test_lock_contract.cpp).
+TEST_F(KindsTest, ExtendSharedAnsweringFalseMarksOnlyTheReadSideLost) {
   shared_mutex s(*pool, "s-extend");
   s.lock_shared();
   EXPECT_TRUE(s.extend_shared());
@@ -342,11 +324,6 @@ TEST_F(KindsTest, ExtendAnsweringFalseMarksTheHoldLost) {
   EXPECT_TRUE(s.lost_shared());
   EXPECT_FALSE(s.lost());
   EXPECT_EQ(s.release_shared(), release_status::lease_expired);
-  s.lock();
-  admin->command({"DEL", s.key()});
-  EXPECT_FALSE(s.extend());
-  EXPECT_TRUE(s.lost());
-  EXPECT_EQ(s.release(), release_status::lease_expired);
 }
 
 TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
@@ -369,23 +346,10 @@ TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
   ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20),
                                               [&](const watchdog_stats& st) { return st.renewals >= before + 3; }));
   EXPECT_EQ(pool->watchdog().stats().lost, 0u);
-  EXPECT_EQ(signal.seen.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(signal.calls.load(), 0);
   EXPECT_EQ(admin->command({"EXISTS", r.key()})->integer, 0);
   EXPECT_EQ(admin->command({"EXISTS", s.key()})->integer, 0);
   witness.unlock();
-}
-
-TEST_F(KindsTest, DestructionReleasesAndStopsTheRenewal) {
-  {
-    reentrant_mutex r(*pool, "r-destroyed", renewed(seconds(1)));
-    shared_mutex s(*pool, "s-destroyed", renewed(seconds(1)));
-    r.lock();
-    s.lock_shared();
-    EXPECT_EQ(pool->watchdog().stats().registered, 2u);
-  }  // destroyed while held
-  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
-  EXPECT_EQ(admin->command({"EXISTS", "redislock:{r-destroyed}"})->integer, 0);
-  EXPECT_EQ(admin->command({"EXISTS", "redislock:{s-destroyed}"})->integer, 0);
 }
 
 TEST_F(KindsTest, AWriterLeavingWakesEveryWaitingReaderOfTheClient) {

@@ -1,7 +1,8 @@
-// redislock::reentrant_mutex against a real redis-server: hold counts, exclusion across
-// threads and processes, stale releases, wrong kinds, guards and round-trip counts.
-#include "process.hpp"
+// redislock::reentrant_mutex against a real redis-server: what is its own (hold counts,
+// owners per thread, nested stale releases, wrong kinds, guards, publishing, processes).
+// What every kind promises (extend, bad input, round trips, ...): test_lock_contract.cpp.
 #include "server_fixture.hpp"
+#include "worker_process.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -14,8 +15,6 @@
 #include <vector>
 
 using namespace redislock;
-using redislock_test::child_process;
-using redislock_test::command_calls;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -48,11 +47,6 @@ TEST_F(ReentrantTest, NestedLocksCountUpAndBalancedUnlocksFreeIt) {
   m.unlock();
   EXPECT_FALSE(m.owns_lock());
   EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0);
-  // One unlock too many: nothing is sent, not_held is reported.
-  admin->command({"CONFIG", "RESETSTAT"});
-  m.unlock();
-  EXPECT_EQ(m.last_release(), release_status::not_held);
-  EXPECT_EQ(command_calls(*admin, "evalsha"), 0);
 }
 
 TEST_F(ReentrantTest, ReEntryRenewsTheLease) {
@@ -150,29 +144,6 @@ TEST_F(ReentrantTest, AStaleOwnerNeverReleasesTheNextOwnersHold) {
   next.unlock();
 }
 
-TEST_F(ReentrantTest, ExtendAndRemainingLease) {
-  reentrant_mutex m(*pool, "extend", lease(milliseconds(500)));
-  m.lock();
-  ASSERT_TRUE(m.extend(seconds(20)));
-  EXPECT_GT(m.remaining_lease(), seconds(19));
-  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 19000);
-  EXPECT_THROW(m.extend(milliseconds(0)), invalid_argument);
-  EXPECT_THROW(m.extend(max_lease + milliseconds(1)), invalid_argument);
-  m.unlock();
-  EXPECT_FALSE(m.still_held());
-}
-
-TEST_F(ReentrantTest, BadInputIsTypedAndSendsNothing) {
-  admin->command({"CONFIG", "RESETSTAT"});
-  EXPECT_THROW(reentrant_mutex(*pool, ""), invalid_argument);
-  EXPECT_THROW(reentrant_mutex(*pool, "x", lease(milliseconds(0))), invalid_argument);
-  EXPECT_THROW(reentrant_mutex(*pool, "x", lease(max_lease + milliseconds(1))), invalid_argument);
-  reentrant_mutex m(*pool, "x");
-  EXPECT_THROW(m.extend(), lock_error);
-  EXPECT_EQ(command_calls(*admin, "evalsha"), 0);
-  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
-}
-
 TEST_F(ReentrantTest, MutexAndReentrantNamesClashAsWrongType) {
   mutex plain(*pool, "clash");
   reentrant_mutex re(*pool, "clash");
@@ -222,16 +193,6 @@ TEST_F(ReentrantTest, StdGuardsWork) {
   EXPECT_FALSE(a.owns_lock());
   EXPECT_FALSE(b.owns_lock());
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);  // nothing left: no token was asked for
-}
-
-TEST_F(ReentrantTest, UncontendedCycleCostsTwoRoundTripsAfterWarmUp) {
-  reentrant_mutex m(*pool, "cost");
-  const auto [evalsha, other] = redislock_test::script_calls_per(*admin, 100, [&] {
-    m.lock();
-    m.unlock();
-  });
-  EXPECT_EQ(evalsha, 2 * 100);
-  EXPECT_EQ(other, 0);
 }
 
 TEST_F(ReentrantTest, TheLastReleasePublishes) {

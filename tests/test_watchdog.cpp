@@ -2,7 +2,7 @@
 // lease; release stops renewal at once (and never lets a callback of a released lock run);
 // 10,000 locks are renewed in pipelined batches without falling behind.
 #include "eventually.hpp"
-#include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -25,28 +25,14 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-struct WatchdogTest : ::testing::Test {
-  static void SetUpTestSuite() { server = new redis_server(); }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-  }
-  void SetUp() override {
-    pool = std::make_unique<client>(client_options{server->options()});
-    admin = std::make_unique<connection>(server->options());
-    admin->command({"FLUSHALL"});
-  }
+struct WatchdogTest : redislock_test::server_test {
   static lock_options renewed(milliseconds lease) {
     lock_options o;
     o.lease = lease;
     o.auto_renew = true;
     return o;
   }
-  static redis_server* server;
-  std::unique_ptr<client> pool;
-  std::unique_ptr<connection> admin;
 };
-redis_server* WatchdogTest::server = nullptr;
 
 }  // namespace
 
