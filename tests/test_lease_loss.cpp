@@ -3,6 +3,7 @@
 // (lost(), on_lost, release_status::lease_expired) and must never disturb the next holder.
 #include "eventually.hpp"
 #include "lost_signal.hpp"
+#include "redis_keys.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
 #include "worker_process.hpp"
@@ -31,14 +32,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
 
-namespace {
-
-std::string get(connection& admin, const std::string& key) {
-  reply_ptr r = admin.command({"GET", key});
-  return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(LeaseLoss, APausedHolderLosesTheLockAndItsLateReleaseLeavesTheNextHolderAlone) {
   redis_server server;
@@ -76,7 +70,7 @@ TEST(LeaseLoss, TheWatchdogFindsALockTakenOver) {
   EXPECT_TRUE(m.lost());
   EXPECT_TRUE(m.owns_lock());  // still to be released by its owner
   EXPECT_EQ(m.release(), release_status::lease_expired);
-  EXPECT_EQ(get(admin, m.key()), "someone-else");
+  EXPECT_EQ(redislock_test::string_value(admin, m.key()), "someone-else");
   const watchdog_stats s = c.watchdog().stats();
   EXPECT_EQ(s.lost, 1u);
   EXPECT_EQ(s.registered, 0u);

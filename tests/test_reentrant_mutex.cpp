@@ -20,12 +20,7 @@ using std::chrono::seconds;
 
 using ReentrantTest = redislock_test::server_test;
 
-namespace {
-std::string hget(connection& c, const std::string& key, const std::string& field) {
-  reply_ptr r = c.command({"HGET", key, field});
-  return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
-}
-}  // namespace
+using redislock_test::hget;
 
 TEST_F(ReentrantTest, NestedLocksCountUpAndBalancedUnlocksFreeIt) {
   reentrant_mutex m(*pool, "nested", lease(seconds(10)));

@@ -18,29 +18,14 @@
 
 using namespace redislock;
 using redislock_test::command_calls;
+using redislock_test::hash_fields;
+using redislock_test::hexists;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 using SharedTest = redislock_test::server_test;
 
 namespace {
-
-bool hexists(connection& c, const std::string& key, const std::string& field) {
-  return c.command({"HEXISTS", key, field})->integer == 1;
-}
-
-/// Every field and value of a hash, sorted (to compare before/after).
-std::vector<std::string> hgetall(connection& c, const std::string& key) {
-  reply_ptr r = c.command({"HGETALL", key});
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (std::size_t i = 0; i + 1 < r->elements; i += 2)
-    pairs.emplace_back(std::string(r->element[i]->str, r->element[i]->len),
-                       std::string(r->element[i + 1]->str, r->element[i + 1]->len));
-  std::sort(pairs.begin(), pairs.end());
-  std::vector<std::string> out;
-  for (auto& [f, v] : pairs) out.push_back(f + "=" + v);
-  return out;
-}
 
 /// A countdown every thread reaches; wait() returns false when `timeout` passed first.
 class latch {
@@ -253,13 +238,13 @@ TEST_F(SharedTest, DowngradeKeepsReadingAfterTheWriteHoldIsReleased) {
 TEST_F(SharedTest, UpgradeIsRefusedWithALockError) {
   shared_mutex m(*pool, "upgrade");
   m.lock_shared();
-  const auto before = hgetall(*admin, m.key());
+  const auto before = hash_fields(*admin, m.key());
   EXPECT_THROW(m.lock(), lock_error);
   EXPECT_THROW(m.try_lock(), lock_error);
   EXPECT_THROW(m.try_lock_for(milliseconds(10)), lock_error);
   EXPECT_FALSE(m.owns_lock());
   EXPECT_TRUE(m.owns_shared());
-  EXPECT_EQ(hgetall(*admin, m.key()), before);
+  EXPECT_EQ(hash_fields(*admin, m.key()), before);
   m.unlock_shared();
   // Not recursive on the write side either.
   m.lock();
@@ -361,16 +346,16 @@ TEST_F(SharedTest, WrongKindsAreTypedErrorsAndChangeNothing) {
   mutex plain(*pool, "kind");
 
   re.lock();
-  auto before = hgetall(*admin, re.key());
+  auto before = hash_fields(*admin, re.key());
   EXPECT_THROW(sh.lock(), wrong_type_error);
   EXPECT_THROW(sh.try_lock_shared(), wrong_type_error);
-  EXPECT_EQ(hgetall(*admin, re.key()), before);
+  EXPECT_EQ(hash_fields(*admin, re.key()), before);
   EXPECT_THROW(plain.try_lock(), wrong_type_error);
   re.unlock();
 
   sh.lock_shared();
   sh.fencing_token();  // creates the counter, so the check below sees it unchanged
-  before = hgetall(*admin, sh.key());
+  before = hash_fields(*admin, sh.key());
   const long long fence = std::stoll(admin->command({"GET", sh.key() + ":fence"})->str);
   try {
     re.try_lock();
@@ -379,7 +364,7 @@ TEST_F(SharedTest, WrongKindsAreTypedErrorsAndChangeNothing) {
     EXPECT_NE(e.server_message().find("not a reentrant lock"), std::string::npos) << e.server_message();
   }
   EXPECT_THROW(plain.try_lock(), wrong_type_error);
-  EXPECT_EQ(hgetall(*admin, sh.key()), before);
+  EXPECT_EQ(hash_fields(*admin, sh.key()), before);
   EXPECT_EQ(std::stoll(admin->command({"GET", sh.key() + ":fence"})->str), fence);
   sh.unlock_shared();
 
@@ -398,7 +383,7 @@ TEST_F(SharedTest, WrongKindsAreTypedErrorsAndChangeNothing) {
   } catch (const wrong_type_error& e) {
     EXPECT_NE(e.server_message().find("not a shared lock"), std::string::npos) << e.server_message();
   }
-  EXPECT_EQ(hgetall(*admin, sh.key()), std::vector<std::string>{"field=value"});
+  EXPECT_EQ(hash_fields(*admin, sh.key()), std::vector<std::string>{"field=value"});
 }
 
 TEST_F(SharedTest, StdGuardsWork) {

@@ -1,21 +1,20 @@
 #pragma once
-// Reading what a server did: INFO sections as fields, single INFO counters, the commands
-// clients sent (MONITOR, scripts' own calls left out), and a snapshot of every key.
+// Reading what a server did: INFO sections as fields, single INFO counters, and the commands
+// clients sent (MONITOR, scripts' own calls left out). Keys and their contents: redis_keys.hpp.
 // (INFO commandstats per command: command_calls() in support/redis_server.hpp.)
+
+#include "redis_keys.hpp"
 
 #include <redislock/connection.hpp>
 #include <redislock/options.hpp>
 #include <redislock/reply.hpp>
 
-#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace redislock_test {
-
-inline std::string reply_text(const redisReply& r) { return std::string(r.str, r.len); }
 
 /// INFO <section> as a field map ("role" -> "master"); empty when the server does not answer.
 inline std::map<std::string, std::string> info_fields(const redislock::connection_options& o, const char* section) {
@@ -72,18 +71,5 @@ class command_monitor {
  private:
   redislock::connection c_;
 };
-
-/// Every key with its DUMP, sorted (TTLs left out): equal snapshots mean nothing was written.
-inline std::vector<std::string> key_dump(redislock::connection& admin) {
-  std::vector<std::string> out;
-  redislock::reply_ptr keys = admin.command({"KEYS", "*"});
-  for (std::size_t i = 0; i < keys->elements; ++i) {
-    const std::string key = reply_text(*keys->element[i]);
-    redislock::reply_ptr d = admin.command({"DUMP", key});
-    out.push_back(key + "=" + (d->type == REDIS_REPLY_STRING ? reply_text(*d) : std::string("(gone)")));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 }  // namespace redislock_test

@@ -2,6 +2,7 @@
 // A gtest fixture: one redis-server per test suite, a fresh pool and an admin connection per
 // test (FLUSHALL first), and small helpers shared by the lock tests.
 
+#include "redis_keys.hpp"
 #include "redis_server.hpp"
 
 #include <redislock/redislock.hpp>
@@ -25,10 +26,7 @@ struct server_test : ::testing::Test {
     admin = std::make_unique<redislock::connection>(server->options());
     admin->command({"FLUSHALL"});
   }
-  std::string get(const std::string& key) {
-    redislock::reply_ptr r = admin->command({"GET", key});
-    return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
-  }
+  std::string get(const std::string& key) { return string_value(*admin, key); }
   static redislock::lock_options lease(std::chrono::milliseconds ms) {
     redislock::lock_options o;
     o.lease = ms;
