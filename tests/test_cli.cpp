@@ -578,7 +578,7 @@ TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
   ASSERT_EQ(waited.wait_for(bound), std::future_status::ready) << "the writer was not woken";
   EXPECT_TRUE(waited.get());
   writer.unlock();
-  EXPECT_EQ(reader.release_shared(), redislock::release_status::lease_expired);
+  EXPECT_EQ(reader.unlock_shared_and_report(), redislock::release_status::lease_expired);
 
   // A reentrant lock goes to its longest waiting live waiter, as its last release would.
   redislock::reentrant_mutex r(*pool, "re");
@@ -606,7 +606,7 @@ TEST_F(cli_test, BreakWakesTheWaitersOfHashKinds) {
   ASSERT_EQ(after.holders.size(), 1u);
   EXPECT_EQ(after.holders[0].owner, owner);
   EXPECT_EQ(after.holders[0].count, 1);
-  EXPECT_EQ(r.release(), redislock::release_status::lease_expired);
+  EXPECT_EQ(r.unlock_and_report(), redislock::release_status::lease_expired);
 }
 
 // The URL's scheme picks the topology. On a cluster each name's keys live on the master that

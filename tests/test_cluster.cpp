@@ -4,6 +4,7 @@
 // Waiters are woken by sharded pub/sub notices (SSUBSCRIBE on the slot's owner).
 #include "eventually.hpp"
 #include "redis_cluster.hpp"
+#include "redis_stats.hpp"
 
 #include <redislock/cluster_client.hpp>
 #include <redislock/redislock.hpp>
@@ -73,10 +74,8 @@ std::string name_on(cluster_client& c, int port, const std::string& base) {
 }
 
 long long error_count(int port, const std::string& code) {
-  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "errorstats"}));
-  const std::string needle = "errorstat_" + code + ":count=";
-  const auto at = info.find(needle);
-  return at == std::string::npos ? 0 : std::stoll(info.substr(at + needle.size()));
+  connection admin = redis_cluster::admin(port);
+  return redislock_test::info_counter(admin, "errorstats", "errorstat_" + code, "count");
 }
 
 // Moves `slot` from the master on src to the master on dst the way redis-cli does, with
@@ -111,9 +110,9 @@ struct exclusive_kind {
   using lock_type = Lock<cluster_client>;
   static void adjust(lock_options&) {}
   static void hold(lock_type& l) { l.lock(); }
-  static release_status release(lock_type& l) { return l.release(); }
+  static release_status release(lock_type& l) { return l.unlock_and_report(); }
   static bool wait(lock_type& l, milliseconds t) { return l.try_lock_for(t); }
-  static release_status release_waited(lock_type& l) { return l.release(); }
+  static release_status release_waited(lock_type& l) { return l.unlock_and_report(); }
   // Scripts a waiter runs before it sleeps: its attempt, then (subscribed) another.
   static constexpr long long scripts_before_sleep = 2;
 };
@@ -127,7 +126,7 @@ using reentrant_kind = exclusive_kind<basic_reentrant_mutex>;
 using shared_write_kind = exclusive_kind<basic_shared_mutex>;
 struct shared_read_kind : shared_write_kind {
   static bool wait(lock_type& l, milliseconds t) { return l.try_lock_shared_for(t); }
-  static release_status release_waited(lock_type& l) { return l.release_shared(); }
+  static release_status release_waited(lock_type& l) { return l.unlock_shared_and_report(); }
 };
 
 // Subscribers on the node at `port` to the shard channel (PUBSUB SHARDNUMSUB).
@@ -209,13 +208,9 @@ void hold_wait_renew_release(const std::string& base) {
 
 // EVALSHA calls that the node at `port` ran without failing (INFO commandstats).
 long long evalsha_done(int port) {
-  const std::string info = redis_cluster::text(redis_cluster::admin(port).command({"INFO", "commandstats"}));
-  auto field = [&](const std::string& name) {
-    const auto line = info.find("cmdstat_evalsha:");
-    const auto at = line == std::string::npos ? line : info.find(name + "=", line);
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + name.size() + 1));
-  };
-  return field("calls") - field("failed_calls");
+  connection admin = redis_cluster::admin(port);
+  return redislock_test::info_counter(admin, "commandstats", "cmdstat_evalsha", "calls") -
+         redislock_test::info_counter(admin, "commandstats", "cmdstat_evalsha", "failed_calls");
 }
 
 // On a lock per master at once, held with a long lease: each waiter (another client) makes
@@ -383,12 +378,12 @@ TEST(Cluster, FairMutexHandsOffInFifoOrder) {
         std::lock_guard<std::mutex> g(order_mutex);
         order.push_back(i);
       }
-      return w.release() == release_status::released;
+      return w.unlock_and_report() == release_status::released;
     }));
     // Queued (subscribed first, then "wait"): the next one comes after it.
     ASSERT_TRUE(eventually([&] { return owner.command({"ZCARD", queue})->integer == i + 1; }, seconds(10)));
   }
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   for (auto& w : waited) {
     ASSERT_EQ(w.wait_for(seconds(20)), std::future_status::ready);
     EXPECT_TRUE(w.get());
@@ -421,10 +416,10 @@ TEST(Cluster, WaiterUnsubscribedAtTheReleaseIsNotStranded) {
   ASSERT_EQ(shard_subscribers(masters[0], waiter_channel), 1);
   owner.command({"CLIENT", "KILL", "TYPE", "pubsub"});
   ASSERT_EQ(shard_subscribers(masters[0], waiter_channel), 0);
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
   EXPECT_TRUE(waited.get());
-  EXPECT_EQ(waiter.release(), release_status::released);
+  EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
 }
 
 TEST(Cluster, FencingTokensIncreaseAcrossHolders) {
@@ -454,7 +449,7 @@ TEST(Cluster, StaleMapFollowsMoved) {
   ASSERT_TRUE(m.try_lock());
   EXPECT_GT(stale.map_generation(), before);
   EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[1]));
-  EXPECT_EQ(m.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }
 
 // A slot caught mid-migration (keys not moved yet, none of this lock's): the source answers
@@ -478,7 +473,7 @@ TEST(Cluster, AskDuringMigrationThenTryAgainUntilItEnds) {
   EXPECT_EQ(target.command({"EXISTS", m.key()})->integer, 1);  // made on the target, after ASKING
   EXPECT_EQ(source.command({"CLUSTER", "COUNTKEYSINSLOT", slot})->integer, 0);
   const long long tryagain_before = error_count(dst, "TRYAGAIN");
-  auto released = std::async(std::launch::async, [&] { return m.release(); });
+  auto released = std::async(std::launch::async, [&] { return m.unlock_and_report(); });
   EXPECT_TRUE(eventually([&] { return error_count(dst, "TRYAGAIN") > tryagain_before; }, seconds(3)));
   for (int port : {dst, src}) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", slot, "NODE", dst_id});
   for (int port : masters)
@@ -536,10 +531,10 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   EXPECT_EQ(target.command({"EXISTS", "redislock:{" + name + "}"})->integer, 1);
   EXPECT_EQ(source.command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)})->integer, 0);
   EXPECT_GT(holder.fencing_token(), 0u);  // drawn on the new master
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
   EXPECT_TRUE(waited.get());
-  EXPECT_EQ(waiter.release(), release_status::released);
+  EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
   EXPECT_EQ(holder_client.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[2]));
   // Handed over by the notice on the new owner, not by backoff.
   EXPECT_GE(waiter_client.wait_stats().wakeups, 1u);
@@ -583,7 +578,7 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
           if (inside.fetch_add(1) != 0) ++overlaps;
           std::this_thread::yield();
           inside.fetch_sub(1);
-          if (m.release() != release_status::released) ++failures;
+          if (m.unlock_and_report() != release_status::released) ++failures;
           ++done;
         } catch (const std::exception& e) {
           std::fprintf(stderr, "worker: %s\n", e.what());
@@ -669,14 +664,14 @@ TEST(Cluster, MinimalAcl) {
   w.lock();
   auto waited = std::async(std::launch::async, [&] {
     const bool got = m2.try_lock_for(seconds(10)) && reader.try_lock_shared_for(seconds(10));
-    return got && m2.release() == release_status::released && reader.release_shared() == release_status::released;
+    return got && m2.unlock_and_report() == release_status::released && reader.unlock_shared_and_report() == release_status::released;
   });
   ASSERT_TRUE(eventually([&] { return a.watchdog().stats().renewals >= 6; }, seconds(10)));
   ASSERT_TRUE(eventually([&] { return b.wait_stats().subscriptions >= 1; }, seconds(10)));  // m2 waits subscribed
   EXPECT_FALSE(m.lost() || r.lost() || w.lost());
-  EXPECT_EQ(m.release(), release_status::released);
-  EXPECT_EQ(r.release(), release_status::released);
-  EXPECT_EQ(w.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_EQ(w.unlock_and_report(), release_status::released);
   ASSERT_EQ(waited.wait_for(seconds(20)), std::future_status::ready);
   EXPECT_TRUE(waited.get());
   EXPECT_GE(b.wait_stats().wakeups, 1u);  // sharded notices pass the ACL
@@ -734,7 +729,7 @@ TEST(Cluster, PrimaryFailoverRecovers) {
   ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= renewed + 2; }, seconds(10)));
   EXPECT_FALSE(held.lost());
   EXPECT_TRUE(held.still_held());
-  EXPECT_EQ(held.release(), release_status::released);
+  EXPECT_EQ(held.unlock_and_report(), release_status::released);
   EXPECT_TRUE(cluster->wait_until_stable(seconds(10)));
 }
 
@@ -789,5 +784,5 @@ TEST(Cluster, MasterCrashAutomaticFailover) {
   ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals > renewed; }, seconds(10)));
   EXPECT_FALSE(held.lost());
   EXPECT_TRUE(held.still_held());
-  EXPECT_EQ(held.release(), release_status::released);
+  EXPECT_EQ(held.unlock_and_report(), release_status::released);
 }

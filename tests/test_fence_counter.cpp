@@ -52,9 +52,7 @@ TEST_F(FenceCounter, ALockNameUsedOnceLeavesNothingBehind) {
   use_names_once<shared_mutex>(*pool, "sr", 1000, true, shared);
   // Only the counters remain, and each expires.
   EXPECT_EQ(dbsize(*admin), 4000);
-  reply_ptr keys = admin->command({"KEYS", "*"});
-  for (std::size_t i = 0; i < keys->elements; ++i) {
-    const std::string key(keys->element[i]->str, keys->element[i]->len);
+  for (const std::string& key : redislock_test::all_keys(*admin)) {
     ASSERT_EQ(key.substr(key.size() - 6), ":fence") << key;
     const long long ttl = admin->command({"PTTL", key})->integer;
     ASSERT_GT(ttl, 0) << key << " never expires";

@@ -1,35 +1,58 @@
-// What every lock kind promises alike: the thread that holds a non-recursive lock gets
-// lock_error when it asks again (instead of waiting for itself), a huge timeout means "wait
-// indefinitely" (no overflow), and a lock that becomes free without a release is noticed
-// within lock_options::recheck_interval, whatever the holder's old lease.
+// What every lock kind promises alike, one typed suite over them all (mutex, fair mutex,
+// reentrant mutex, and both sides of the shared mutex): round trips per uncontended cycle,
+// deadlines kept to the millisecond, destruction releases, stale and idle releases, lost
+// reporting, extend rules, hand-off under contention, bad input, fencing tokens, and the
+// queued hand-off (QueuedHandOff, below). What differs between kinds is data in the kind
+// structs (round trips, recursion, whether the side is exclusive), never the test.
+// Per-kind suites (test_mutex.cpp, test_reentrant_mutex.cpp, ...) keep what is their own.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
+#include "redis_keys.hpp"
+#include "redis_stats.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <future>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace redislock;
+using redislock_test::command_monitor;
 using redislock_test::eventually;
+using redislock_test::key_dump;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
 
 namespace {
 
-// One way of taking a lock: which class, which side, which options. The holder always takes
-// the side that blocks the waiter (a writer, for a waiting reader).
+// One way of taking a lock: which class, which side, which options.
+//   take / try_take / wait / wait_until / give / report / extend / lost / remaining: the kind's
+//   own side (the read side for shared_read_kind);
+//   hold / drop / shorten: the side that blocks it (the write side), taken by a rival.
+// report() is the one call of the outcome-returning release (to be renamed
+// unlock_and_report(): one line per kind).
 template <class Lock, bool Recursive>
 struct exclusive_kind {
   using lock_type = Lock;
   static constexpr bool recursive = Recursive;
+  static constexpr bool exclusive = true;      // two holders of this side never overlap
+  static constexpr int cycle_round_trips = 2;  // commands sent per uncontended lock + unlock
   static void adjust(lock_options&) {}
   static void hold(lock_type& l) { l.lock(); }
   static void drop(lock_type& l) { l.unlock(); }
+  static void take(lock_type& l) { l.lock(); }
+  static bool try_take(lock_type& l) { return l.try_lock(); }
   template <class Timeout>
   static bool wait(lock_type& l, Timeout t) {
     return l.try_lock_for(t);
@@ -38,17 +61,26 @@ struct exclusive_kind {
   static bool wait_until(lock_type& l, Deadline t) {
     return l.try_lock_until(t);
   }
-  static void drop_waited(lock_type& l) { l.unlock(); }
+  static void give(lock_type& l) { l.unlock(); }
+  static release_status report(lock_type& l) { return l.unlock_and_report(); }
+  static bool extend(lock_type& l, milliseconds lease) { return l.extend(lease); }
+  static bool lost(const lock_type& l) { return l.lost(); }
+  static milliseconds remaining(lock_type& l) { return l.remaining_lease(); }
   static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
 };
+// SET NX GET PX, then the release script.
 using mutex_kind = exclusive_kind<mutex, false>;
+// The queue script's "try" (fair mode never jumps the queue), then the release script.
 struct fair_mutex_kind : mutex_kind {
   static void adjust(lock_options& o) { o.fair = true; }
 };
-using reentrant_kind = exclusive_kind<reentrant_mutex, true>;
-using shared_write_kind = exclusive_kind<shared_mutex, false>;
-struct shared_read_kind : shared_write_kind {
-  static constexpr bool recursive = true;  // reads nest
+using reentrant_kind = exclusive_kind<reentrant_mutex, true>;   // two scripts
+using shared_write_kind = exclusive_kind<shared_mutex, false>;  // two scripts
+struct shared_read_kind : shared_write_kind {                   // two scripts
+  static constexpr bool recursive = true;                       // reads nest
+  static constexpr bool exclusive = false;                      // readers share
+  static void take(lock_type& l) { l.lock_shared(); }
+  static bool try_take(lock_type& l) { return l.try_lock_shared(); }
   template <class Timeout>
   static bool wait(lock_type& l, Timeout t) {
     return l.try_lock_shared_for(t);
@@ -57,7 +89,11 @@ struct shared_read_kind : shared_write_kind {
   static bool wait_until(lock_type& l, Deadline t) {
     return l.try_lock_shared_until(t);
   }
-  static void drop_waited(lock_type& l) { l.unlock_shared(); }
+  static void give(lock_type& l) { l.unlock_shared(); }
+  static release_status report(lock_type& l) { return l.unlock_shared_and_report(); }
+  static bool extend(lock_type& l, milliseconds lease) { return l.extend_shared(lease); }
+  static bool lost(const lock_type& l) { return l.lost_shared(); }
+  static milliseconds remaining(lock_type& l) { return l.remaining_shared_lease(); }
 };
 
 template <class Kind>
@@ -68,10 +104,19 @@ struct LockContract : redislock_test::server_test {
     Kind::adjust(o);
     return o;
   }
-  // A waiter of any kind is queued on the server (P{N}:queue, :rqueue or :squeue).
-  bool someone_waits(const lock_type& l) {
-    return admin->command({"EXISTS", l.key() + ":queue", l.key() + ":rqueue", l.key() + ":squeue"})->integer >= 1;
+  // Waiters registered on the server for `l`'s name: the longest queue among the lock's sorted
+  // sets (every kind queues its waiters: P{N}:queue, :rqueue, :squeue).
+  long long waiting(const lock_type& l) {
+    long long queued = 0;
+    redislock::reply_ptr keys = admin->command({"KEYS", l.key() + ":*"});
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+      const std::string k = redislock_test::reply_text(*keys->element[i]);
+      if (redislock_test::reply_text(*admin->command({"TYPE", k})) == "zset")
+        queued = std::max(queued, admin->command({"ZCARD", k})->integer);
+    }
+    return queued;
   }
+  bool someone_waits(const lock_type& l) { return waiting(l) > 0; }
   // Waits on `waiter` with wait(waiter) on another thread while `holder` holds; returns how
   // long the wait took once `free_it()` (called when the waiter is registered) frees the lock.
   // The waiting thread releases what it got (holds of the hash kinds belong to a thread).
@@ -79,7 +124,7 @@ struct LockContract : redislock_test::server_test {
   steady::duration wait_then_free(lock_type& waiter, Wait wait, FreeIt free_it, bool& acquired) {
     auto waited = std::async(std::launch::async, [&] {
       const bool got = wait(waiter);
-      if (got) Kind::drop_waited(waiter);
+      if (got) Kind::give(waiter);
       return got;
     });
     EXPECT_TRUE(eventually([&] { return someone_waits(waiter); })) << "the waiter never waited";
@@ -90,10 +135,349 @@ struct LockContract : redislock_test::server_test {
     acquired = done && waited.get();
     return steady::now() - freed;
   }
+
+  // Lets the watchdog renew a witness lock three times (a whole 300 ms lease passes): a
+  // renewal that was still to report something has done so by then.
+  void let_the_watchdog_turn() {
+    lock_options o = lease(milliseconds(300));
+    o.auto_renew = true;
+    mutex witness(*pool, "witness", o);
+    witness.lock();
+    const std::uint64_t before = pool->watchdog().stats().renewals;
+    EXPECT_TRUE(pool->watchdog().wait_for_stats(seconds(10),
+                                                [&](const watchdog_stats& st) { return st.renewals >= before + 3; }));
+    witness.unlock();
+  }
 };
 
 using Kinds = ::testing::Types<mutex_kind, fair_mutex_kind, reentrant_kind, shared_write_kind, shared_read_kind>;
 TYPED_TEST_SUITE(LockContract, Kinds);
+
+// --- cost -----------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, AnUncontendedCycleCostsTheKindsRoundTrips) {
+  using K = TypeParam;
+  typename K::lock_type l(*this->pool, "cost", this->opts(seconds(10)));
+  K::take(l);  // warm-up: loads the scripts
+  K::give(l);
+  command_monitor monitor(this->server->options());
+  monitor.take(*this->admin);
+  constexpr int cycles = 20;
+  for (int i = 0; i < cycles; ++i) {
+    K::take(l);
+    K::give(l);
+  }
+  const std::vector<std::string> sent = monitor.take(*this->admin);
+  EXPECT_EQ(sent.size(), static_cast<std::size_t>(cycles * K::cycle_round_trips))
+      << (sent.empty() ? std::string() : sent.front());
+  for (const auto& s : sent) EXPECT_EQ(s.find("\"EVAL\""), std::string::npos) << "scripts run by their SHA: " << s;
+  EXPECT_EQ(l.last_release(), release_status::released);
+}
+
+// --- deadlines ------------------------------------------------------------------------------
+
+// A wait against a held lock ends at its deadline: never before, and at most 5 ms after (the
+// last attempt's round trip and the wake-up). Measured idle: under 1 ms (4 ms at worst). On a
+// loaded machine (load 5 on 2 cores, as CI runs four builds at once) the scheduler alone wakes
+// threads 5-20 ms late, so the assertion allows a CI margin of 45 ms on top; the 5 ms figure
+// is what the printed medians show (a plain sleep_until's lateness is printed beside them).
+TYPED_TEST(LockContract, ADeadlineIsKeptToTheMillisecond) {
+  using K = TypeParam;
+  client other(this->options());
+  typename K::lock_type holder(*this->pool, "deadline", this->opts(seconds(20)));
+  typename K::lock_type waiter(other, "deadline", this->opts(seconds(20)));
+  K::hold(holder);
+  EXPECT_FALSE(K::try_take(waiter));  // loads the scripts
+  const milliseconds slack(5), ci_margin(45);
+  std::vector<double> overshoots, scheduler;
+  const auto ms = [](steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  auto check = [&](const char* what, steady::time_point deadline, auto&& wait) {
+    SCOPED_TRACE(what);
+    EXPECT_FALSE(wait());
+    const steady::time_point end = steady::now();
+    EXPECT_GE(end, deadline) << "gave up early";
+    EXPECT_LE(end - deadline, slack + ci_margin) << "overshoot " << ms(end - deadline) << " ms";
+    overshoots.push_back(ms(end - deadline));
+    // The scheduler's own lateness at this moment, for comparison.
+    const steady::time_point wake = steady::now() + milliseconds(10);
+    std::this_thread::sleep_until(wake);
+    scheduler.push_back(ms(steady::now() - wake));
+  };
+  for (const int t_ms : {30, 120, 250}) {
+    const milliseconds t(t_ms);
+    steady::time_point start = steady::now();
+    check("try_lock_for", start + t, [&] { return K::wait(waiter, t); });
+    const steady::time_point dl = steady::now() + t;
+    check("try_lock_until (steady)", dl, [&] { return K::wait_until(waiter, dl); });
+    const auto sys = std::chrono::system_clock::now() + t;
+    start = steady::now();
+    // The system clock's deadline as the steady clock sees it (both read within microseconds).
+    check("try_lock_until (system)", start + t, [&] { return K::wait_until(waiter, sys); });
+  }
+  std::sort(overshoots.begin(), overshoots.end());
+  std::sort(scheduler.begin(), scheduler.end());
+  std::printf(
+      "[ measured ] deadline overshoot: median %.2f ms, worst %.2f ms (sleep_until lateness: median %.2f ms, "
+      "worst %.2f ms)\n",
+      overshoots[overshoots.size() / 2], overshoots.back(), scheduler[scheduler.size() / 2], scheduler.back());
+  K::drop(holder);
+}
+
+// --- releases -------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, DestructionReleasesOnTheServerAtOnce) {
+  using K = TypeParam;
+  for (const bool renewed : {false, true}) {
+    SCOPED_TRACE(renewed ? "auto_renew" : "plain");
+    lock_options o = this->opts(seconds(20));
+    o.auto_renew = renewed;
+    std::string key;
+    {
+      typename K::lock_type l(*this->pool, "destroyed", o);
+      key = l.key();
+      K::take(l);
+      if (K::recursive) K::take(l);  // nested holds go too
+      ASSERT_EQ(this->admin->command({"EXISTS", key})->integer, 1);
+    }
+    EXPECT_EQ(this->admin->command({"EXISTS", key})->integer, 0);
+    EXPECT_EQ(this->pool->watchdog().stats().registered, 0u);
+    // Free for anyone, at once.
+    typename K::lock_type next(*this->pool, "destroyed", this->opts(seconds(20)));
+    EXPECT_TRUE(next.try_lock());
+    next.unlock();
+  }
+}
+
+TYPED_TEST(LockContract, AStaleReleaseReportsLeaseExpiredAndLeavesTheNextHolderAlone) {
+  using K = TypeParam;
+  client other(this->options());
+  typename K::lock_type slow(*this->pool, "stale", this->opts(milliseconds(200)));
+  typename K::lock_type next(other, "stale", this->opts(seconds(20)));
+  K::take(slow);
+  ASSERT_TRUE(next.try_lock_for(seconds(5)));  // the rival's write side, once slow's lease ran out
+  const std::vector<std::string> before = key_dump(*this->admin);
+  EXPECT_EQ(K::remaining(slow), milliseconds(0));
+  EXPECT_THROW(slow.fencing_token(), lock_error);  // tokens are only given while the lease runs
+  EXPECT_TRUE(K::lost(slow));                      // ... and asking found it lost
+  EXPECT_EQ(K::report(slow), release_status::lease_expired);
+  EXPECT_EQ(slow.last_release(), release_status::lease_expired);
+  EXPECT_EQ(key_dump(*this->admin), before) << "the stale release wrote";
+  EXPECT_TRUE(next.still_held());
+  EXPECT_GT(next.fencing_token(), 0u);
+  next.unlock();
+  EXPECT_EQ(next.last_release(), release_status::released);
+}
+
+TYPED_TEST(LockContract, ReleasingWhatIsNotHeldReportsNotHeldAndSendsNothing) {
+  using K = TypeParam;
+  typename K::lock_type l(*this->pool, "idle", this->opts(seconds(10)));
+  command_monitor monitor(this->server->options());
+  EXPECT_EQ(K::report(l), release_status::not_held);  // never held
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::not_held);
+  K::take(l);
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::released);
+  monitor.take(*this->admin);
+  EXPECT_EQ(K::report(l), release_status::not_held);  // one release too many
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::not_held);
+  EXPECT_EQ(monitor.take(*this->admin), std::vector<std::string>{});
+}
+
+// --- lost -----------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, ExtendAnsweringFalseMarksTheHoldLost) {
+  using K = TypeParam;
+  typename K::lock_type l(*this->pool, "extend-lost", this->opts(seconds(10)));
+  K::take(l);
+  EXPECT_FALSE(K::lost(l));
+  this->admin->command({"DEL", l.key()});  // as if the lease had run out
+  EXPECT_FALSE(K::extend(l, seconds(10)));
+  EXPECT_TRUE(K::lost(l));
+  EXPECT_EQ(K::remaining(l), milliseconds(0));
+  EXPECT_EQ(K::report(l), release_status::lease_expired);
+  K::take(l);  // the next hold starts afresh
+  EXPECT_FALSE(K::lost(l));
+  EXPECT_EQ(K::report(l), release_status::released);
+}
+
+TYPED_TEST(LockContract, AutoRenewReportsADeletedOrTakenOverHoldLostOnce) {
+  using K = TypeParam;
+  for (const bool taken_over : {false, true}) {
+    SCOPED_TRACE(taken_over ? "taken over" : "deleted");
+    redislock_test::lost_signal signal;
+    client other(this->options());
+    typename K::lock_type l(*this->pool, "renewed", signal.options(this->opts(milliseconds(300))));
+    typename K::lock_type rival(other, "renewed", this->opts(seconds(20)));
+    K::take(l);
+    EXPECT_FALSE(K::lost(l));
+    this->admin->command({"DEL", l.key()});
+    if (taken_over) {
+      ASSERT_TRUE(rival.try_lock());
+    }
+    ASSERT_TRUE(signal.wait()) << "on_lost never ran";
+    EXPECT_TRUE(K::lost(l));
+    this->let_the_watchdog_turn();
+    EXPECT_EQ(signal.calls.load(), 1);
+    const std::vector<std::string> before = key_dump(*this->admin);
+    EXPECT_EQ(K::report(l), release_status::lease_expired);
+    EXPECT_EQ(key_dump(*this->admin), before);
+    if (taken_over) {
+      EXPECT_TRUE(rival.still_held());
+      rival.unlock();
+    }
+  }
+}
+
+// --- extend ---------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, ExtendRules) {
+  using K = TypeParam;
+  typename K::lock_type l(*this->pool, "extend", this->opts(milliseconds(500)));
+  EXPECT_THROW(K::extend(l, seconds(1)), lock_error);  // not held
+  K::take(l);
+  const std::vector<std::string> before = key_dump(*this->admin);
+  command_monitor monitor(this->server->options());
+  for (const milliseconds bad : {milliseconds(0), milliseconds(-1), max_lease + milliseconds(1)}) {
+    SCOPED_TRACE(bad.count());
+    EXPECT_THROW(K::extend(l, bad), invalid_argument);
+  }
+  EXPECT_EQ(monitor.take(*this->admin), std::vector<std::string>{});
+  EXPECT_EQ(key_dump(*this->admin), before);
+  EXPECT_FALSE(K::lost(l));
+  // It renews the lease on the server.
+  ASSERT_TRUE(K::extend(l, seconds(20)));
+  EXPECT_GT(this->admin->command({"PTTL", l.key()})->integer, 19000);
+  EXPECT_GT(K::remaining(l), seconds(19));
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::released);
+  EXPECT_THROW(K::extend(l, seconds(1)), lock_error);  // released
+}
+
+// --- contention -----------------------------------------------------------------------------
+
+// N waiters, each in its own client, all behind a holder: each gets the lock exactly once, no
+// two exclusive holders overlap (no reader overlaps the writer), all within a bound.
+TYPED_TEST(LockContract, AContendedHandOffServesEveryWaiterOnceInTurn) {
+  using K = TypeParam;
+  constexpr int waiters = 4;
+  typename K::lock_type holder(*this->pool, "contended", this->opts(seconds(20)));
+  std::atomic<int> inside{0}, overlaps{0}, acquired{0};
+  std::atomic<bool> writer_inside{true};
+  K::hold(holder);
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::unique_ptr<typename K::lock_type>> locks;
+  for (int i = 0; i < waiters; ++i) {
+    clients.push_back(std::make_unique<client>(this->options()));
+    locks.push_back(std::make_unique<typename K::lock_type>(*clients.back(), "contended", this->opts(seconds(20))));
+  }
+  const steady::time_point start = steady::now();
+  std::vector<std::future<bool>> done;
+  for (int i = 0; i < waiters; ++i)
+    done.push_back(std::async(std::launch::async, [&, i] {
+      connection c(this->server->options());
+      if (!K::wait(*locks[i], seconds(10))) return false;
+      if (writer_inside.load()) overlaps.fetch_add(1);
+      if (K::exclusive && inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      // A read-modify-write on the server while holding (a round trip inside the hold).
+      redislock::reply_ptr r = c.command({"GET", "contended:count"});
+      const int value = r->type == REDIS_REPLY_NIL ? 0 : std::stoi(redislock_test::reply_text(*r));
+      c.command({"SET", "contended:count", std::to_string(value + 1)});
+      if (K::exclusive) inside.fetch_sub(1);
+      acquired.fetch_add(1);
+      K::give(*locks[i]);
+      return true;
+    }));
+  EXPECT_TRUE(eventually([&] {
+    for (auto& c : clients)
+      if (c->wait_stats().subscriptions == 0) return false;
+    return true;
+  })) << "not every waiter waited";
+  writer_inside = false;
+  K::drop(holder);
+  for (auto& d : done) {
+    ASSERT_EQ(d.wait_for(seconds(10)), std::future_status::ready);
+    EXPECT_TRUE(d.get());
+  }
+  EXPECT_LT(steady::now() - start, seconds(5));
+  EXPECT_EQ(acquired.load(), waiters);
+  EXPECT_EQ(overlaps.load(), 0);
+  if (K::exclusive) {
+    EXPECT_EQ(this->get("contended:count"), std::to_string(waiters));
+  }
+  EXPECT_EQ(this->admin->command({"EXISTS", holder.key()})->integer, 0);
+}
+
+// --- bad input ------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, BadInputIsATypedErrorAndSendsNothing) {
+  using K = TypeParam;
+  typename K::lock_type existing(*this->pool, "kept", this->opts(seconds(20)));
+  K::take(existing);
+  const std::vector<std::string> before = key_dump(*this->admin);
+  command_monitor monitor(this->server->options());
+  struct {
+    const char* what;
+    std::string name;
+    std::function<void(lock_options&)> change;
+  } cases[] = {
+      {"empty name", "", [](lock_options&) {}},
+      {"name starting with '}'", "}x", [](lock_options&) {}},
+      {"prefix with {}", "x", [](lock_options& o) { o.key_prefix = "a{}"; }},
+      {"zero lease", "x", [](lock_options& o) { o.lease = milliseconds(0); }},
+      {"negative lease", "x", [](lock_options& o) { o.lease = milliseconds(-5); }},
+      {"lease over max_lease", "x", [](lock_options& o) { o.lease = max_lease + milliseconds(1); }},
+      {"retry_min 0", "x", [](lock_options& o) { o.retry_min = milliseconds(0); }},
+      {"retry_max < retry_min", "x",
+       [](lock_options& o) { o.retry_min = milliseconds(50), o.retry_max = milliseconds(10); }},
+      {"wait_lease 2 ms", "x", [](lock_options& o) { o.wait_lease = milliseconds(2); }},
+      {"recheck_interval 5 ms", "x", [](lock_options& o) { o.recheck_interval = milliseconds(5); }},
+      {"recheck_interval over max_lease", "x",
+       [](lock_options& o) { o.recheck_interval = max_lease + milliseconds(1); }},
+      {"min_replicas -1", "x", [](lock_options& o) { o.min_replicas = -1; }},
+      {"min_replicas 101", "x", [](lock_options& o) { o.min_replicas = 101; }},
+      {"replica_timeout >= lease", "x", [](lock_options& o) { o.min_replicas = 1, o.replica_timeout = o.lease; }},
+  };
+  for (auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    lock_options o = this->opts(seconds(20));
+    c.change(o);
+    EXPECT_THROW(typename K::lock_type(*this->pool, c.name, o), invalid_argument);
+  }
+  // A bad extend on a held lock, and extend / fencing_token on one not held.
+  for (const milliseconds bad : {milliseconds(0), milliseconds(-1), max_lease + milliseconds(1)})
+    EXPECT_THROW(K::extend(existing, bad), invalid_argument);
+  typename K::lock_type idle(*this->pool, "idle", this->opts(seconds(20)));
+  EXPECT_THROW(K::extend(idle, seconds(1)), lock_error);
+  EXPECT_THROW(idle.fencing_token(), lock_error);
+  EXPECT_EQ(monitor.take(*this->admin), std::vector<std::string>{});
+  EXPECT_EQ(key_dump(*this->admin), before);
+  K::give(existing);
+}
+
+// --- fencing --------------------------------------------------------------------------------
+
+TYPED_TEST(LockContract, FencingTokensIncreaseAcrossHoldsAndNeedAHold) {
+  using K = TypeParam;
+  client other(this->options());
+  typename K::lock_type a(*this->pool, "fence", this->opts(seconds(10)));
+  typename K::lock_type b(other, "fence", this->opts(seconds(10)));
+  EXPECT_THROW(a.fencing_token(), lock_error);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 6; ++i) {
+    typename K::lock_type& l = i % 3 == 2 ? b : a;
+    K::take(l);
+    const std::uint64_t token = l.fencing_token();
+    EXPECT_GT(token, last);
+    EXPECT_EQ(l.fencing_token(), token);  // the same for the whole hold
+    last = token;
+    K::give(l);
+    EXPECT_THROW(l.fencing_token(), lock_error);
+  }
+}
+
+// --- waiting --------------------------------------------------------------------------------
 
 TYPED_TEST(LockContract, TheHolderAskingAgainGetsLockErrorAtOnceUnlessTheKindIsRecursive) {
   using K = TypeParam;
@@ -102,7 +486,7 @@ TYPED_TEST(LockContract, TheHolderAskingAgainGetsLockErrorAtOnceUnlessTheKindIsR
   const steady::time_point start = steady::now();
   if constexpr (K::recursive) {
     EXPECT_TRUE(K::wait(l, seconds(5)));
-    K::drop_waited(l);
+    K::give(l);
   } else {
     EXPECT_THROW(K::wait(l, seconds(5)), lock_error);
     EXPECT_THROW(l.lock(), lock_error);
@@ -182,6 +566,78 @@ TYPED_TEST(LockContract, ALockFreedWithoutAReleaseIsNoticedWithinTheRecheckInter
     EXPECT_LT(took, bound);
     K::drop(holder);
     EXPECT_EQ(holder.last_release(), release_status::lease_expired);
+  }
+}
+
+// --- queued hand-off ------------------------------------------------------------------------
+
+// The mutex's queued hand-off, promised by every kind: waiters queue on the server and sleep
+// (no commands, however long the hold); a release hands the lock to the head waiter alone (the
+// others are not woken) or, for readers queued behind a writer, to the run of readers at the
+// head together (each told once, none asking). The reentrant and shared kinds broadcast
+// "released" to every waiter until their queues land (branches rqueue / squeue): their
+// instances fail here until then.
+template <class Kind>
+struct QueuedHandOff : LockContract<Kind> {};
+TYPED_TEST_SUITE(QueuedHandOff, Kinds);
+
+TYPED_TEST(QueuedHandOff, AReleaseWakesOnlyTheHeadWaiterAndWaitingSendsNothing) {
+  using K = TypeParam;
+  constexpr int waiters = 3;
+  lock_options o = this->opts(seconds(20));
+  o.recheck_interval = seconds(60);  // no look on a timer within the test: only the release wakes
+  typename K::lock_type holder(*this->pool, "queued", o);
+  K::hold(holder);  // warm-up: the release script is loaded (no NOSCRIPT round trips below)
+  K::drop(holder);
+  K::hold(holder);
+  std::vector<std::unique_ptr<client>> clients;
+  std::vector<std::unique_ptr<typename K::lock_type>> locks;
+  std::vector<std::promise<void>> leave(waiters);
+  std::atomic<int> first{-1}, inside{0};
+  std::vector<std::future<bool>> done;
+  for (int i = 0; i < waiters; ++i) {
+    clients.push_back(std::make_unique<client>(this->options()));
+    locks.push_back(std::make_unique<typename K::lock_type>(*clients.back(), "queued", o));
+    done.push_back(std::async(std::launch::async, [&, i, may_leave = leave[i].get_future()]() mutable {
+      if (!K::wait(*locks[i], seconds(15))) return false;
+      int none = -1;
+      first.compare_exchange_strong(none, i);
+      inside.fetch_add(1);
+      may_leave.wait_for(seconds(15));
+      K::give(*locks[i]);
+      return true;
+    }));
+    // One at a time: the arrival order is the queue's order.
+    ASSERT_TRUE(eventually([&] { return this->waiting(holder) == i + 1; })) << "waiter " << i << " never waited";
+  }
+  command_monitor monitor(this->server->options());
+  monitor.take(*this->admin);
+  // An observation window: nothing is expected to happen in it (so nothing to wait for).
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(monitor.take(*this->admin), std::vector<std::string>{}) << "waiting sent commands";
+  K::drop(holder);
+  ASSERT_TRUE(eventually([&] { return first.load() >= 0; })) << "nobody got the lock";
+  if constexpr (K::exclusive) {
+    EXPECT_EQ(first.load(), 0) << "the head waiter did not get it";
+    // The others stay asleep: none is woken, none asks.
+    const auto woken_others = [&] {
+      for (int i = 1; i < waiters; ++i)
+        if (clients[i]->wait_stats().wakeups != 0) return true;
+      return false;
+    };
+    EXPECT_FALSE(eventually(woken_others, milliseconds(300))) << "a release woke more than the head";
+  } else {
+    EXPECT_TRUE(eventually([&] { return inside.load() == waiters; })) << "the readers were not admitted together";
+  }
+  const std::vector<std::string> sent = monitor.take(*this->admin);
+  std::string listing;
+  for (const auto& s : sent) listing += "\n  " + s;
+  // The release, and at most one attempt of the head (none for a hand-off).
+  EXPECT_LE(sent.size(), 2u) << "sent after the release:" << listing;
+  for (auto& l : leave) l.set_value();
+  for (auto& d : done) {
+    ASSERT_EQ(d.wait_for(seconds(20)), std::future_status::ready);
+    EXPECT_TRUE(d.get());
   }
 }
 

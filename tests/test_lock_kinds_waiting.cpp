@@ -4,6 +4,7 @@
 // keeps each kind (and each side of the shared mutex) held past its lease, per owner; a stolen
 // hold is reported (lost(), on_lost, lease_expired); the last release stops the renewal.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
@@ -15,8 +16,8 @@
 #include <thread>
 
 using namespace redislock;
-using redislock_test::command_calls;
 using redislock_test::eventually;
+using redislock_test::lost_signal;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
@@ -99,18 +100,6 @@ lock_options renewed(milliseconds lease) {
   o.auto_renew = true;
   return o;
 }
-
-/// auto_renew options whose on_lost fulfils a promise (once) with the lock's name.
-struct lost_signal {
-  std::promise<std::string> fired;
-  std::future<std::string> seen = fired.get_future();
-  lock_options options(milliseconds lease) {
-    lock_options o = renewed(lease);
-    o.on_lost = [this](const std::string& name) { fired.set_value(name); };
-    return o;
-  }
-  bool wait() { return seen.wait_for(seconds(20)) == std::future_status::ready; }
-};
 
 /// Asserts for 3 x lease (by the clock) that attempt() keeps failing, pacing the attempts.
 template <class Attempt>
@@ -228,7 +217,9 @@ TEST_F(KindsTest, AnExpiredReentrantHoldWakesTheWaiterThoughNothingIsPublished) 
   waiter.unlock();
 }
 
-TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
+// A timed wait sleeps subscribed and makes at most three attempts (its deadline, to the
+// millisecond, for every kind: test_lock_contract.cpp).
+TEST_F(KindsTest, ATimedWaitSleepsSubscribedAndMakesAtMostThreeAttempts) {
   reentrant_mutex r_holder(*pool, "r-deadline", lease(seconds(20))), r_waiter(*pool, "r-deadline");
   shared_mutex s_holder(*pool, "s-deadline", lease(seconds(20))), s_waiter(*pool, "s-deadline");
   r_holder.lock();
@@ -237,11 +228,7 @@ TEST_F(KindsTest, DeadlinesAreHonouredWhileWaiting) {
   EXPECT_FALSE(s_waiter.try_lock());
   auto timed = [&](auto&& attempt) {
     reset_stats();
-    const steady::time_point start = steady::now();
     EXPECT_FALSE(attempt());
-    const auto took = steady::now() - start;
-    EXPECT_GE(took, milliseconds(300));
-    EXPECT_LT(took, milliseconds(300 + 250));  // generous: a loaded machine
     EXPECT_LE(evalsha(), 3) << "one timed wait: at most three attempts";
   };
   timed([&] { return r_waiter.try_lock_for(milliseconds(300)); });
@@ -268,9 +255,9 @@ TEST_F(KindsTest, AutoRenewKeepsAReentrantLockForThreeTimesItsLeaseOneRenewalPer
   EXPECT_TRUE(holder.still_held());
   EXPECT_FALSE(holder.lost());
   EXPECT_GE(pool->watchdog().stats().renewals, 2u);
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 1u) << "a nested release keeps renewing";
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 0u);
 }
 
@@ -285,14 +272,14 @@ TEST_F(KindsTest, AutoRenewKeepsEachSideOfASharedLockForThreeTimesItsLease) {
   ASSERT_TRUE(holder.try_lock_shared());  // downgrade: the read hold is renewed separately
   ASSERT_TRUE(holder.try_lock_shared());  // nested read: no second renewal
   EXPECT_EQ(pool->watchdog().stats().registered, 2u);
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 1u);
   keeps_failing(lease, [&] { return other.try_lock(); });
   EXPECT_TRUE(holder.still_held_shared());
   EXPECT_FALSE(holder.lost_shared());
-  EXPECT_EQ(holder.release_shared(), release_status::released);
+  EXPECT_EQ(holder.unlock_shared_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 1u);
-  EXPECT_EQ(holder.release_shared(), release_status::released);
+  EXPECT_EQ(holder.unlock_shared_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 0u);
   EXPECT_TRUE(other.try_lock());
   other.unlock();
@@ -306,16 +293,16 @@ TEST_F(KindsTest, AStolenReentrantHoldIsReportedLost) {
   EXPECT_FALSE(m.lost());
   admin->command({"HDEL", m.key(), m.owner_id()});  // as if the lease had run out
   ASSERT_TRUE(signal.wait());
-  EXPECT_EQ(signal.seen.get(), "r-stolen");
+  EXPECT_EQ(signal.name, "r-stolen");
   EXPECT_TRUE(m.lost());
   EXPECT_EQ(m.hold_count(), 2);  // still to be released by its owner
-  EXPECT_EQ(m.release(), release_status::lease_expired);
-  EXPECT_EQ(m.release(), release_status::lease_expired);
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
   EXPECT_EQ(pool->watchdog().stats().registered, 0u);
   // The next outermost acquisition starts afresh.
   m.lock();
   EXPECT_FALSE(m.lost());
-  EXPECT_EQ(m.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }
 
 TEST_F(KindsTest, AStolenSharedHoldIsReportedLostOnItsSideOnly) {
@@ -328,21 +315,16 @@ TEST_F(KindsTest, AStolenSharedHoldIsReportedLostOnItsSideOnly) {
     ASSERT_TRUE(signal.wait()) << "write side: " << write;
     EXPECT_EQ(m.lost(), write);
     EXPECT_EQ(m.lost_shared(), !write);
-    EXPECT_EQ(m.release(), write ? release_status::lease_expired : release_status::released);
-    EXPECT_EQ(m.release_shared(), write ? release_status::released : release_status::lease_expired);
+    EXPECT_EQ(m.unlock_and_report(), write ? release_status::lease_expired : release_status::released);
+    EXPECT_EQ(m.unlock_shared_and_report(), write ? release_status::released : release_status::lease_expired);
     EXPECT_EQ(pool->watchdog().stats().registered, 0u);
   }
   EXPECT_EQ(pool->watchdog().stats().lost, 2u);
 }
 
-TEST_F(KindsTest, ExtendAnsweringFalseMarksTheHoldLost) {
-  reentrant_mutex r(*pool, "r-extend");
-  r.lock();
-  admin->command({"DEL", r.key()});
-  EXPECT_FALSE(r.extend());
-  EXPECT_TRUE(r.lost());
-  EXPECT_EQ(r.release(), release_status::lease_expired);
-
+// Each side of a shared lock has its own lease: extend_shared() answering false marks the read
+// side lost, not the write side (the same rule for every kind: test_lock_contract.cpp).
+TEST_F(KindsTest, ExtendSharedAnsweringFalseMarksOnlyTheReadSideLost) {
   shared_mutex s(*pool, "s-extend");
   s.lock_shared();
   EXPECT_TRUE(s.extend_shared());
@@ -350,12 +332,7 @@ TEST_F(KindsTest, ExtendAnsweringFalseMarksTheHoldLost) {
   EXPECT_FALSE(s.extend_shared());
   EXPECT_TRUE(s.lost_shared());
   EXPECT_FALSE(s.lost());
-  EXPECT_EQ(s.release_shared(), release_status::lease_expired);
-  s.lock();
-  admin->command({"DEL", s.key()});
-  EXPECT_FALSE(s.extend());
-  EXPECT_TRUE(s.lost());
-  EXPECT_EQ(s.release(), release_status::lease_expired);
+  EXPECT_EQ(s.unlock_shared_and_report(), release_status::lease_expired);
 }
 
 TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
@@ -368,9 +345,9 @@ TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
   r.lock();
   s.lock();
   s.lock_shared();
-  EXPECT_EQ(r.release(), release_status::released);
-  EXPECT_EQ(s.release(), release_status::released);
-  EXPECT_EQ(s.release_shared(), release_status::released);
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_EQ(s.unlock_and_report(), release_status::released);
+  EXPECT_EQ(s.unlock_shared_and_report(), release_status::released);
   EXPECT_EQ(pool->watchdog().stats().registered, 0u);
   mutex witness(*pool, "witness", renewed(lease));
   witness.lock();
@@ -378,23 +355,10 @@ TEST_F(KindsTest, TheLastReleaseStopsTheRenewal) {
   ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20),
                                               [&](const watchdog_stats& st) { return st.renewals >= before + 3; }));
   EXPECT_EQ(pool->watchdog().stats().lost, 0u);
-  EXPECT_EQ(signal.seen.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_EQ(signal.calls.load(), 0);
   EXPECT_EQ(admin->command({"EXISTS", r.key()})->integer, 0);
   EXPECT_EQ(admin->command({"EXISTS", s.key()})->integer, 0);
   witness.unlock();
-}
-
-TEST_F(KindsTest, DestructionReleasesAndStopsTheRenewal) {
-  {
-    reentrant_mutex r(*pool, "r-destroyed", renewed(seconds(1)));
-    shared_mutex s(*pool, "s-destroyed", renewed(seconds(1)));
-    r.lock();
-    s.lock_shared();
-    EXPECT_EQ(pool->watchdog().stats().registered, 2u);
-  }  // destroyed while held
-  EXPECT_EQ(pool->watchdog().stats().registered, 0u);
-  EXPECT_EQ(admin->command({"EXISTS", "redislock:{r-destroyed}"})->integer, 0);
-  EXPECT_EQ(admin->command({"EXISTS", "redislock:{s-destroyed}"})->integer, 0);
 }
 
 TEST_F(KindsTest, AWriterLeavingWakesEveryWaitingReaderOfTheClient) {

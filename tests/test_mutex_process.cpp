@@ -1,21 +1,16 @@
 // Exclusion between processes and a crashed holder: each worker is a separate process.
-#include "process.hpp"
 #include "redis_server.hpp"
-#include "server_fixture.hpp"
+#include "worker_process.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
-#include <poll.h>
-#include <unistd.h>
-
 #include <vector>
 
 using namespace redislock;
-using redislock_test::child_process;
-using redislock_test::read_line;
 using redislock_test::redis_server;
+using redislock_test::worker_process;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -25,14 +20,10 @@ TEST(MutexProcesses, WorkersInSeparateProcessesNeverOverlap) {
 
 TEST(MutexProcesses, AKilledHoldersLockFreesWhenItsLeaseRunsOut) {
   redis_server server;
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  child_process holder({REDISLOCK_TEST_WORKER, "hold", std::to_string(server.port()), "crash", "300"}, out[1]);
-  ::close(out[1]);
-  const std::string line = read_line(out[0], seconds(20));
-  ::close(out[0]);
-  ASSERT_EQ(line.rfind("acquired ", 0), 0u) << line;
-  const std::uint64_t holder_fence = std::stoull(line.substr(9));
+  worker_process holder(REDISLOCK_TEST_WORKER, {"hold", std::to_string(server.port()), "crash", "300"});
+  const std::string acquired = holder.acquired();
+  ASSERT_FALSE(acquired.empty());
+  const std::uint64_t holder_fence = std::stoull(acquired);
 
   client c(client_options{server.options()});
   mutex m(c, "crash");

@@ -82,7 +82,7 @@ void check_every_operation(int port, const outage& o) {
     EXPECT_FALSE(other.owns_lock());
     expect_typed_and_bounded<E>("extend", [&] { held.extend(); });
     expect_typed_and_bounded<E>("remaining_lease", [&] { held.remaining_lease(); });
-    expect_typed_and_bounded<E>("release", [&] { held.release(); });
+    expect_typed_and_bounded<E>("release", [&] { held.unlock_and_report(); });
     EXPECT_FALSE(held.owns_lock());
     EXPECT_EQ(held.last_release(), release_status::failed);
 
@@ -146,5 +146,5 @@ TEST(RedisDown, LatencyBelowTheTimeoutIsOnlySlow) {
   ASSERT_TRUE(m.try_lock_for(seconds(10)));
   EXPECT_TRUE(m.extend());
   EXPECT_GT(m.remaining_lease().count(), 0);
-  EXPECT_EQ(m.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }

@@ -1,9 +1,12 @@
-// redislock::reentrant_mutex against a real redis-server: hold counts, exclusion across
-// threads and processes, stale releases, wrong kinds, guards and round-trip counts.
+// redislock::reentrant_mutex against a real redis-server: what is its own (hold counts,
+// owners per thread, nested stale releases, wrong kinds, guards, its queued hand-off and fair
+// mode, processes). What every kind promises (extend, bad input, round trips, ...):
+// test_lock_contract.cpp.
 #include "eventually.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
 #include "server_fixture.hpp"
+#include "worker_process.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -17,19 +20,12 @@
 #include <vector>
 
 using namespace redislock;
-using redislock_test::child_process;
-using redislock_test::command_calls;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 using ReentrantTest = redislock_test::server_test;
 
-namespace {
-std::string hget(connection& c, const std::string& key, const std::string& field) {
-  reply_ptr r = c.command({"HGET", key, field});
-  return r->type == REDIS_REPLY_NIL ? std::string("(nil)") : std::string(r->str, r->len);
-}
-}  // namespace
+using redislock_test::hget;
 
 TEST_F(ReentrantTest, NestedLocksCountUpAndBalancedUnlocksFreeIt) {
   reentrant_mutex m(*pool, "nested", lease(seconds(10)));
@@ -51,11 +47,6 @@ TEST_F(ReentrantTest, NestedLocksCountUpAndBalancedUnlocksFreeIt) {
   m.unlock();
   EXPECT_FALSE(m.owns_lock());
   EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0);
-  // One unlock too many: nothing is sent, not_held is reported.
-  admin->command({"CONFIG", "RESETSTAT"});
-  m.unlock();
-  EXPECT_EQ(m.last_release(), release_status::not_held);
-  EXPECT_EQ(command_calls(*admin, "evalsha"), 0);
 }
 
 TEST_F(ReentrantTest, ReEntryRenewsTheLease) {
@@ -127,7 +118,7 @@ TEST_F(ReentrantTest, AThreadThatDoesNotHoldItCannotRelease) {
   const std::string owner = m.owner_id();
   std::thread([&] {
     EXPECT_FALSE(m.owns_lock());
-    EXPECT_EQ(m.release(), release_status::not_held);
+    EXPECT_EQ(m.unlock_and_report(), release_status::not_held);
     EXPECT_THROW(m.extend(), lock_error);
     EXPECT_EQ(m.remaining_lease(), milliseconds(0));
   }).join();
@@ -145,35 +136,12 @@ TEST_F(ReentrantTest, AStaleOwnerNeverReleasesTheNextOwnersHold) {
   ASSERT_TRUE(next.try_lock_for(seconds(10)));  // as soon as slow's lease ran out
   EXPECT_FALSE(slow.still_held());
   EXPECT_FALSE(slow.extend());
-  EXPECT_EQ(slow.release(), release_status::lease_expired);
-  EXPECT_EQ(slow.release(), release_status::lease_expired);
-  EXPECT_EQ(slow.release(), release_status::not_held);
+  EXPECT_EQ(slow.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(slow.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(slow.unlock_and_report(), release_status::not_held);
   EXPECT_EQ(hget(*admin, next.key(), next.owner_id()), "1");
   EXPECT_TRUE(next.still_held());
   next.unlock();
-}
-
-TEST_F(ReentrantTest, ExtendAndRemainingLease) {
-  reentrant_mutex m(*pool, "extend", lease(milliseconds(500)));
-  m.lock();
-  ASSERT_TRUE(m.extend(seconds(20)));
-  EXPECT_GT(m.remaining_lease(), seconds(19));
-  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 19000);
-  EXPECT_THROW(m.extend(milliseconds(0)), invalid_argument);
-  EXPECT_THROW(m.extend(max_lease + milliseconds(1)), invalid_argument);
-  m.unlock();
-  EXPECT_FALSE(m.still_held());
-}
-
-TEST_F(ReentrantTest, BadInputIsTypedAndSendsNothing) {
-  admin->command({"CONFIG", "RESETSTAT"});
-  EXPECT_THROW(reentrant_mutex(*pool, ""), invalid_argument);
-  EXPECT_THROW(reentrant_mutex(*pool, "x", lease(milliseconds(0))), invalid_argument);
-  EXPECT_THROW(reentrant_mutex(*pool, "x", lease(max_lease + milliseconds(1))), invalid_argument);
-  reentrant_mutex m(*pool, "x");
-  EXPECT_THROW(m.extend(), lock_error);
-  EXPECT_EQ(command_calls(*admin, "evalsha"), 0);
-  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
 }
 
 TEST_F(ReentrantTest, MutexAndReentrantNamesClashAsWrongType) {
@@ -225,16 +193,6 @@ TEST_F(ReentrantTest, StdGuardsWork) {
   EXPECT_FALSE(a.owns_lock());
   EXPECT_FALSE(b.owns_lock());
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);  // nothing left: no token was asked for
-}
-
-TEST_F(ReentrantTest, UncontendedCycleCostsTwoRoundTripsAfterWarmUp) {
-  reentrant_mutex m(*pool, "cost");
-  const auto [evalsha, other] = redislock_test::script_calls_per(*admin, 100, [&] {
-    m.lock();
-    m.unlock();
-  });
-  EXPECT_EQ(evalsha, 2 * 100);
-  EXPECT_EQ(other, 0);
 }
 
 // --- queued hand-off and fair mode ----------------------------------------------------------
@@ -420,7 +378,7 @@ TEST_F(ReentrantTest, AnExpiredHoldersLockGoesToTheHeadNotToANewcomerInFairMode)
       ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
       EXPECT_TRUE(waited.get());
     }
-    EXPECT_EQ(holder.release(), release_status::lease_expired);
+    EXPECT_EQ(holder.unlock_and_report(), release_status::lease_expired);
   }
 }
 
@@ -604,7 +562,7 @@ TEST_F(ReentrantTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
     seen.push_back(pool->watchdog().wait_for_stats(
         seconds(20), [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
     seen.push_back(!waiter.lost());
-    seen.push_back(waiter.release() == release_status::released);
+    seen.push_back(waiter.unlock_and_report() == release_status::released);
     return seen;
   });
   ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }, seconds(20)));

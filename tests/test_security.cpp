@@ -64,7 +64,7 @@ void mutex_cycle(client& c, connection& admin) {
   EXPECT_TRUE(m.extend(seconds(10)));
   const std::uint64_t first_token = m.fencing_token();  // from the server clock: no counter yet
   EXPECT_GT(first_token, 0u);
-  EXPECT_EQ(m.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
   m.lock();
   EXPECT_GT(m.fencing_token(), first_token);  // from the counter
   lock_options refreshing;                    // wakes on its own timer too, so it refreshes its place (ZSCORE)
@@ -90,7 +90,7 @@ void mutex_cycle(client& c, connection& admin) {
   const long long refreshes = redislock_test::command_calls(admin, "zscore");
   eventually([&] { return done || redislock_test::command_calls(admin, "zscore") > refreshes; });
   try {
-    EXPECT_EQ(m.release(), release_status::released);  // hands the lock to the waiter
+    EXPECT_EQ(m.unlock_and_report(), release_status::released);  // hands the lock to the waiter
   } catch (...) {
     admin.command({"DEL", "redislock:{acl}"});  // refused: free the waiter (its next refresh takes the lock)
     waiter.join();
@@ -119,10 +119,10 @@ TEST(Security, ASecondObjectCannotReleaseOrExtendTheLock) {
   client c(client_options{server.options()});
   mutex owner(c, "owned"), intruder(c, "owned");
   owner.lock();
-  EXPECT_EQ(intruder.release(), release_status::not_held);
+  EXPECT_EQ(intruder.unlock_and_report(), release_status::not_held);
   EXPECT_THROW(intruder.extend(), lock_error);
   EXPECT_TRUE(owner.still_held());
-  EXPECT_EQ(owner.release(), release_status::released);
+  EXPECT_EQ(owner.unlock_and_report(), release_status::released);
 }
 
 TEST(Security, ARawScriptCallWithAGuessedTokenChangesNothing) {
@@ -151,7 +151,7 @@ TEST(Security, ARawScriptCallWithAGuessedTokenChangesNothing) {
   }
   EXPECT_EQ(text(attacker.command({"GET", key})), token);
   EXPECT_LE(attacker.command({"PTTL", key})->integer, 5000);  // not extended to 600 s
-  EXPECT_EQ(owner.release(), release_status::released);
+  EXPECT_EQ(owner.unlock_and_report(), release_status::released);
 }
 
 TEST(Security, TheMinimalAclSufficesAndEachPermissionIsNeeded) {

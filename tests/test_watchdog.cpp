@@ -2,7 +2,7 @@
 // lease; release stops renewal at once (and never lets a callback of a released lock run);
 // 10,000 locks are renewed in pipelined batches without falling behind.
 #include "eventually.hpp"
-#include "redis_server.hpp"
+#include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -25,28 +25,14 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
-struct WatchdogTest : ::testing::Test {
-  static void SetUpTestSuite() { server = new redis_server(); }
-  static void TearDownTestSuite() {
-    delete server;
-    server = nullptr;
-  }
-  void SetUp() override {
-    pool = std::make_unique<client>(client_options{server->options()});
-    admin = std::make_unique<connection>(server->options());
-    admin->command({"FLUSHALL"});
-  }
+struct WatchdogTest : redislock_test::server_test {
   static lock_options renewed(milliseconds lease) {
     lock_options o;
     o.lease = lease;
     o.auto_renew = true;
     return o;
   }
-  static redis_server* server;
-  std::unique_ptr<client> pool;
-  std::unique_ptr<connection> admin;
 };
-redis_server* WatchdogTest::server = nullptr;
 
 }  // namespace
 
@@ -78,7 +64,7 @@ TEST_F(WatchdogTest, AutoRenewKeepsALockForThreeTimesItsLease) {
   EXPECT_TRUE(holder.still_held());
   EXPECT_FALSE(holder.lost());
   EXPECT_GE(pool->watchdog().stats().renewals, 2u);
-  EXPECT_EQ(holder.release(), release_status::released);
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
 }
 
 TEST_F(WatchdogTest, ABatchRefusedWithNoscriptLoadsTheScriptAndRetries) {
@@ -90,14 +76,14 @@ TEST_F(WatchdogTest, ABatchRefusedWithNoscriptLoadsTheScriptAndRetries) {
       seconds(20), [&](const watchdog_stats& s) { return s.renewals >= before + 2 || s.lost > 0; }));
   EXPECT_FALSE(m.lost());
   EXPECT_EQ(pool->watchdog().stats().failures, 0u);
-  EXPECT_EQ(m.release(), release_status::released);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }
 
 TEST_F(WatchdogTest, ReleaseAndDestructionStopRenewalAtOnce) {
   {
     mutex m(*pool, "stopped", renewed(milliseconds(300)));
     m.lock();
-    EXPECT_EQ(m.release(), release_status::released);
+    EXPECT_EQ(m.unlock_and_report(), release_status::released);
     EXPECT_EQ(pool->watchdog().stats().registered, 0u);
     m.lock();  // a fresh acquisition of the same object: renewed again, not lost
     EXPECT_EQ(pool->watchdog().stats().registered, 1u);
@@ -136,7 +122,7 @@ TEST_F(WatchdogTest, ReleaseRacingRenewalNeverLetsTheReleasedLockBeTouched) {
           }
           std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));  // the critical section
           if (i % 2 == 0) {  // even rounds release explicitly, odd ones by the destructor
-            const release_status st = m.release();
+            const release_status st = m.unlock_and_report();
             EXPECT_TRUE(st == release_status::released || st == release_status::lease_expired) << to_string(st);
           }
         }
@@ -242,5 +228,5 @@ TEST_F(WatchdogTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
   ASSERT_TRUE(pool->watchdog().wait_for_stats(seconds(20),
                                               [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
   EXPECT_FALSE(waiter.lost());
-  EXPECT_EQ(waiter.release(), release_status::released);
+  EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
 }

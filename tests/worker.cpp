@@ -122,7 +122,7 @@ static int renew(const char* port, const std::string& lock, long lease_ms) {
   std::future<std::string> seen = lost.get_future();
   if (seen.wait_for(std::chrono::seconds(60)) != std::future_status::ready) return 4;
   std::printf("lost %d\n", m.lost() ? 1 : 0);
-  std::printf("release %s\n", to_string(m.release()));
+  std::printf("release %s\n", to_string(m.unlock_and_report()));
   std::fflush(stdout);
   return 0;
 }

@@ -5,6 +5,7 @@
 // polled with a bounded deadline.
 
 #include "redis_server.hpp"
+#include "redis_stats.hpp"
 
 #include <redislock/connection.hpp>
 #include <redislock/errors.hpp>
@@ -105,23 +106,7 @@ class sentinel_topology {
 
   /// INFO <section> of a node as a field map (empty when it does not answer).
   std::map<std::string, std::string> info(const redislock::connection_options& o, const char* section) const {
-    std::map<std::string, std::string> fields;
-    try {
-      redislock::connection c(o);
-      redislock::reply_ptr r = c.command({"INFO", section});
-      std::string text(r->str, r->len);
-      std::size_t pos = 0;
-      while (pos < text.size()) {
-        std::size_t end = text.find("\r\n", pos);
-        if (end == std::string::npos) end = text.size();
-        std::string line = text.substr(pos, end - pos);
-        auto colon = line.find(':');
-        if (colon != std::string::npos) fields[line.substr(0, colon)] = line.substr(colon + 1);
-        pos = end + 2;
-      }
-    } catch (const std::exception&) {
-    }
-    return fields;
+    return info_fields(o, section);
   }
 
   /// SENTINEL MASTER <service> of sentinel `s` as a field map.
