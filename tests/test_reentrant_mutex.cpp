@@ -419,7 +419,7 @@ TEST_F(ReentrantTest, ACrashedWaiterIsSkipped) {
   reentrant_mutex holder(*pool, "crashed", fair_options());
   reentrant_mutex waiter(waiter_client, "crashed", fair_options());
   holder.lock();
-  child_process crashed(
+  redislock_test::child_process crashed(
       {REDISLOCK_TEST_WORKER, "fair-wait-reentrant", std::to_string(server->port()), "crashed", "30000"});
   ASSERT_TRUE(redislock_test::eventually([&] { return queued(*admin, holder) == 1; }));
   auto waited = std::async(std::launch::async, [&] {
