@@ -245,3 +245,46 @@ TEST_F(FairTest, AReleaseSkipsTheReleasersOwnStaleQueueEntry) {
   EXPECT_EQ(admin->command({"EXISTS", queue})->integer, 0);
   EXPECT_EQ(admin->command({"EXISTS", waiters})->integer, 0);
 }
+
+// A waiter whose wait failed while Redis was unreachable (its "leave" failed too) leaves its
+// place behind; the object stops listening on its channel, so the next release skips that
+// place instead of handing the lock to a token nobody will use (the live waiter behind it
+// would wait out the whole lease).
+TEST_F(FairTest, ALeftoverPlaceOfAFailedWaitIsSkipped) {
+  lock_options o;
+  o.lease = seconds(20);
+  o.recheck_interval = milliseconds(200);
+  mutex holder(*pool, "failed-leave", o);
+  client_options co = options();
+  co.connection.command_timeout = milliseconds(300);
+  client waiter_client(co);
+  mutex failing_waiter(waiter_client, "failed-leave", o);
+  auto queued = [&] { return admin->command({"ZCARD", holder.key() + ":queue"})->integer; };
+  holder.lock();
+  auto failing = std::async(std::launch::async, [&] {
+    try {
+      failing_waiter.try_lock_for(seconds(10));
+    } catch (const std::exception&) {
+      return true;
+    }
+    return false;
+  });
+  ASSERT_TRUE(eventually([&] { return queued() == 1; }));
+  admin->command({"CLIENT", "PAUSE", "30000", "WRITE"});  // its re-check and its "leave" time out
+  const auto ended = failing.wait_for(seconds(10));
+  admin->command({"CLIENT", "UNPAUSE"});
+  ASSERT_EQ(ended, std::future_status::ready);
+  ASSERT_TRUE(failing.get());
+  if (queued() != 1) GTEST_SKIP() << "the server ran the timed-out leave after all";
+  client live_client(options());
+  mutex live(live_client, "failed-leave", o);
+  auto waited = std::async(std::launch::async, [&] {
+    const bool got = live.try_lock_for(seconds(5));
+    if (got) live.unlock();
+    return got;
+  });
+  ASSERT_TRUE(eventually([&] { return queued() == 2; }));
+  holder.unlock();
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get()) << "the release handed the lock to the failed wait's leftover place";
+}
