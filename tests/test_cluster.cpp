@@ -664,7 +664,8 @@ TEST(Cluster, MinimalAcl) {
   w.lock();
   auto waited = std::async(std::launch::async, [&] {
     const bool got = m2.try_lock_for(seconds(10)) && reader.try_lock_shared_for(seconds(10));
-    return got && m2.unlock_and_report() == release_status::released && reader.unlock_shared_and_report() == release_status::released;
+    return got && m2.unlock_and_report() == release_status::released &&
+           reader.unlock_shared_and_report() == release_status::released;
   });
   ASSERT_TRUE(eventually([&] { return a.watchdog().stats().renewals >= 6; }, seconds(10)));
   ASSERT_TRUE(eventually([&] { return b.wait_stats().subscriptions >= 1; }, seconds(10)));  // m2 waits subscribed

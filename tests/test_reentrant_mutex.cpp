@@ -653,8 +653,8 @@ TEST_F(ReentrantTest, AFailedReEntryKeepsTheOuterHold) {
     SCOPED_TRACE(is_fair ? "fair" : "default (the thread waited last time)");
     const std::string name = is_fair ? "reentry-fails" : "reentry-fails-default";
     client_options co = options();
-    co.pool_size = 1;                                     // the re-entry and its "leave" share it
-    co.connection.command_timeout = milliseconds(300);    // the re-entry's reply times out
+    co.pool_size = 1;                                   // the re-entry and its "leave" share it
+    co.connection.command_timeout = milliseconds(300);  // the re-entry's reply times out
     client thread_client(co);
     reentrant_mutex holder(*pool, name, fair_options(is_fair));
     reentrant_mutex mine(thread_client, name, fair_options(is_fair));

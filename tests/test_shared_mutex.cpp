@@ -772,7 +772,8 @@ TEST_F(SharedTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
               seconds(20), [&](const watchdog_stats& s) { return s.renewals > renewals || s.lost > 0; }) ||
           (write ? waiter.lost() : waiter.lost_shared()))
         problem += " not renewed;";
-      if ((write ? waiter.unlock_and_report() : waiter.unlock_shared_and_report()) != release_status::released) problem += " release;";
+      if ((write ? waiter.unlock_and_report() : waiter.unlock_shared_and_report()) != release_status::released)
+        problem += " release;";
       return problem;
     });
     ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }, seconds(20)));

@@ -335,7 +335,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   detail::owner_table<hold> owners_;
   std::mutex waiting_mutex_;
   std::unordered_map<std::uint64_t, waiting_thread> waiting_;  // by thread serial
-  waiting_exits waiting_exits_{*this};  // declared last: it stops listening before the map goes
+  waiting_exits waiting_exits_{*this};                         // declared last: it stops listening before the map goes
 };
 
 using reentrant_mutex = basic_reentrant_mutex<client>;
