@@ -9,6 +9,9 @@
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/lock_info_scripts.hpp>
+#include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/reentrant_scripts.hpp>
+#include <redislock/detail/shared_scripts.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
@@ -113,27 +116,30 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
 template <class Client>
 lock_info run_lock_info(Client& client, std::string_view name, const lock_options& options, bool force) {
   validate(name, options);
-  const std::string key = base_key(name, options);
-  const std::string fence = key + ":fence";
-  const std::string waiter_prefix = key + ":w:";
+  // Each kind has its own queue keys, from its layout (detail/*_scripts.hpp); the lock, fence
+  // and channel prefix are the same for all.
+  const mutex_scripts::keys mk(name, options);
+  const reentrant_scripts::keys rk(name, options);
+  const shared_scripts::keys sk(name, options);
+  const std::string& key = mk.lock;
   std::string kind = "mutex";
   for (int round = 0; round < 4; ++round) {
     const script* s = nullptr;
-    std::string_view channel = waiter_prefix;
-    // Each kind has its own queue keys (detail/*_scripts.hpp).
-    std::string queue = key + ":queue", waiters = key + ":waiters";
+    const std::string *queue = &mk.queue, *waiters = &mk.waiters;
     if (kind == "reentrant") {
       s = force ? &lock_info_scripts::reentrant_break() : &lock_info_scripts::reentrant_info();
-      queue = key + ":rqueue";
-      waiters = key + ":rwaiters";
+      queue = &rk.queue;
+      waiters = &rk.waiters;
     } else if (kind == "shared") {
       s = force ? &lock_info_scripts::shared_break() : &lock_info_scripts::shared_info();
-      queue = key + ":squeue";
-      waiters = key + ":swaiters";
+      queue = &sk.queue;
+      waiters = &sk.waiters;
     } else {
       s = force ? &lock_info_scripts::mutex_break() : &lock_info_scripts::mutex_info();
     }
-    reply_ptr r = client.run(key, [&](connection& c) { return s->run(c, {key, fence, queue, waiters}, {channel}); });
+    reply_ptr r = client.run(key, [&](connection& c) {
+      return s->run(c, {key, mk.fence, *queue, *waiters}, {mk.waiter_prefix});
+    });
     const std::string found(as_string(element(*r, 0)));
     if (r->elements > 1) return parse_lock_info(*r, std::string(name), key);
     kind = found;
