@@ -898,3 +898,57 @@ TEST_F(SharedTest, APlaceLeftByAFailedLeaveNeverBecomesAPhantomHoldOfTheThread) 
   EXPECT_TRUE(other.try_lock()) << "nobody holds the lock as far as any client knows";
   if (other.owns_lock()) other.unlock();
 }
+
+// Readers and writers on separate clients with short timeouts (leaves, hand-offs racing
+// leaves), both modes: no overlap is ever seen and nothing is left behind.
+TEST_F(SharedTest, ReadersAndWritersWithShortTimeoutsNeverOverlap) {
+  for (bool fair : {false, true}) {
+    std::atomic<int> writers{0}, readers{0}, violations{0}, acquired{0}, timeouts{0};
+    std::vector<std::thread> threads;
+    const auto until = std::chrono::steady_clock::now() + seconds(4);
+    for (int i = 0; i < 6; ++i) {
+      threads.emplace_back([&, i] {
+        client c(options());
+        lock_options o;
+        o.fair = fair;
+        shared_mutex m(c, fair ? "short-timeouts-fair" : "short-timeouts", o);
+        unsigned seed = 1234u + i;
+        while (std::chrono::steady_clock::now() < until) {
+          seed = seed * 1103515245u + 12345u;
+          const bool write = (seed >> 16) % 3 == 0;
+          const milliseconds t((seed >> 8) % 15);
+          if (write) {
+            if (!m.try_lock_for(t)) {
+              ++timeouts;
+              continue;
+            }
+            if (writers.fetch_add(1) != 0 || readers.load() != 0) ++violations;
+            std::this_thread::sleep_for(std::chrono::microseconds((seed >> 4) % 2000));
+            writers.fetch_sub(1);
+            m.unlock();
+          } else {
+            if (!m.try_lock_shared_for(t)) {
+              ++timeouts;
+              continue;
+            }
+            readers.fetch_add(1);
+            if (writers.load() != 0) ++violations;
+            std::this_thread::sleep_for(std::chrono::microseconds((seed >> 4) % 2000));
+            readers.fetch_sub(1);
+            m.unlock_shared();
+          }
+          ++acquired;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::printf("fair %d: acquired %d timeouts %d violations %d\n", fair, acquired.load(), timeouts.load(),
+                violations.load());
+    EXPECT_EQ(violations.load(), 0);
+    EXPECT_GT(acquired.load(), 50);
+    const std::string key = "redislock:{" + std::string(fair ? "short-timeouts-fair" : "short-timeouts") + "}";
+    EXPECT_EQ(zcard(key), 0) << "queue entries left behind";
+    EXPECT_LE(admin->command({"HLEN", key + ":swaiters"})->integer, 1) << "waiter fields left behind";
+    EXPECT_EQ(admin->command({"EXISTS", key})->integer, 0) << "holds left behind";
+  }
+}
