@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -272,7 +273,9 @@ TEST_F(SharedTest, WriterWaitIsBoundedUnderAReaderFlood) {
   EXPECT_GT(cycles, readers);
 }
 
-TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyUntilItsPlaceLapses) {
+// A writer queued behind the readers inside that crashed (nobody listens on its channel any
+// more) holds new readers back only until the next attempt notices it: that attempt drops it.
+TEST_F(SharedTest, ACrashedWaitingWriterHoldsNewReadersBackOnlyUntilTheNextAttempt) {
   shared_mutex r(*pool, "marker"), w(*pool, "marker"), late(*pool, "marker");
   r.lock_shared();
   EXPECT_FALSE(w.try_lock());  // a single attempt does not wait, so it does not queue
@@ -283,9 +286,27 @@ TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyUntilItsPlaceLapses)
   EXPECT_EQ(zcard(r.key()), 0);
   EXPECT_TRUE(late.try_lock_shared());
   late.unlock_shared();
-  // A writer that crashed while queued: its place lapses in 600 ms.
+  // A writer that crashed while queued: its place would last a minute, nobody listens for it.
   admin->command({"ZADD", r.key() + ":squeue", "0", "crashed:1:0"});
-  admin->command({"HSET", r.key() + ":swaiters", "crashed:1:0", std::to_string(server_now_ms() + 600) + ":30000:w1"});
+  admin->command({"HSET", r.key() + ":swaiters", "crashed:1:0", std::to_string(server_now_ms() + 60000) + ":30000:w1"});
+  EXPECT_TRUE(late.try_lock_shared()) << "a crashed writer kept a new reader out";
+  EXPECT_EQ(zcard(r.key()), 0) << "the crashed writer's place was dropped";
+  EXPECT_FALSE(hexists(*admin, r.key() + ":swaiters", "crashed:1:0"));
+  late.unlock_shared();
+  r.unlock_shared();
+}
+
+// A queued writer that lives but is silent (paused, partitioned: its channel still counts a
+// listener) holds new readers back until its place lapses, no longer.
+TEST_F(SharedTest, APausedWaitingWriterBlocksNewReadersOnlyUntilItsPlaceLapses) {
+  shared_mutex r(*pool, "paused"), late(*pool, "paused");
+  r.lock_shared();
+  connection listener(server->options());  // the paused writer's subscription
+  listener.command({"SUBSCRIBE", r.key() + ":w:paused:1"});
+  ASSERT_EQ(subscribers(r.key() + ":w:paused:1"), 1);
+  // Its place lapses in 600 ms.
+  admin->command({"ZADD", r.key() + ":squeue", "0", "paused:1:0"});
+  admin->command({"HSET", r.key() + ":swaiters", "paused:1:0", std::to_string(server_now_ms() + 600) + ":30000:w1"});
   EXPECT_FALSE(late.try_lock_shared());  // queued behind the waiting writer
   EXPECT_TRUE(r.try_lock_shared());      // re-entry by a reader inside is admitted
   const auto start = std::chrono::steady_clock::now();
@@ -293,9 +314,33 @@ TEST_F(SharedTest, ACrashedWaitingWriterBlocksNewReadersOnlyUntilItsPlaceLapses)
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(400));
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5)) << "slept towards the reader's 30 s lease";
   EXPECT_EQ(zcard(r.key()), 0) << "the lapsed place was dropped";
+  EXPECT_FALSE(hexists(*admin, r.key(), "@w")) << "the paused writer was granted the lock";
   late.unlock_shared();
   r.unlock_shared();
   r.unlock_shared();
+}
+
+// A writer process killed (SIGKILL) while queued behind a reader holds new readers back only
+// until their next attempt (was: until its place lapsed, up to lease + wait_lease, 32 s).
+TEST_F(SharedTest, AKilledQueuedWriterProcessLetsNewReadersInAtOnce) {
+  shared_mutex inside(*pool, "killed-writer"), late(*pool, "killed-writer");
+  inside.lock_shared();  // default lease: 30 s
+  redislock_test::child_process writer({REDISLOCK_TEST_WORKER, "count-shared", std::to_string(server->port()),
+                                        "killed-writer", "killed-writer-counter", "1"});
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(inside.key()) == 1; }));
+  const std::string place = admin->command({"ZRANGE", inside.key() + ":squeue", "0", "0"})->element[0]->str;
+  writer.signal(SIGKILL);
+  EXPECT_EQ(writer.wait_for(seconds(10)), 128 + SIGKILL);
+  const std::string channel = inside.key() + ":w:" + place.substr(0, place.rfind(':'));
+  ASSERT_TRUE(redislock_test::eventually([&] { return subscribers(channel) == 0; })) << "nobody listens any more";
+  const auto start = std::chrono::steady_clock::now();
+  const bool got = late.try_lock_shared_for(seconds(5));
+  EXPECT_TRUE(got) << "a killed writer kept a new reader out for "
+                   << std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count()
+                   << " ms";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(1));
+  if (got) late.unlock_shared();
+  inside.unlock_shared();
 }
 
 TEST_F(SharedTest, DowngradeKeepsReadingAfterTheWriteHoldIsReleased) {
@@ -781,5 +826,129 @@ TEST_F(SharedTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
     holder.unlock();
     ASSERT_EQ(waited.wait_for(seconds(40)), std::future_status::ready);
     EXPECT_EQ(waited.get(), "");
+  }
+}
+
+// A thread's hand-off channel goes when the thread ends: an object used from short-lived
+// threads keeps no server subscription per thread that ever waited.
+TEST_F(SharedTest, TheChannelsOfExitedThreadsAreNotKept) {
+  shared_mutex holder(*pool, "thread-churn"), shared_by_threads(*pool, "thread-churn");
+  holder.lock();
+  for (int i = 0; i < 8; ++i) {
+    std::thread([&] { EXPECT_FALSE(shared_by_threads.try_lock_shared_for(milliseconds(30))); }).join();
+  }
+  holder.unlock();
+  auto channels = [&] { return admin->command({"PUBSUB", "CHANNELS", holder.key() + ":w:*"})->elements; };
+  EXPECT_TRUE(redislock_test::eventually([&] { return channels() == 0; }))
+      << channels() << " channels still subscribed for 8 exited threads";
+}
+
+// A wait whose "leave" never reached Redis leaves its place queued: the thread moves to a new
+// owner name and drops its channel, so a release skips that place and the thread never finds a
+// phantom hold "of its own" (a read hold would make its try_lock() an upgrade).
+TEST_F(SharedTest, APlaceLeftByAFailedLeaveNeverBecomesAPhantomHoldOfTheThread) {
+  lock_options o;
+  o.recheck_interval = milliseconds(200);
+  shared_mutex holder(*pool, "failed-leave", o), other(*pool, "failed-leave");
+  client_options co = options();
+  co.connection.command_timeout = milliseconds(300);
+  client thread_client(co);
+  shared_mutex t(thread_client, "failed-leave", o);
+  holder.lock();
+  std::promise<std::string> failed;
+  std::promise<void> go;
+  std::future<void> go_f = go.get_future();
+  auto thread = std::async(std::launch::async, [&]() -> std::string {
+    const std::string owner = t.owner_id();
+    try {
+      t.try_lock_shared_for(seconds(10));
+      failed.set_value("");
+      return "the wait did not fail";
+    } catch (const std::exception&) {
+      failed.set_value(owner);
+    }
+    go_f.wait_for(seconds(20));  // the thread lives on (its channel, if kept, still listens)
+    if (t.owner_id() == owner) return "the thread kept its owner name";
+    try {
+      if (t.try_lock()) t.unlock();
+    } catch (const std::exception& e) {
+      return std::string("try_lock threw: ") + e.what();
+    }
+    return t.owns_shared() ? "the thread believes it reads" : "";
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return zcard(holder.key()) == 1; }));
+  admin->command({"CLIENT", "PAUSE", "30000", "WRITE"});  // its re-check and its "leave" time out
+  auto failed_f = failed.get_future();
+  const auto ended = failed_f.wait_for(seconds(10));
+  admin->command({"CLIENT", "UNPAUSE"});
+  ASSERT_EQ(ended, std::future_status::ready);
+  const std::string owner = failed_f.get();
+  ASSERT_NE(owner, "");
+  if (zcard(holder.key()) != 1) {
+    go.set_value();
+    thread.get();
+    GTEST_SKIP() << "the server ran the timed-out leave after all";
+  }
+  const std::string channel = holder.key() + ":w:" + owner.substr(0, owner.rfind(':'));
+  EXPECT_TRUE(redislock_test::eventually([&] { return subscribers(channel) == 0; })) << "the thread still listens";
+  holder.unlock();  // must skip the abandoned place
+  EXPECT_FALSE(hexists(*admin, holder.key(), "r:" + owner)) << "a read hold was handed to a wait that ended";
+  go.set_value();
+  EXPECT_EQ(thread.get(), "");
+  EXPECT_TRUE(other.try_lock()) << "nobody holds the lock as far as any client knows";
+  if (other.owns_lock()) other.unlock();
+}
+
+// Readers and writers on separate clients with short timeouts (leaves, hand-offs racing
+// leaves), both modes: no overlap is ever seen and nothing is left behind.
+TEST_F(SharedTest, ReadersAndWritersWithShortTimeoutsNeverOverlap) {
+  for (bool fair : {false, true}) {
+    std::atomic<int> writers{0}, readers{0}, violations{0}, acquired{0}, timeouts{0};
+    std::vector<std::thread> threads;
+    const auto until = std::chrono::steady_clock::now() + seconds(4);
+    for (int i = 0; i < 6; ++i) {
+      threads.emplace_back([&, i] {
+        client c(options());
+        lock_options o;
+        o.fair = fair;
+        shared_mutex m(c, fair ? "short-timeouts-fair" : "short-timeouts", o);
+        unsigned seed = 1234u + i;
+        while (std::chrono::steady_clock::now() < until) {
+          seed = seed * 1103515245u + 12345u;
+          const bool write = (seed >> 16) % 3 == 0;
+          const milliseconds t((seed >> 8) % 15);
+          if (write) {
+            if (!m.try_lock_for(t)) {
+              ++timeouts;
+              continue;
+            }
+            if (writers.fetch_add(1) != 0 || readers.load() != 0) ++violations;
+            std::this_thread::sleep_for(std::chrono::microseconds((seed >> 4) % 2000));
+            writers.fetch_sub(1);
+            m.unlock();
+          } else {
+            if (!m.try_lock_shared_for(t)) {
+              ++timeouts;
+              continue;
+            }
+            readers.fetch_add(1);
+            if (writers.load() != 0) ++violations;
+            std::this_thread::sleep_for(std::chrono::microseconds((seed >> 4) % 2000));
+            readers.fetch_sub(1);
+            m.unlock_shared();
+          }
+          ++acquired;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::printf("fair %d: acquired %d timeouts %d violations %d\n", fair, acquired.load(), timeouts.load(),
+                violations.load());
+    EXPECT_EQ(violations.load(), 0);
+    EXPECT_GT(acquired.load(), 50);
+    const std::string key = "redislock:{" + std::string(fair ? "short-timeouts-fair" : "short-timeouts") + "}";
+    EXPECT_EQ(zcard(key), 0) << "queue entries left behind";
+    EXPECT_LE(admin->command({"HLEN", key + ":swaiters"})->integer, 1) << "waiter fields left behind";
+    EXPECT_EQ(admin->command({"EXISTS", key})->integer, 0) << "holds left behind";
   }
 }

@@ -43,8 +43,10 @@ struct lock_options {
   /// it waits behind has run out (it refreshes its place when it wakes then). A waiter whose
   /// process died is skipped at once (its connection closed); one that vanished without
   /// closing it (power loss, partition), once its place lapsed.
-  /// shared_mutex: the same, after the earliest lease among the holds that block the waiter;
-  /// a queued writer that vanished holds new readers back until then (detail/shared_scripts.hpp).
+  /// shared_mutex: the same, after the earliest lease among the holds that block the waiter.
+  /// A queued writer that crashed holds new readers back only until the next attempt notices
+  /// it (nobody listens for it); one paused or partitioned, until its place lapses
+  /// (detail/shared_scripts.hpp).
   std::chrono::milliseconds wait_lease{2000};
   /// A waiter sleeps until a release notifies it or the holder's lease (as it last saw it)
   /// runs out, but never longer than this before it looks again: a lock that becomes free

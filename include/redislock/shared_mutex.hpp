@@ -27,21 +27,23 @@
 /// - Writers are not starved: once a writer waits (queued on the server), readers that hold
 ///   nothing yet queue behind it; the readers inside finish and the writer gets in. A writer
 ///   that gives up leaves the queue (the readers behind it get in at once); one that crashes
-///   holds them back until its place lapses (wait_lease after the holds it saw). (As with any
-///   writer-preferring rwlock, a thread that holds a read hold through one object and asks for
-///   another through a second object of the same name waits for the waiting writer, which
-///   waits for it: take nested reads through the same object.)
+///   holds them back only until the next attempt notices that nobody listens for it any more
+///   (its connection closed); one that is paused or cut off from Redis, until its place lapses
+///   (wait_lease after the holds it saw). (As with any writer-preferring rwlock, a thread that
+///   holds a read hold through one object and asks for another through a second object of the
+///   same name waits for the waiting writer, which waits for it: take nested reads through the
+///   same object.)
 /// - Fencing: fencing_token() draws a token for the calling thread's current holds (either
 ///   side) on its first call, like mutex::fencing_token(), and keeps it until they all end.
 /// - Waiting does not poll, and nobody races: like redislock::mutex, a waiting thread
-///   subscribes to its own channel (kept between its waits), queues on the server with its
-///   side, and sleeps. A release that frees the lock for others (the writer leaving, the last
-///   reader leaving) admits the head of the queue in the same script: a writer alone, or the
-///   run of readers up to the first queued writer all at once, each told on its channel. A
-///   waiter also wakes when the earliest lease among the holds that block it may run out (an
-///   expiry publishes nothing). With lock_options::fair a lock that fell free that way goes to
-///   the head of the queue too, and no new acquirer (try_lock*() included) enters past a
-///   non-empty queue (detail/shared_scripts.hpp, detail/wake_wait.hpp).
+///   subscribes to its own channel (kept between its waits, dropped when the thread exits),
+///   queues on the server with its side, and sleeps. A release that frees the lock for others
+///   (the writer leaving, the last reader leaving) admits the head of the queue in the same
+///   script: a writer alone, or the run of readers up to the first queued writer all at once,
+///   each told on its channel. A waiter also wakes when the earliest lease among the holds that
+///   block it may run out (an expiry publishes nothing). With lock_options::fair a lock that
+///   fell free that way goes to the head of the queue too, and no new acquirer (try_lock*()
+///   included) enters past a non-empty queue (detail/shared_scripts.hpp, detail/wake_wait.hpp).
 /// - auto_renew: an owner's write hold and its read hold have separate leases on the server,
 ///   so each is renewed separately: the write hold from lock() to unlock(), the read hold from
 ///   the owner's outermost lock_shared() (0 -> 1) to its last unlock_shared() (1 -> 0).
@@ -219,7 +221,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     std::uint64_t fence = 0;
     // Made by the owner's first acquisition, then kept: the watchdog points into it.
     std::shared_ptr<leases> lease;
-    // The thread's hand-off channel: subscribed on its first wait, kept until the object goes.
+    // The thread's hand-off channel: subscribed on its first wait, kept until the thread exits
+    // (waiting_exits) or a wait fails unheard (leave_after_failure).
     std::shared_ptr<detail::subscriber::subscription> channel;
   };
 
@@ -259,6 +262,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     const std::string owner = owners_.owner_id();
     hold mine = owners_.mine();
     if (!mine.channel) {
+      detail::thread_exits::instance().watch_this_thread();  // the channel goes with the thread
       mine.channel = std::make_shared<detail::subscriber::subscription>();
       owners_.set_mine(mine);  // the thread keeps its subscription between waits
     }
@@ -335,17 +339,42 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   }
 
   // The wait is failing: leave the queue, and pass on a hand-off that reached us meanwhile.
-  // When Redis cannot be told, our place lapses on its own (a hold handed to us meanwhile with
-  // its lease; the owner's next acquisition would take it as its own, like a lost reply).
+  // When Redis cannot be told, our place stays queued under this owner name until it lapses:
+  // the thread drops its channel (a release then skips the place: nobody listens) and, when
+  // it holds nothing, takes a new owner name, so neither a hold handed to the place nor a
+  // notice for it is ever taken for its own (a hold handed to it meanwhile lapses with its lease).
   void leave_after_failure(const std::string& owner, char side, const std::string& wait,
                            const std::string& count) noexcept {
     try {
       if (send_attempt(owner, "leave", side, wait, count)) return;
       if (side == 'w') run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
       else run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
+      return;
+    } catch (...) {
+    }
+    try {
+      hold h = owners_.mine();
+      std::shared_ptr<detail::subscriber::subscription> channel = std::move(h.channel);
+      owners_.set_mine(h);
+      owners_.next_generation();  // only when the thread holds nothing
+      channel.reset();            // outside the table's lock (the caller's copy unsubscribes on return)
     } catch (...) {
     }
   }
+
+  // A thread's channel goes with the thread (an exited thread's leftover place is then dead:
+  // notify() counts nobody on its channel). The shared_ptr is moved out under the owner
+  // table's lock and released after it: the subscriber's lock is never taken under it.
+  struct waiting_exits : detail::thread_exits::listener {
+    explicit waiting_exits(basic_shared_mutex& m) : m_(m) { detail::thread_exits::instance().add(this); }
+    ~waiting_exits() { detail::thread_exits::instance().remove(this); }
+    void thread_exited(std::uint64_t serial) noexcept override {
+      std::shared_ptr<detail::subscriber::subscription> channel;
+      m_.owners_.update(serial, [&](hold& h) { channel = std::move(h.channel); });
+      channel.reset();
+    }
+    basic_shared_mutex& m_;
+  };
 
   // A hand-off's lease counts from our last "wait" attempt, which can be up to recheck_interval
   // old: when that leaves less than a third of the lease, the watchdog (and lost(), by the
@@ -396,6 +425,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
 
   std::atomic<std::uint64_t> wait_serial_{0};  // numbers each wait: a notice names the wait it is for
   detail::owner_table<hold> owners_;
+  waiting_exits waiting_exits_{*this};  // declared last: it stops listening before the table goes
 };
 
 using shared_mutex = basic_shared_mutex<client>;

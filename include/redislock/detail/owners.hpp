@@ -123,6 +123,14 @@ class owner_table : private thread_exits::listener {
     entry& e = states_[thread_serial()];
     if (e.state.idle()) ++e.generation;
   }
+  /// f(state&) for the state of the thread with that serial, when it has one (under the
+  /// table's lock: f must not take a lock that is ever held while calling into the table).
+  template <class F>
+  void update(std::uint64_t serial, F&& f) {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = states_.find(serial);
+    if (it != states_.end()) f(it->second.state);
+  }
   /// f(owner name, state&) for every thread's state (under the table's lock).
   template <class F>
   void for_each(F&& f) {

@@ -29,7 +29,8 @@
 ///                          "<instance>:<serial>:<generation>", so the channel is the owner id
 ///                          without its generation). A hand-off publishes "<owner> <side><wait>":
 ///                          a notice left from an earlier wait never completes a later one. The
-///                          thread stays subscribed between waits (no SUBSCRIBE per wait).
+///                          thread stays subscribed between waits (no SUBSCRIBE per wait),
+///                          until it exits or a wait of it fails unheard.
 ///
 /// Owners are renamed whenever the thread's holds have all ended (detail/owners.hpp), so a late
 /// release or renewal of an earlier hold never touches a later one.
@@ -53,9 +54,14 @@
 /// writer holds or any live entry is queued (after admit(), a queue that is not empty while no
 /// writer holds starts with a live writer waiting for the readers inside). Re-entrant reads and
 /// the writer's own read (downgrade) are admitted at once. There is no separate "writer
-/// waiting" marker any more: a writer that crashed holds readers back until its place lapses
-/// (wait_lease after the holds it saw), and one that gives up leaves the queue, which admits
-/// the readers behind it at once.
+/// waiting" marker any more: a writer that gives up leaves the queue, which admits the readers
+/// behind it at once; one that crashed holds readers back only until the next attempt or
+/// release notices that nobody listens on its channel (its connection closed: admit() drops a
+/// writer head blocked by readers when nobody listens for it, one PUBSUB NUMSUB, plus a
+/// SHARDNUMSUB when that says 0, asked only while a writer waits behind readers); one that is
+/// paused or cut off (still subscribed) until its place lapses (wait_lease after the holds it
+/// saw). A live writer whose subscription is briefly down loses its place and queues again at
+/// its next attempt; it is never granted the lock unheard.
 ///
 /// Fairness: with lock_options::fair a free lock (holds lapsed) goes to the head of the queue,
 /// and a new acquirer never enters past a non-empty queue (try_lock() included). Without it a
@@ -165,7 +171,8 @@ inline std::string prelude() { return std::string("local owner, prefix = ARGV[1]
 /// The queue (after body_lua): KEYS[3] queue, KEYS[4] waiters.
 /// admit(self, wait) admits the head of the queue while it may enter: a writer alone when
 /// nobody holds, readers (up to the first queued writer) while no writer holds. Dead entries
-/// (place lapsed, or nobody listening) are dropped. The caller's own entry (self) is admitted
+/// (place lapsed, or nobody listening: checked for a writer head only when it is blocked by
+/// readers, or when it is told) are dropped. The caller's own entry (self) is admitted
 /// without a notice when it is for this wait, and dropped otherwise (a stale entry of an earlier
 /// wait). Returns whether self was admitted, and when the head that stays blocked (if any) lapses.
 inline std::string queue_lua() {
@@ -188,6 +195,13 @@ local function grant(o, side, lease)
     redis.call('HSET', key, '@kind', 'shared', 'r:' .. o, 1, 'x:' .. o, leases[o])
   end
 end
+local function channel_of(w)
+  return prefix .. (string.match(w, '^(.+):%d+$') or w)
+end
+local function listening(w)
+  local ch = channel_of(w)
+  return listeners('NUMSUB', ch) > 0 or listeners('SHARDNUMSUB', ch) > 0
+end
 local function admit(self, wait)
   local got_self = false
   while true do
@@ -198,14 +212,19 @@ local function admit(self, wait)
     expiry = tonumber(expiry)
     if not expiry or expiry <= now or (head == self and side .. tag ~= wait) then
       drop(head)
-    elseif writer or (side == 'w' and next(leases)) then
+    elseif writer then
       return got_self, expiry
+    elseif side == 'w' and next(leases) then
+      -- A writer waiting for the readers inside holds new readers back only while somebody
+      -- listens for it: a crashed one's connection is closed (asked only in this case).
+      if head == self or listening(head) then return got_self, expiry end
+      drop(head)
     else
       drop(head)
       if head == self then
         got_self = true
         grant(head, side, lease)
-      elseif notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head .. ' ' .. side .. tag) > 0 then
+      elseif notify(channel_of(head), head .. ' ' .. side .. tag) > 0 then
         grant(head, side, lease)
       end
     end
