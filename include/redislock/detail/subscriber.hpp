@@ -529,13 +529,9 @@ class subscriber {
       channel_state& s = *it->second;
       s.messages.emplace_back(str(2));
       if (s.messages.size() > kKeptMessages) s.messages.pop_front();
-      if (str(2) == "all") {  // several waiters may enter (readers after a writer): wake every one
-        s.tokens = s.refs;
-        woken_.emplace_back(it->second, true);
-      } else {  // one may enter (or a hand-off to the one waiter on the channel): wake one
-        if (s.tokens < s.refs) ++s.tokens;
-        woken_.emplace_back(it->second, false);
-      }
+      // A hand-off to the one waiter on the channel (every lock kind's channel is its waiter's own).
+      if (s.tokens < s.refs) ++s.tokens;
+      woken_.emplace_back(it->second, false);
       return true;
     }
     // Any other reply answers the oldest SUBSCRIBE/UNSUBSCRIBE (one reply per one-channel command).

@@ -12,7 +12,7 @@
 /// attempts before sleeping (no lost wake-up), at most kMaxRejoins times per wait; any other
 /// failure, or more moves than that, leads to backoff for the rest of the wait. While it is
 /// not subscribed a release may find it "not alive" (its notice reached nobody) and drop it
-/// from a mutex's queue: its next "wait" attempt queues it again, behind those who came
+/// from the lock's queue: its next "wait" attempt queues it again, behind those who came
 /// meanwhile; it loses its place, never the lock.
 
 #include <redislock/detail/subscriber.hpp>
@@ -129,18 +129,6 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     hub->count_fallback();
   }
   return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
-}
-
-/// The same with the backoff bounds of a lock's options, for a lock whose notifications only
-/// say "try again": how the hash-based lock kinds wait.
-/// max_sleep: attempt at least this often (e.g. to refresh a waiter's place); never less often
-/// than o.recheck_interval.
-template <class Client, class Attempt>
-bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const lock_options& o,
-                      std::chrono::milliseconds max_sleep, Attempt&& attempt) {
-  return wait_for_release(client, channel, d,
-                          wait_plan{o.retry_min, o.retry_max, std::min(max_sleep, o.recheck_interval)},
-                          std::forward<Attempt>(attempt), [](subscriber::subscription&) { return false; });
 }
 
 }  // namespace redislock::detail
