@@ -37,16 +37,15 @@ struct lock_options {
   /// waiting one. Fair mode adds: try_lock() never jumps the queue, and a lock that fell free
   /// because its holder's lease ran out goes to the head of the queue too (without it, the
   /// first waiter to notice takes it). All objects of one lock name must agree on it.
-  /// See detail/mutex_scripts.hpp (shared_mutex: detail/shared_scripts.hpp).
+  /// See detail/mutex_scripts.hpp (reentrant_mutex: detail/reentrant_scripts.hpp; shared_mutex:
+  /// detail/shared_scripts.hpp).
   bool fair = false;
-  /// basic_mutex: how long a waiter keeps its place in the queue after the lease of the holder
-  /// it waits behind has run out (it refreshes its place when it wakes then). A waiter whose
-  /// process died is skipped at once (its connection closed); one that vanished without
-  /// closing it (power loss, partition), once its place lapsed.
-  /// shared_mutex: the same, after the earliest lease among the holds that block the waiter.
-  /// A queued writer that crashed holds new readers back only until the next attempt notices
-  /// it (nobody listens for it); one paused or partitioned, until its place lapses
-  /// (detail/shared_scripts.hpp).
+  /// basic_mutex and basic_reentrant_mutex: how long a waiter keeps its place in the queue after the lease of the
+  /// holder it waits behind has run out (it refreshes its place when it wakes then). A waiter whose process died is
+  /// skipped at once (its connection closed); one that vanished without closing it (power loss, partition), once its
+  /// place lapsed. shared_mutex: the same, after the earliest lease among the holds that block the waiter. A queued
+  /// writer that crashed holds new readers back only until the next attempt notices it (nobody listens for it); one
+  /// paused or partitioned, until its place lapses (detail/shared_scripts.hpp).
   std::chrono::milliseconds wait_lease{2000};
   /// A waiter sleeps until a release notifies it or the holder's lease (as it last saw it)
   /// runs out, but never longer than this before it looks again: a lock that becomes free

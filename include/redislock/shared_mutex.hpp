@@ -90,7 +90,11 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// Releases every hold any thread still has through this object (never throws).
   ~basic_shared_mutex() {
     detail::release_every_hold(owners_, [&](const std::string& owner, hold& h) {
-      if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
+      // Each side on its own: a write release that fails does not keep a downgraded read.
+      try {
+        if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
+      } catch (...) {  // the lease runs out on its own
+      }
       if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
     });
   }

@@ -14,7 +14,7 @@
 /// detail::redlock_scripts::keys, detail::reentrant_scripts::keys, detail::shared_scripts::keys.
 ///
 /// The owner-table helpers at the end serve the kinds whose owners are threads (reentrant and
-/// shared): their scripts take KEYS = {lock, fence}.
+/// shared); run_integer() sends KEYS = {lock, fence} (their extend, fence and remaining scripts).
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/lease_keeper.hpp>
@@ -130,16 +130,6 @@ class lock_core : public lock_identity<Keys> {
 template <class Client, class Keys>
 std::int64_t run_integer(Client& client, const Keys& k, const script& s, std::initializer_list<std::string_view> args) {
   return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
-}
-
-/// Runs a lock script with KEYS = {lock, fence}; the reply is a pair of integers.
-template <class Client, class Keys>
-std::pair<std::int64_t, std::int64_t> run_pair(Client& client, const Keys& k, const script& s,
-                                               std::initializer_list<std::string_view> args) {
-  return client.run(k.lock, [&](connection& c) {
-    reply_ptr r = s.run(c, {k.lock, k.fence}, args);
-    return std::pair{as_integer(element(*r, 0)), as_integer(element(*r, 1))};
-  });
 }
 
 /// The fencing token of the calling thread's current hold: drawn from the lock's counter on

@@ -52,7 +52,8 @@
 
 namespace redislock::detail::reentrant_scripts {
 
-/// The keys and constant arguments of one reentrant lock (layout above). Validates name and options.
+/// The keys and constant arguments of one reentrant lock (layout above), built from a validated name and options
+/// (detail::lock_identity).
 struct keys {
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),

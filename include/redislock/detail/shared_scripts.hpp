@@ -85,8 +85,8 @@
 
 namespace redislock::detail::shared_scripts {
 
-/// The keys and fixed script arguments of one shared lock (layout above). Validates name and
-/// options.
+/// The keys and fixed script arguments of one shared lock (layout above), built from a
+/// validated name and options (detail::lock_identity).
 struct keys {
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
