@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 
 using namespace redislock;
@@ -76,6 +78,31 @@ TEST_F(ConnectionTest, ReconnectsAfterClientKill) {
   EXPECT_EQ(admin.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"})->integer, 1);
   // The kill is noticed before sending (no round trip lost), and the call succeeds.
   EXPECT_EQ(text(c.command({"PING"})), "PONG");
+}
+
+// A write to a connection the server closed fails with connection_error; it never raises
+// SIGPIPE, whose default action would end the whole process (a killed or restarted Redis must
+// not kill its clients, and the library may not change the process's signal handling: this
+// test runs with SIGPIPE's default action, so on failure the test program dies). The second,
+// large command of a pipeline skips the idle check and needs several write() calls: the first
+// reaches the closed socket (the server answers with a reset), the next fails with EPIPE.
+TEST_F(ConnectionTest, AWriteToAConnectionTheServerClosedIsAnErrorNotASigpipe) {
+  const auto previous = std::signal(SIGPIPE, SIG_DFL);
+  connection c(server->options());
+  const long long id = c.command({"CLIENT", "ID"})->integer;
+  c.append({"PING"});  // checked and found alive; nothing sent yet
+  connection admin = server->admin();
+  admin.command({"CLIENT", "KILL", "ID", std::to_string(id)});
+  const std::string big(8 << 20, 'x');
+  EXPECT_THROW(
+      {
+        c.append({"SET", "sigpipe", big});  // a pipeline: no idle check
+        c.read_reply();
+        c.read_reply();
+      },
+      connection_error);
+  std::signal(SIGPIPE, previous);
+  EXPECT_EQ(text(c.command({"PING"})), "PONG");  // and the next call reconnects
 }
 
 TEST_F(ConnectionTest, ConnectionRefusedIsAConnectionErrorNotAHang) {

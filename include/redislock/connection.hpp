@@ -6,6 +6,7 @@
 /// A connection that failed (I/O error, timeout, peer closed) is marked broken and is
 /// re-established by the next call; a failed reconnect leaves it broken and throws.
 
+#include <redislock/detail/no_sigpipe.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 #include <redislock/reply.hpp>
@@ -110,7 +111,11 @@ class connection {
   /// Reads the next reply of the pipeline (flushing what was appended first).
   reply_ptr read_reply() {
     void* raw = nullptr;
-    if (redisGetReply(context_.get(), &raw) != REDIS_OK || raw == nullptr) fail("read");
+    {
+      const detail::sigpipe_blocked no_sigpipe;  // redisGetReply writes the pipeline first
+      if (redisGetReply(context_.get(), &raw) != REDIS_OK) raw = nullptr;
+    }
+    if (raw == nullptr) fail("read");
     --pending_;
     return reply_ptr(static_cast<redisReply*>(raw));
   }
@@ -197,8 +202,12 @@ class connection {
         ptrs.push_back(a.data());
         lens.push_back(a.size());
       }
-      reply_ptr r(
-          static_cast<redisReply*>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+      reply_ptr r;
+      {
+        const detail::sigpipe_blocked no_sigpipe;
+        r.reset(static_cast<redisReply*>(
+            redisCommandArgv(c.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+      }
       if (!r) {
         std::string what = "connection to " + options_.endpoint() + " failed during handshake: " + c->errstr;
         if (looks_like_timeout(*c)) throw timeout_error(what);

@@ -4,6 +4,7 @@
 /// its wait, the wait itself (ppoll on the socket and the eventfd, to a deadline), and the
 /// loop that flushes hiredis' output buffer.
 
+#include <redislock/detail/no_sigpipe.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/errors.hpp>
 
@@ -70,6 +71,7 @@ inline bool wait_readable(int socket, const wake_event& w, steady::time_point t,
 
 /// Writes everything hiredis has buffered for `ctx` (blocking socket). False on an I/O error.
 inline bool flush_output(redisContext* ctx) noexcept {
+  const sigpipe_blocked no_sigpipe;
   int done = 0;
   while (!done)
     if (redisBufferWrite(ctx, &done) != REDIS_OK) return false;
