@@ -24,6 +24,7 @@ PANELS = [
     ("aggregate_vs_raw", "aggregate cycles/s vs raw, 8 workers x 8 names (higher is better, target >= 0.95)", 0.95),
     ("client_cpu_vs_raw", "client CPU per cycle vs raw (lower is better, target <= 1.1)", 1.1),
     ("server_cpu_vs_raw_cycle", "server CPU per operation / raw uncontended cycle's (contended target <= 2)", 2.0),
+    ("server_cpu_vs_paced_raw_cycle", "server CPU per acquisition / raw cycle's at the same pace (lower is better)", 2.0),
 ]
 
 WIDTH, LABEL_W, BAR_H, GAP, TITLE_H = 900, 380, 16, 4, 28

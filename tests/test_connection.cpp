@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <thread>
 
 using namespace redislock;
 using redislock_test::redis_server;
@@ -20,6 +22,27 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
+
+// Has the server close `c` (CLIENT KILL from `admin`, no command on `c` meanwhile) and waits,
+// at most 5 s, until the close has reached c's socket.
+void close_from_the_server(connection& c, const std::string& id, connection& admin) {
+  ASSERT_EQ(admin.command({"CLIENT", "KILL", "ID", id})->integer, 1);
+  pollfd p{c.native_handle()->fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1) << "the server did not close the connection";
+}
+
+std::string client_id(connection& c) { return std::to_string(c.command({"CLIENT", "ID"})->integer); }
+
+// A connection with the given idle_check_after, and an admin connection to kill it with.
+struct connection_and_admin {
+  connection c, admin;
+  connection_and_admin(const redislock_test::redis_server& server, std::chrono::microseconds idle_check_after)
+      : c(with_idle_check(server.options(), idle_check_after)), admin(server.admin()) {}
+  static connection_options with_idle_check(connection_options o, std::chrono::microseconds idle_check_after) {
+    o.idle_check_after = idle_check_after;
+    return o;
+  }
+};
 
 struct ConnectionTest : ::testing::Test {
   static void SetUpTestSuite() { server = new redis_server(); }
@@ -76,8 +99,47 @@ TEST_F(ConnectionTest, ReconnectsAfterClientKill) {
   c.command({"CLIENT", "SETNAME", "victim"});
   connection admin = server->admin();
   EXPECT_EQ(admin.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"})->integer, 1);
-  // The kill is noticed before sending (no round trip lost), and the call succeeds.
+  // Idle for longer than idle_check_after (100 µs): the kill is noticed before sending (no
+  // round trip lost), and the call succeeds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(text(c.command({"PING"})), "PONG");
+}
+
+// idle_check_after = 0 checks before every command, however recent the last one.
+TEST_F(ConnectionTest, WithoutAnIdleWindowEveryCommandChecksForAClose) {
+  connection_and_admin t(*server, std::chrono::microseconds(0));
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_NO_FATAL_FAILURE(close_from_the_server(t.c, client_id(t.c), t.admin));
+    EXPECT_EQ(text(t.c.command({"PING"})), "PONG") << round;
+  }
+}
+
+// A connection used within idle_check_after is trusted: no poll before its command. A close
+// by the server in that window fails that one command with connection_error (it never hangs,
+// never raises SIGPIPE), and the next command reconnects.
+TEST_F(ConnectionTest, ACloseWithinTheIdleWindowFailsOneCommandAndTheNextReconnects) {
+  connection_and_admin t(*server, std::chrono::hours(1));  // the window covers the whole test
+  ASSERT_NO_FATAL_FAILURE(close_from_the_server(t.c, client_id(t.c), t.admin));
+  EXPECT_THROW(t.c.command({"PING"}), connection_error);
+  EXPECT_EQ(text(t.c.command({"PING"})), "PONG");
+}
+
+// ensure_ready() checks once for the next command (callers set a socket timeout between the
+// two, which a reconnect in the command would lose): even with idle_check_after = 0, the
+// command right after it is sent without a second check.
+TEST_F(ConnectionTest, TheCommandAfterEnsureReadyIsNotCheckedAgain) {
+  connection_and_admin t(*server, std::chrono::microseconds(0));
+  const std::string id = client_id(t.c);
+  t.c.ensure_ready();
+  ASSERT_NO_FATAL_FAILURE(close_from_the_server(t.c, id, t.admin));
+  EXPECT_THROW(t.c.command({"PING"}), connection_error);
+  EXPECT_EQ(text(t.c.command({"PING"})), "PONG");  // checked again: reconnected
+}
+
+TEST_F(ConnectionTest, ANegativeIdleCheckIsRejected) {
+  connection_options o = server->options();
+  o.idle_check_after = std::chrono::microseconds(-1);
+  EXPECT_THROW(connection{o}, invalid_argument);
 }
 
 // A write to a connection the server closed fails with connection_error; it never raises

@@ -232,9 +232,13 @@ TEST_F(MutexTest, KeepsWorkingAfterItsConnectionsAreKilled) {
   mutex m(*pool, "killed");
   m.lock();
   admin->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  // Idle longer than connection_options::idle_check_after (100 µs): the pool's connection is
+  // checked before its next command, so the kill costs the calls nothing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::released);
   admin->command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_TRUE(m.try_lock());
   m.unlock();
 }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <future>
 #include <string>
 
@@ -81,6 +82,31 @@ TEST_F(TlsTest, TheUriFormSelectsTls) {
   EXPECT_TRUE(o.tls);
   o.tls_ca_file = certs->file("ca.crt");
   connection c(o);
+  EXPECT_EQ(std::string(c.command({"PING"})->str), "PONG");
+}
+
+// Over TLS, hiredis encrypts and writes (SSL_write): a pipeline keeps its order, and a write
+// to a connection the server closed is a connection_error, never a SIGPIPE (this test runs
+// with SIGPIPE's default action: on failure the test program dies); the next call reconnects.
+TEST_F(TlsTest, APipelineAndAWriteToAClosedConnectionOverTls) {
+  const auto previous = std::signal(SIGPIPE, SIG_DFL);
+  connection c(tls().connection);
+  c.command({"DEL", "tls:n"});
+  for (int i = 0; i < 100; ++i) c.append({"INCR", "tls:n"});
+  for (int i = 1; i <= 100; ++i) EXPECT_EQ(c.read_reply()->integer, i);
+  const long long id = c.command({"CLIENT", "ID"})->integer;
+  c.append({"PING"});
+  connection admin = server->admin();
+  admin.command({"CLIENT", "KILL", "ID", std::to_string(id)});
+  const std::string big(8 << 20, 'x');
+  EXPECT_THROW(
+      {
+        c.append({"SET", "tls:big", big});
+        c.read_reply();
+        c.read_reply();
+      },
+      connection_error);
+  std::signal(SIGPIPE, previous);
   EXPECT_EQ(std::string(c.command({"PING"})->str), "PONG");
 }
 

@@ -20,7 +20,9 @@
 /// A connection error or timeout once f has started is ambiguous (the script may have run and
 /// only its reply was lost), so it is thrown to the caller, never retried here: the lock
 /// classes already treat such a failure as "maybe acquired" (their next attempt recognises
-/// its own token). The map is refreshed on the next call.
+/// its own token). The map is refreshed on the next call. This includes a node that closed a
+/// connection within connection_options::idle_check_after (100 µs) of its last reply: such a
+/// connection is trusted without a check, so the command is sent and fails (connection.hpp).
 /// Budget: at most cluster_options::max_redirects redirects (16) and cluster_options::retry_timeout
 /// of waiting per call; then the last error is thrown (redirect_error, reply_error for
 /// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error).

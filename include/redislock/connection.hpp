@@ -5,6 +5,13 @@
 /// Not thread-safe: one thread uses a connection at a time (redislock::client lends them out).
 /// A connection that failed (I/O error, timeout, peer closed) is marked broken and is
 /// re-established by the next call; a failed reconnect leaves it broken and throws.
+///
+/// Cost per command over TCP or a Unix socket: two system calls, as for hiredis alone (send,
+/// then read). The command is written by the connection itself with send(MSG_NOSIGNAL), so a
+/// closed peer is an error and never a SIGPIPE, without changing any signal mask; and the
+/// check for a close by the server while idle (a poll) is made only after
+/// connection_options::idle_check_after without traffic. Over TLS, hiredis writes (SSL_write)
+/// with SIGPIPE blocked in the calling thread (detail/no_sigpipe.hpp).
 
 #include <redislock/detail/no_sigpipe.hpp>
 #include <redislock/errors.hpp>
@@ -43,6 +50,7 @@ class connection {
   explicit connection(connection_options options) : options_(std::move(options)) {
     detail::check_connection_options(options_, "connection");
     context_ = open(tls_context_);
+    last_traffic_ = std::chrono::steady_clock::now();
   }
 
   connection(connection&&) noexcept = default;
@@ -52,7 +60,10 @@ class connection {
     context_ = std::move(other.context_);
     options_ = std::move(other.options_);
     out_ = std::move(other.out_);
+    other.out_.clear();
     pending_ = std::exchange(other.pending_, 0);
+    last_traffic_ = other.last_traffic_;
+    checked_ = std::exchange(other.checked_, false);
     return *this;
   }
   connection(const connection&) = delete;
@@ -64,17 +75,21 @@ class connection {
   /// True when the next call must reconnect first.
   bool broken() const noexcept { return !context_ || context_->err != 0; }
 
-  /// True when the next command would reconnect first: broken, or closed by the server while
-  /// idle (checked without a round trip). A client that picks the server itself (Sentinel)
-  /// drops such a connection instead of letting it reconnect to the same address.
+  /// True when the connection is broken or the server has closed it (checked now, without a
+  /// round trip, however recent the last command): the next command would fail or reconnect.
+  /// A client that picks the server itself (Sentinel) drops such a connection instead of
+  /// letting it reconnect to the same address.
   bool needs_reconnect() const noexcept { return pending_ == 0 && (!context_ || broken() || peer_closed_while_idle()); }
 
   /// Reconnects if the connection is broken or the server closed it while idle (checked
-  /// without a round trip). Called by every command; callable directly to fail early.
+  /// without a round trip, once idle_check_after has passed without a reply). Called by every
+  /// command; callable directly to fail early, e.g. before setting a socket timeout that must
+  /// apply to the next command: that command is then sent without a second check.
   void ensure_ready() {
-    if (pending_ == 0 && context_ && !broken() && !peer_closed_while_idle()) return;
-    if (pending_ != 0 && !broken()) return;
-    reconnect();
+    const bool reconnect_first =
+        pending_ != 0 ? broken() : !context_ || broken() || (!recently_used() && peer_closed_while_idle());
+    if (reconnect_first) reconnect();
+    checked_ = pending_ == 0;
   }
 
   /// Sends one command and reads its reply. Error replies are thrown as typed exceptions.
@@ -92,44 +107,56 @@ class connection {
   void append(std::initializer_list<std::string_view> argv) { append(argv.begin(), argv.size()); }
   void append(const std::vector<std::string_view>& argv) { append(argv.data(), argv.size()); }
   void append(const std::string_view* argv, std::size_t argc) {
-    if (pending_ == 0) ensure_ready();
-    // The command in RESP, built here in a buffer the connection keeps (hiredis's own
-    // formatting costs an sds reallocation and a printf-style pass per argument).
-    out_.clear();
-    add_length('*', argc);
-    for (std::size_t i = 0; i < argc; ++i) {
-      add_length('$', argv[i].size());
-      out_.append(argv[i].data(), argv[i].size());
-      out_.append("\r\n", 2);
+    if (pending_ == 0 && !checked_) ensure_ready();
+    checked_ = false;
+    // The command in RESP, built in a buffer the connection keeps (hiredis's own formatting
+    // costs an sds reallocation and a printf-style pass per argument) and sent by
+    // read_reply(): the commands of a pipeline go out in one write.
+    const std::size_t start = out_.size();
+    try {
+      add_length('*', argc);
+      for (std::size_t i = 0; i < argc; ++i) {
+        add_length('$', argv[i].size());
+        out_.append(argv[i].data(), argv[i].size());
+        out_.append("\r\n", 2);
+      }
+    } catch (...) {
+      out_.resize(start);  // no half command on the wire (bad_alloc on a huge argument)
+      throw;
     }
-    const int rc = redisAppendFormattedCommand(context_.get(), out_.data(), out_.size());
-    if (out_.capacity() > kKeptBuffer) std::string().swap(out_);  // a one-off large command (SCRIPT LOAD)
-    if (rc != REDIS_OK) fail("send");
     ++pending_;
   }
 
-  /// Reads the next reply of the pipeline (flushing what was appended first).
+  /// Reads the next reply of the pipeline (sending what was appended first).
   reply_ptr read_reply() {
+    if (!out_.empty()) send_appended();
     void* raw = nullptr;
-    {
-      const detail::sigpipe_blocked no_sigpipe;  // redisGetReply writes the pipeline first
+    if (options_.tls) {
+      const detail::sigpipe_blocked no_sigpipe;  // over TLS, redisGetReply writes (SSL_write)
       if (redisGetReply(context_.get(), &raw) != REDIS_OK) raw = nullptr;
+    } else if (redisGetReply(context_.get(), &raw) != REDIS_OK) {  // reads only: nothing queued in hiredis
+      raw = nullptr;
     }
     if (raw == nullptr) fail("read");
     --pending_;
+    last_traffic_ = std::chrono::steady_clock::now();
     return reply_ptr(static_cast<redisReply*>(raw));
   }
 
   /// Replies appended but not yet read.
   std::size_t pending() const noexcept { return pending_; }
 
-  /// The underlying hiredis context, for what this wrapper does not cover. Do not free it.
+  /// The underlying hiredis context, for what this wrapper does not cover. Do not free it, and
+  /// do not queue commands on it with redisAppend*: this connection sends its own commands
+  /// itself (appended ones first, on the next read_reply()).
   redisContext* native_handle() noexcept { return context_.get(); }
 
   /// Drops the socket; the next call reconnects. Used after timeouts and by tests.
   void close() noexcept {
     context_.reset();
     pending_ = 0;
+    out_.clear();
+    checked_ = false;
   }
 
  private:
@@ -188,6 +215,7 @@ class connection {
       std::shared_ptr<SSL_CTX> ctx(detail::make_tls_context(options_).release(), detail::ssl_ctx_deleter{});
       std::optional<std::chrono::steady_clock::time_point> deadline;
       if (has_connect_timeout) deadline = started + options_.connect_timeout;
+      const detail::sigpipe_blocked no_sigpipe;  // the handshake writes with OpenSSL's write()
       detail::start_tls(*c, ctx.get(), options_.tls_server_name.empty() ? options_.host : options_.tls_server_name,
                         options_.endpoint(), deadline);
       tls_out = std::move(ctx);
@@ -226,6 +254,39 @@ class connection {
     return c;
   }
 
+  // Sends the appended commands. Over TCP and Unix sockets with send(MSG_NOSIGNAL): a peer
+  // that closed the connection gives EPIPE or ECONNRESET, never a SIGPIPE. The socket is
+  // blocking with SO_SNDTIMEO = command_timeout (redisSetTimeout), so a stalled send ends
+  // with EAGAIN. Over TLS, hiredis encrypts and writes it in redisGetReply.
+  void send_appended() {
+    if (options_.tls) {
+      const int rc = redisAppendFormattedCommand(context_.get(), out_.data(), out_.size());
+      clear_appended();
+      if (rc != REDIS_OK) fail("send");
+      return;
+    }
+    std::size_t sent = 0;
+    while (sent < out_.size()) {
+      const ssize_t n = ::send(context_->fd, out_.data() + sent, out_.size() - sent, MSG_NOSIGNAL);
+      if (n >= 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (errno != EINTR) {
+        const int e = errno;
+        fail("send", e == EAGAIN || e == EWOULDBLOCK ? "timed out" : std::strerror(e), e == EAGAIN || e == EWOULDBLOCK);
+      }
+    }
+    clear_appended();
+  }
+
+  void clear_appended() noexcept {
+    out_.clear();
+    if (out_.capacity() > kKeptBuffer) std::string().swap(out_);  // a one-off large command (SCRIPT LOAD)
+  }
+
+  bool recently_used() const noexcept {
+    return std::chrono::steady_clock::now() - last_traffic_ < options_.idle_check_after;
+  }
+
   // An idle connection has nothing to read; readable means EOF or an unsolicited error
   // (e.g. the server closed it after CLIENT KILL or a restart).
   bool peer_closed_while_idle() const noexcept {
@@ -245,12 +306,15 @@ class connection {
     context_ = std::move(fresh);    // frees the old context before its TLS context below
     tls_context_ = std::move(tls);
     pending_ = 0;
+    out_.clear();
+    last_traffic_ = std::chrono::steady_clock::now();
   }
 
   [[noreturn]] void fail(const char* during) {
-    std::string what = std::string(during) + " failed on " + options_.endpoint() + ": " +
-                       (context_ ? context_->errstr : "not connected");
-    const bool timeout = context_ && looks_like_timeout(*context_);
+    fail(during, context_ ? context_->errstr : "not connected", context_ && looks_like_timeout(*context_));
+  }
+  [[noreturn]] void fail(const char* during, const char* reason, bool timeout) {
+    std::string what = std::string(during) + " failed on " + options_.endpoint() + ": " + reason;
     close();  // the stream position is unknown now: never reuse this socket
     if (timeout) throw timeout_error(what);
     throw connection_error(what);
@@ -273,6 +337,8 @@ class connection {
   std::shared_ptr<void> tls_context_;  // declared before context_: destroyed after it
   context_ptr context_;
   std::size_t pending_ = 0;
+  std::chrono::steady_clock::time_point last_traffic_{};  // the last reply read (or the connect)
+  bool checked_ = false;                                  // ensure_ready() ran since the last command
 };
 
 }  // namespace redislock

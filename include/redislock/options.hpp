@@ -37,6 +37,13 @@ struct connection_options {
   std::chrono::milliseconds connect_timeout{1000};
   /// Applies to each send and each reply read; a timed-out connection is discarded.
   std::chrono::milliseconds command_timeout{1000};
+  /// A connection left idle at least this long is checked for a close by the server (CLIENT
+  /// KILL, a restart, the server's idle timeout) before its next command, without a round trip
+  /// (one poll), so the command goes to a fresh connection instead of failing. A connection
+  /// used more recently is trusted: a close within this window fails that one command with
+  /// connection_error, and the next reconnects. 0: check before every command (one more system
+  /// call per command).
+  std::chrono::microseconds idle_check_after{100};
 
   /// "host:port" or the socket path: for messages (never includes credentials).
   std::string endpoint() const { return unix_path.empty() ? host + ":" + std::to_string(port) : unix_path; }
@@ -64,6 +71,7 @@ inline void check_connection_options(const connection_options& o, const char* wh
   const std::string w(who);
   if (o.connect_timeout.count() < 0) throw invalid_argument(w + ": connect_timeout must not be negative");
   if (o.command_timeout.count() < 0) throw invalid_argument(w + ": command_timeout must not be negative");
+  if (o.idle_check_after.count() < 0) throw invalid_argument(w + ": idle_check_after must not be negative");
   if (o.db < 0) throw invalid_argument(w + ": db must not be negative");
   if (o.unix_path.empty() && (o.port <= 0 || o.port > 65535)) throw invalid_argument(w + ": port must be in 1..65535");
 }

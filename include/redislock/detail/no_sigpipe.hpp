@@ -5,9 +5,12 @@
 /// hiredis writes with write()/send() without MSG_NOSIGNAL, and Linux has no per-socket
 /// SO_NOSIGPIPE: writing twice to a connection the server closed (a killed or restarted Redis,
 /// CLIENT KILL) raises SIGPIPE, whose default action ends the whole process. The library must
-/// not change the process's signal dispositions, so each write is made with SIGPIPE blocked in
-/// the calling thread only; a SIGPIPE the write raised meanwhile is consumed before the mask is
-/// restored. The error itself reaches the caller as usual (a connection_error, then reconnect).
+/// not change the process's signal dispositions, so each write made by hiredis or OpenSSL is
+/// made with SIGPIPE blocked in the calling thread only (TLS commands and handshakes, the
+/// AUTH/SELECT handshake, the subscriber's SUBSCRIBEs); a SIGPIPE the write raised meanwhile is
+/// consumed before the mask is restored. The error itself reaches the caller as usual (a
+/// connection_error, then reconnect). Plain commands need none of this: redislock::connection
+/// sends them itself with send(MSG_NOSIGNAL).
 
 #include <cerrno>
 #include <csignal>
