@@ -25,6 +25,10 @@
 //   script_us, raw_script_us       server time inside EVALSHA per operation (commandstats usec:
 //                                  the scripts' own cost, without the network I/O)
 //   aggregate_vs_raw               aggregate cycles/s of redislock / of raw (8 x 8 cases)
+//   aggregate_vs_same_commands, client_cpu_vs_same_commands
+//                                  the same against raw hiredis sending redislock's own commands
+//                                  (the library's client code alone); same_commands_vs_raw: the
+//                                  price of the commands (the queue check in the release)
 //   gap_p50_us, share_min          contended: hand-off gap and smallest share / fair share
 #include "bench_support.hpp"
 #include "process.hpp"
@@ -185,16 +189,22 @@ BENCHMARK(BM_cost_uncontended_cycle)->Iterations(1)->UseManualTime()->Unit(bench
 
 // ---------------------------------------------------------------------------------------
 // 8 x 8: N contenders each cycling on its own lock name (no contention), as threads of this
-// process or as processes; 8 phases raw, lib, lib, raw, raw, lib, lib, raw. Aggregate cycles/s, client CPU per cycle
-// (threads: RUSAGE_SELF; processes: each worker's own, reported by it), server CPU per cycle.
+// process or as processes; 12 phases raw, lib, same, same, lib, raw, twice (same: raw hiredis
+// sending redislock's commands). Aggregate cycles/s, client CPU per cycle (each worker's
+// thread, reported by it), server CPU per cycle; each against raw, and lib against same.
 
 struct aggregate_result {
   long long cycles = 0;
   double client_cpu = 0, seconds = 0;
 };
 
+/// Who cycles in an aggregate phase: the raw lock, redislock, or raw hiredis sending
+/// redislock's very commands (SET NX GET PX, the mutex's release script): the difference
+/// between the last two is the library's client code alone, the rest is the commands.
+enum side : int { raw_side = 0, lib_side = 1, same_commands_side = 2 };
+
 // One worker's loop until end_ns on its own name: cycles and its thread's CPU.
-aggregate_result cycle_until(int port, bool lib, const std::string& name, std::int64_t start_ns, std::int64_t end_ns) {
+aggregate_result cycle_until(int port, side who, const std::string& name, std::int64_t start_ns, std::int64_t end_ns) {
   aggregate_result out;
   auto loop = [&](auto&& cycle) {
     cycle();
@@ -203,10 +213,14 @@ aggregate_result cycle_until(int port, bool lib, const std::string& name, std::i
     while (now_ns() < end_ns) cycle(), ++out.cycles;
     out.client_cpu = cpu_seconds(RUSAGE_THREAD) - c0;
   };
-  if (lib) {
+  if (who == lib_side) {
     client c(options_for(port));
     mutex m(c, name);
     loop([&] { m.lock(), m.unlock(); });
+  } else if (who == same_commands_side) {
+    raw_lock raw(port);
+    const std::string key = "raw:{" + name + "}";
+    loop([&] { raw.lock_same_commands(key, kToken), raw.unlock_same_commands(key, kToken); });
   } else {
     raw_lock raw(port);
     const std::string key = "raw:" + name;
@@ -215,26 +229,26 @@ aggregate_result cycle_until(int port, bool lib, const std::string& name, std::i
   return out;
 }
 
-aggregate_result run_threads(int n, bool lib, std::int64_t start, std::int64_t end) {
+aggregate_result run_threads(int n, side who, std::int64_t start, std::int64_t end) {
   std::vector<aggregate_result> r(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i)
     threads.emplace_back(
-        [&, i] { r[i] = cycle_until(g_server->port(), lib, "cost-own-" + std::to_string(i), start, end); });
+        [&, i] { r[i] = cycle_until(g_server->port(), who, "cost-own-" + std::to_string(i), start, end); });
   for (auto& t : threads) t.join();
   aggregate_result sum;
   for (const auto& x : r) sum.cycles += x.cycles, sum.client_cpu += x.client_cpu;
   return sum;
 }
 
-aggregate_result run_processes(int n, bool lib, std::int64_t start, std::int64_t end) {
+aggregate_result run_processes(int n, side who, std::int64_t start, std::int64_t end) {
   std::vector<child_process> children;
   std::vector<int> pipes;
   for (int i = 0; i < n; ++i) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     children.emplace_back(
-        std::vector<std::string>{g_self, "--worker", std::to_string(g_server->port()), lib ? "1" : "0",
+        std::vector<std::string>{g_self, "--worker", std::to_string(g_server->port()), std::to_string(who),
                                  "cost-proc-" + std::to_string(i), std::to_string(start), std::to_string(end)},
         fds[1]);
     ::close(fds[1]);
@@ -258,22 +272,30 @@ aggregate_result run_processes(int n, bool lib, std::int64_t start, std::int64_t
 template <class Run>
 void aggregate(benchmark::State& state, Run&& run, std::int64_t warm_up_ns) {
   const int n = static_cast<int>(state.range(0));
-  constexpr int phases = 8;
-  const double seconds = seconds_per_run() / phases;
+  static constexpr side order[] = {raw_side, lib_side, same_commands_side, same_commands_side, lib_side, raw_side};
+  constexpr int phases = 12;
+  const double seconds = seconds_per_run() / 8;  // raw and lib get 4 phases each, as before "same" was added
   connection admin = g_server->admin();
   for (auto _ : state) {
-    aggregate_result side[2];
-    phase_cost server[2];
+    aggregate_result side[3];
+    phase_cost server[3];
     for (int phase = 0; phase < phases; ++phase) {
-      const bool lib = (phase + 1) / 2 % 2 == 1;  // raw, lib, lib, raw, raw, lib, lib, raw
+      const auto who = order[phase % 6];
       const std::int64_t start = now_ns() + warm_up_ns, end = start + static_cast<std::int64_t>(seconds * 1e9);
       // The server sample brackets the workers' setup too: a few commands per worker.
       const server_sample s0 = sample(admin);
-      const aggregate_result r = run(n, lib, start, end);
-      server[lib].add(s0, sample(admin));
-      side[lib].cycles += r.cycles, side[lib].client_cpu += r.client_cpu, side[lib].seconds += seconds;
+      const aggregate_result r = run(n, who, start, end);
+      server[who].add(s0, sample(admin));
+      side[who].cycles += r.cycles, side[who].client_cpu += r.client_cpu, side[who].seconds += seconds;
     }
     state.SetIterationTime(phases * seconds);
+    const double ns = static_cast<double>(side[2].cycles);
+    state.counters["aggregate_vs_same_commands"] =
+        (static_cast<double>(side[1].cycles) / side[1].seconds) / (ns / side[2].seconds);
+    state.counters["client_cpu_vs_same_commands"] =
+        (side[1].client_cpu / static_cast<double>(side[1].cycles)) / (side[2].client_cpu / ns);
+    state.counters["same_commands_vs_raw"] =
+        (ns / side[2].seconds) / (static_cast<double>(side[0].cycles) / side[0].seconds);
     const double nr = static_cast<double>(side[0].cycles), nl = static_cast<double>(side[1].cycles);
     state.counters["cycles_per_s"] = nl / side[1].seconds;
     state.counters["raw_cycles_per_s"] = nr / side[0].seconds;
@@ -443,10 +465,10 @@ void BM_cost_renewals(benchmark::State& state) {
 }
 BENCHMARK(BM_cost_renewals)->ArgName("n")->Arg(256)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// argv: --worker port lib name start_ns end_ns; prints "cycles cpu_seconds".
+// argv: --worker port side name start_ns end_ns; prints "cycles cpu_seconds".
 int worker_main(char** argv) {
-  const aggregate_result r =
-      cycle_until(std::atoi(argv[2]), std::atoi(argv[3]) != 0, argv[4], std::atoll(argv[5]), std::atoll(argv[6]));
+  const aggregate_result r = cycle_until(std::atoi(argv[2]), static_cast<side>(std::atoi(argv[3])), argv[4],
+                                         std::atoll(argv[5]), std::atoll(argv[6]));
   std::printf("%lld %.9f\n", r.cycles, r.client_cpu);
   return 0;
 }
