@@ -505,6 +505,46 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
   }
 }
 
+// A name whose lock key is gone while waiters are queued (the holder's key expired, was evicted
+// or deleted) reports the waiters of every kind, each kind in its own queue: not only the
+// mutex's (reentrant and shared waiters were reported as 0).
+TEST_F(cli_test, InspectOfAFreeNameCountsTheWaitersOfEveryKind) {
+  redislock::reentrant_mutex r(*pool, "re-free");
+  r.lock();
+  redislock::client r_waiter_client(options());
+  redislock::reentrant_mutex r_waiter(r_waiter_client, "re-free");
+  auto r_waited = std::async(std::launch::async, [&] { return r_waiter.try_lock_for(5s); });
+  redislock::shared_mutex reader(*pool, "sh-free");
+  reader.lock_shared();
+  redislock::client writer_client(options());
+  redislock::shared_mutex writer(writer_client, "sh-free");
+  auto w_waited = std::async(std::launch::async, [&] { return writer.try_lock_for(5s); });
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{re-free}:rqueue"})->integer == 1 &&
+               admin->command({"ZCARD", "redislock:{sh-free}:squeue"})->integer == 1;
+      },
+      bound));
+  admin->command({"DEL", "redislock:{re-free}", "redislock:{sh-free}"});
+
+  const redislock::lock_info ri = redislock::inspect(*pool, "re-free");
+  EXPECT_EQ(ri.kind, redislock::lock_kind::none);
+  EXPECT_FALSE(ri.held());
+  EXPECT_EQ(ri.waiters, 1);
+  const redislock::lock_info si = redislock::inspect(*pool, "sh-free");
+  EXPECT_EQ(si.kind, redislock::lock_kind::none);
+  EXPECT_EQ(si.waiters, 1);
+  EXPECT_GT(si.writer_waiting.count(), 0);
+  const result text = run({"status", "--json", "re-free"});
+  EXPECT_EQ(json_field(text.out, "waiters"), "1") << text.out;
+
+  // The waiters give up by themselves (nobody hands them a lock whose key is gone).
+  ASSERT_EQ(r_waited.wait_for(bound), std::future_status::ready);
+  ASSERT_EQ(w_waited.wait_for(bound), std::future_status::ready);
+  EXPECT_EQ(r.unlock_and_report(), redislock::release_status::lease_expired);
+  EXPECT_EQ(reader.unlock_shared_and_report(), redislock::release_status::lease_expired);
+}
+
 TEST_F(cli_test, BreakHandsAMutexToItsWaiterAndStopsTheRun) {
   auto args = ready_loop();
   args.insert(args.begin(), {"run", "--lease", "900ms", "job", "--"});

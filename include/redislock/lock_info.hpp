@@ -16,6 +16,7 @@
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -68,7 +69,8 @@ struct lock_info {
   /// When the key goes if nobody renews (PTTL): -2 ms absent, -1 ms no expiry.
   std::chrono::milliseconds key_ttl{-2};
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
-  /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue, :squeue).
+  /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue,
+  /// :squeue). For a free name (kind none), the waiters of every kind's queue, added up.
   std::int64_t waiters = -1;
   /// shared: a writer waits (new readers queue behind it) for at most this much longer (its
   /// place, refreshed while it lives); 0: none.
@@ -113,6 +115,9 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
 
 // Runs the mutex's script (or its break), then the kind's own one while the reply names
 // another kind. A name that changes kind between two calls is looked at again (bounded).
+// A free name (no lock key: expired, evicted or deleted under its waiters) may still have
+// waiters queued by any kind, each in its own queue: inspect() counts them all, one snapshot
+// per kind (three round trips).
 template <class Client>
 lock_info run_lock_info(Client& client, std::string_view name, const lock_options& options, bool force) {
   validate(name, options);
@@ -141,8 +146,29 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
       return s->run(c, {key, mk.fence, *queue, *waiters}, {mk.waiter_prefix});
     });
     const std::string found(as_string(element(*r, 0)));
-    if (r->elements > 1) return parse_lock_info(*r, std::string(name), key);
-    kind = found;
+    if (r->elements <= 1) {
+      kind = found;
+      continue;
+    }
+    lock_info info = parse_lock_info(*r, std::string(name), key);
+    if (info.kind == lock_kind::none && !force && kind == "mutex") {
+      struct queue_of_kind {
+        const script* info;
+        const std::string *queue, *waiters;
+      };
+      for (const queue_of_kind& q : {queue_of_kind{&lock_info_scripts::reentrant_info(), &rk.queue, &rk.waiters},
+                                     queue_of_kind{&lock_info_scripts::shared_info(), &sk.queue, &sk.waiters}}) {
+        reply_ptr o = client.run(key, [&](connection& c) {
+          return q.info->run(c, {key, mk.fence, *q.queue, *q.waiters}, {mk.waiter_prefix});
+        });
+        if (o->elements <= 1) continue;  // taken meanwhile by another kind: the first snapshot stands
+        const lock_info more = parse_lock_info(*o, std::string(name), key);
+        if (more.kind != lock_kind::none) continue;  // taken meanwhile by this kind: likewise
+        info.waiters += more.waiters;
+        info.writer_waiting = std::max(info.writer_waiting, more.writer_waiting);
+      }
+    }
+    return info;
   }
   throw reply_error("inspect: the lock '" + std::string(name) + "' kept changing its kind");
 }

@@ -103,12 +103,12 @@ end
 )lua";
 }
 
-/// Defines info() for the reentrant mutex (or {kind}).
+/// Defines info() for the reentrant mutex, or for a free key (its own queue's waiters), or {kind}.
 inline const char* reentrant_info_lua() {
   return R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind ~= 'reentrant' then return {kind} end
+  if kind ~= 'reentrant' and kind ~= 'none' then return {kind} end
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
   local h = redis.call('HGETALL', KEYS[1])
@@ -122,12 +122,13 @@ end
 )lua";
 }
 
-/// Defines info() for the shared mutex (or {kind}); holds already ended are left out.
+/// Defines info() for the shared mutex, or for a free key (its own queue's waiters), or {kind};
+/// holds already ended are left out.
 inline const char* shared_info_lua() {
   return R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind ~= 'shared' then return {kind} end
+  if kind ~= 'shared' and kind ~= 'none' then return {kind} end
   local now = now_ms()
   local f = {}
   local h = redis.call('HGETALL', KEYS[1])
