@@ -511,13 +511,17 @@ TEST_F(cli_test, InspectReadsEveryKindWithoutWriting) {
 TEST_F(cli_test, InspectOfAFreeNameCountsTheWaitersOfEveryKind) {
   redislock::reentrant_mutex r(*pool, "re-free");
   r.lock();
+  // The waiters look again only at their deadline (5 s), not each second: the free lock
+  // waits for the inspection below instead of going to the first waiter that looks.
+  redislock::lock_options slow;
+  slow.recheck_interval = 30s;
   redislock::client r_waiter_client(options());
-  redislock::reentrant_mutex r_waiter(r_waiter_client, "re-free");
+  redislock::reentrant_mutex r_waiter(r_waiter_client, "re-free", slow);
   auto r_waited = std::async(std::launch::async, [&] { return r_waiter.try_lock_for(5s); });
   redislock::shared_mutex reader(*pool, "sh-free");
   reader.lock_shared();
   redislock::client writer_client(options());
-  redislock::shared_mutex writer(writer_client, "sh-free");
+  redislock::shared_mutex writer(writer_client, "sh-free", slow);
   auto w_waited = std::async(std::launch::async, [&] { return writer.try_lock_for(5s); });
   ASSERT_TRUE(redislock_test::eventually(
       [&] {
@@ -538,7 +542,7 @@ TEST_F(cli_test, InspectOfAFreeNameCountsTheWaitersOfEveryKind) {
   const result text = run({"status", "--json", "re-free"});
   EXPECT_EQ(json_field(text.out, "waiters"), "1") << text.out;
 
-  // The waiters give up by themselves (nobody hands them a lock whose key is gone).
+  // At their deadline the waiters find the lock free and take it, or give up: either way, done.
   ASSERT_EQ(r_waited.wait_for(bound), std::future_status::ready);
   ASSERT_EQ(w_waited.wait_for(bound), std::future_status::ready);
   EXPECT_EQ(r.unlock_and_report(), redislock::release_status::lease_expired);

@@ -145,13 +145,15 @@ DESCRIPTION
     count; shared: the writer and each reader with its count), each hold's remaining lease,
     the waiters queued on the server (every kind queues them), whether a writer waits
     (shared), and the last fencing token given out. Reads one
-    consistent snapshot per lock with a read-only script; changes nothing.
+    consistent snapshot per lock with a read-only script (for a free name, one per kind: the
+    waiters of every kind's queue are added up); changes nothing.
 
 OPTIONS
     --json      print a JSON array with one object per NAME:
                 {"name", "key", "kind" ("none", "mutex", "reentrant", "shared", "foreign"),
                  "held", "ttl_ms" (-2 no key, -1 no expiry), "last_fencing_token",
-                 "waiters" (-1: not known for this kind), "writer_waiting_ms",
+                 "waiters" (live places in the kind's queue; free name: in every kind's),
+                 "writer_waiting_ms",
                  "holders": [{"owner", "object", "role", "count", "remaining_ms"}]}
     --url, --prefix, --timeout  see "redislock --help"
 

@@ -5,7 +5,9 @@
 ///
 /// Both read one consistent snapshot with one script per kind (detail/lock_info_scripts.hpp):
 /// the mutex's script runs first and tells the kind; a hash kind's script follows when the
-/// name is a reentrant or shared lock (2 round trips then). inspect() changes nothing.
+/// name is a reentrant or shared lock (2 round trips then). A free name (no lock key) may still
+/// have waiters in any kind's queue: the other two kinds' scripts then add theirs (3 round
+/// trips, one snapshot per kind). inspect() changes nothing.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/lock_info_scripts.hpp>
@@ -127,23 +129,24 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   const reentrant_scripts::keys rk(name, options);
   const shared_scripts::keys sk(name, options);
   const std::string& key = mk.lock;
-  std::string kind = "mutex";
+  struct kind_scripts {
+    std::string_view kind;
+    const script *info, *force_release;
+    const std::string *queue, *waiters;
+  };
+  const kind_scripts kinds[] = {
+      {"mutex", &lock_info_scripts::mutex_info(), &lock_info_scripts::mutex_break(), &mk.queue, &mk.waiters},
+      {"reentrant", &lock_info_scripts::reentrant_info(), &lock_info_scripts::reentrant_break(), &rk.queue,
+       &rk.waiters},
+      {"shared", &lock_info_scripts::shared_info(), &lock_info_scripts::shared_break(), &sk.queue, &sk.waiters}};
+  std::string kind = "mutex";  // the mutex's script also answers for a free or foreign key
   for (int round = 0; round < 4; ++round) {
-    const script* s = nullptr;
-    const std::string *queue = &mk.queue, *waiters = &mk.waiters;
-    if (kind == "reentrant") {
-      s = force ? &lock_info_scripts::reentrant_break() : &lock_info_scripts::reentrant_info();
-      queue = &rk.queue;
-      waiters = &rk.waiters;
-    } else if (kind == "shared") {
-      s = force ? &lock_info_scripts::shared_break() : &lock_info_scripts::shared_info();
-      queue = &sk.queue;
-      waiters = &sk.waiters;
-    } else {
-      s = force ? &lock_info_scripts::mutex_break() : &lock_info_scripts::mutex_info();
-    }
+    const kind_scripts* k = &kinds[0];
+    for (const kind_scripts& candidate : kinds)
+      if (candidate.kind == kind) k = &candidate;
+    const script* s = force ? k->force_release : k->info;
     reply_ptr r = client.run(key, [&](connection& c) {
-      return s->run(c, {key, mk.fence, *queue, *waiters}, {mk.waiter_prefix});
+      return s->run(c, {key, mk.fence, *k->queue, *k->waiters}, {mk.waiter_prefix});
     });
     const std::string found(as_string(element(*r, 0)));
     if (r->elements <= 1) {
@@ -151,22 +154,18 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
       continue;
     }
     lock_info info = parse_lock_info(*r, std::string(name), key);
-    if (info.kind == lock_kind::none && !force && kind == "mutex") {
-      struct queue_of_kind {
-        const script* info;
-        const std::string *queue, *waiters;
-      };
-      for (const queue_of_kind& q : {queue_of_kind{&lock_info_scripts::reentrant_info(), &rk.queue, &rk.waiters},
-                                     queue_of_kind{&lock_info_scripts::shared_info(), &sk.queue, &sk.waiters}}) {
-        reply_ptr o = client.run(key, [&](connection& c) {
-          return q.info->run(c, {key, mk.fence, *q.queue, *q.waiters}, {mk.waiter_prefix});
-        });
-        if (o->elements <= 1) continue;  // taken meanwhile by another kind: the first snapshot stands
-        const lock_info more = parse_lock_info(*o, std::string(name), key);
-        if (more.kind != lock_kind::none) continue;  // taken meanwhile by this kind: likewise
-        info.waiters += more.waiters;
-        info.writer_waiting = std::max(info.writer_waiting, more.writer_waiting);
-      }
+    if (info.kind != lock_kind::none) return info;
+    // A free name: add the waiters of the other kinds' queues (read-only, break or not).
+    for (const kind_scripts& other : kinds) {
+      if (&other == k) continue;
+      reply_ptr o = client.run(key, [&](connection& c) {
+        return other.info->run(c, {key, mk.fence, *other.queue, *other.waiters}, {mk.waiter_prefix});
+      });
+      if (o->elements <= 1) continue;  // taken meanwhile by another kind: the first snapshot stands
+      const lock_info more = parse_lock_info(*o, std::string(name), key);
+      if (more.kind != lock_kind::none) continue;  // taken meanwhile: likewise
+      info.waiters += more.waiters;
+      info.writer_waiting = std::max(info.writer_waiting, more.writer_waiting);
     }
     return info;
   }

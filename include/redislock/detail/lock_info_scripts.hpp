@@ -10,8 +10,9 @@
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
 /// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
 /// that finds another kind than its own replies {kind} alone, and the caller runs that kind's
-/// script; so each reply is one atomic snapshot of one kind. (The mutex script also answers
-/// for "none" and "foreign": there is nothing else to read.)
+/// script; so each reply is one atomic snapshot of one kind. The mutex script also answers
+/// for "foreign" (there is nothing else to read), and every kind's script for "none", with
+/// its own queue's waiters: inspect() adds them up for a free name.
 ///
 /// Reply: {kind, pttl, fence, waiters, writer_waiting_ms, holders...}
 ///   pttl               the lock key's remaining time in ms (-2 absent, -1 no expiry)
