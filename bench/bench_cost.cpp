@@ -75,12 +75,17 @@ struct phase_cost {
   double server_cpu = 0, script_usec = 0;
   long long commands = 0, scripts = 0;
   std::map<std::string, long long> calls;
+  std::map<std::string, double> usec;
   void add(const server_sample& before, const server_sample& after) {
     server_cpu += after.cpu - before.cpu;
     script_usec += after.script_usec - before.script_usec;
     commands += after.total() - before.total();
     scripts += after.of("evalsha") - before.of("evalsha");
     for (const auto& [k, v] : after.calls) calls[k] += v - before.of(k);
+    for (const auto& [k, v] : after.usec) {
+      auto it = before.usec.find(k);
+      usec[k] += v - (it == before.usec.end() ? 0 : it->second);
+    }
   }
 };
 
@@ -126,12 +131,17 @@ std::vector<double> paced_raw_cycle_server_us(int port, connection& admin, nanos
   return out;
 }
 
-/// Prints each command's calls per operation (the profile of a phase) to stderr.
+/// Prints each command's calls per operation and, in brackets, the server's µs per operation
+/// in it (the profile of a phase) to stderr.
 void print_profile(const char* what, const phase_cost& c, double ops) {
   std::fprintf(stderr, "%s: %.2f commands/op (server %.2f us/op, in scripts %.2f us/op):", what,
                static_cast<double>(c.commands) / ops, c.server_cpu * 1e6 / ops, c.script_usec / ops);
-  for (const auto& [k, v] : c.calls)
-    if (v > 0) std::fprintf(stderr, " %s=%.2f", k.c_str(), static_cast<double>(v) / ops);
+  for (const auto& [k, v] : c.calls) {
+    auto it = c.usec.find(k);
+    if (v > 0)
+      std::fprintf(stderr, " %s=%.2f (%.2f us)", k.c_str(), static_cast<double>(v) / ops,
+                   (it == c.usec.end() ? 0 : it->second) / ops);
+  }
   std::fprintf(stderr, "\n");
 }
 

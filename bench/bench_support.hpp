@@ -108,6 +108,7 @@ struct server_sample {
   double cpu = 0;                          // seconds
   std::map<std::string, long long> calls;  // per command, "info" left out
   double script_usec = 0;                  // time the server spent running EVALSHA (scripts)
+  std::map<std::string, double> usec;      // per command, time spent in it (calls inside scripts too)
   long long total() const {
     long long n = 0;
     for (const auto& [k, v] : calls) n += v;
@@ -137,7 +138,9 @@ inline server_sample sample(connection& admin) {
     if (name == "info") continue;
     s.calls[name] = std::atoll(line.c_str() + calls + 6);
     const auto usec = line.find(",usec=");
-    if (name == "evalsha" && usec != std::string::npos) s.script_usec = std::atof(line.c_str() + usec + 6);
+    if (usec == std::string::npos) continue;
+    s.usec[name] = std::atof(line.c_str() + usec + 6);
+    if (name == "evalsha") s.script_usec = s.usec[name];
   }
   return s;
 }

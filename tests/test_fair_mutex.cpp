@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -229,6 +230,32 @@ TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
   reply_ptr again = acquire();
   EXPECT_EQ(again->element[0]->integer, 1);
   EXPECT_GT(admin->command({"PTTL", key})->integer, 29000);
+}
+
+// Places are ordered by arrival on the server's clock (ties: by token); a refresh keeps its
+// place (ZADD NX), and a waiter whose entry vanished without its field queues again, last.
+TEST_F(FairTest, ARefreshKeepsItsPlaceAndALostEntryQueuesAgainLast) {
+  const std::string key = "redislock:{order}", queue = key + ":queue";
+  admin->command({"SET", key, "holder:1", "PX", "30000"});
+  auto wait = [&](const std::string& token) {
+    reply_ptr r = detail::mutex_scripts::queue_attempt().run(*admin, {key, key + ":fence", queue, key + ":waiters"},
+                                                             {token, "30000", "wait", "0", "2000", key + ":w:"});
+    return r->element[0]->integer;
+  };
+  auto order = [&] {
+    std::vector<std::string> out;
+    reply_ptr r = admin->command({"ZRANGE", queue, "0", "-1"});
+    for (std::size_t i = 0; i < r->elements; ++i) out.push_back(text(r->element[i]));
+    return out;
+  };
+  for (const char* t : {"a:1", "b:1", "c:1"}) ASSERT_EQ(wait(t), 0);
+  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "b:1", "c:1"}));
+  ASSERT_EQ(wait("a:1"), 0);  // a refresh
+  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "b:1", "c:1"}));
+  admin->command({"ZREM", queue, "b:1"});  // gone from the queue, still in the hash
+  ASSERT_EQ(wait("b:1"), 0);
+  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "c:1", "b:1"}));
+  admin->command({"DEL", key, queue, key + ":waiters"});
 }
 
 // A release never hands the lock back to the releasing token, even when a stale queue entry of

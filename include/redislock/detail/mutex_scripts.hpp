@@ -9,13 +9,13 @@
 ///                          while the caller's lease is valid, so tokens follow the order of the
 ///                          holds. Expires 7 days after the last token; tokens still increase
 ///                          (detail/fence_scripts.hpp).
-///   P{N}:queue     zset    waiting tokens, score = arrival number: the lowest is the head.
-///                          Absent when nobody waits; expires at most wait_lease after the
-///                          longest place in it.
+///   P{N}:queue     zset    waiting tokens, score = arrival time (server time, µs): the lowest
+///                          is the head. Absent when nobody waits; expires at most wait_lease
+///                          after the longest place in it.
 ///   P{N}:waiters   hash    token -> "<place expires at>:<lease ms>" (server time, ms): a
 ///                          waiter's place lapses wait_lease after the lease of the holder it
-///                          last saw (its attempts refresh it); field "#seq" is the arrival
-///                          counter. A token has a field exactly while it is in the queue.
+///                          last saw (its attempts refresh it). A token has a field exactly
+///                          while it is in the queue. (A "#seq" field of an older version is ignored.)
 ///                          Expires with the queue (which also vanishes with its last member).
 ///   channel P{N}:w:<id>  a waiter object's channel (its tokens are "<id>:<n>"); a hand-off
 ///                        publishes the token it is for, so a late notice for an earlier
@@ -60,13 +60,16 @@ struct keys {
   std::string lock, fence, queue, waiters, waiter_prefix;
 };
 
-/// The queue Lua (detail/queue_lua.hpp) with the mutex's grant: the lock key gets the
+/// The hand-off functions (detail/queue_lua.hpp) with the mutex's grant: the lock key gets the
 /// waiter's token and lease.
-inline std::string hand_off_lua() {
-  return queue_lua(R"lua(
+inline std::string hand_off_defs() {
+  return hand_off_defs_lua(R"lua(
 local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
 )lua");
 }
+
+/// The whole queue Lua (detail/queue_lua.hpp) of the mutex.
+inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: token, lease_ms, mode, fair ("1"/"0"), wait_lease_ms, waiter_channel_prefix ("P{N}:w:").
@@ -84,10 +87,14 @@ local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
   // Joining: GET, then detail/queue_lua.hpp's queue_not_acquired_lua().
-  static const script s(hand_off_lua() + R"lua(
+  static const script s(std::string(queue_state_lua()) + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
-if holder == false and fair then holder = hand_off(prefix, true) or false end
+if holder == false and fair then
+)lua" + hand_off_defs() +
+                        R"lua(
+  holder = hand_off(prefix, true) or false
+end
 if holder == false or holder == token then
   forget(token)
   redis.call('SET', lock, token, 'PX', lease)

@@ -5,10 +5,12 @@
 ///
 /// Each kind keeps its own queue keys (a mutex release must never hand a reentrant waiter a
 /// string key, nor the reverse), with the same layout:
-///   queue    zset  waiting owners, score = arrival number: the lowest is the head. Absent when
-///                  nobody waits; expires at most wait_lease after the longest place in it.
-///   waiters  hash  owner -> "<place expires at>:<lease ms>" (server time, ms); field "#seq"
-///                  is the arrival counter. An owner has a field exactly while it is queued.
+///   queue    zset  waiting owners, score = arrival time (server time, µs): the lowest is the
+///                  head. Absent when nobody waits; expires at most wait_lease after the longest
+///                  place in it.
+///   waiters  hash  owner -> "<place expires at>:<lease ms>" (server time, ms). An owner has a
+///                  field exactly while it is queued. (A "#seq" field left by an older version
+///                  is ignored.)
 /// A waiter's channel is the waiter channel prefix followed by its owner id up to the last
 /// ':' (owners end in ":<n>"): one channel per waiting object (mutex) or object and thread
 /// (reentrant), which receives every hand-off for it, naming the full owner id.
@@ -19,37 +21,47 @@
 
 namespace redislock::detail {
 
-/// Lua shared by the queue-aware scripts: KEYS lock, fence, queue, waiters; ARGV[1] = the
-/// caller's owner (token). `grant_lua` defines `local function grant(owner, lease_ms)`, which
+/// Lua shared by the queue-aware scripts, in two parts: queue_state_lua() then
+/// hand_off_defs_lua(grant_lua) (queue_lua() is both). KEYS lock, fence, queue, waiters; ARGV[1] =
+/// the caller's owner (token).
+/// queue_state_lua(): those locals; forget(owner) leaves the queue; server_now() reads TIME once
+/// per script, only when needed, and returns it in ms (now_us: the same in µs, the arrival time
+/// of a new place).
+/// hand_off_defs_lua(grant_lua): `grant_lua` defines `local function grant(owner, lease_ms)`, which
 /// makes `owner` the holder of the (free, or the releaser's) lock with that lease; it may use
-/// the locals lock, fence, queue, waiters and token.
-/// hand_off(prefix, take_self[, popped]) gives the lock to the first live waiter and returns
-/// its owner (nil: nobody waits); popped: the head, when the caller already popped it. The
-/// caller itself, at the head, is returned without a message when take_self (an attempt), and
-/// dropped otherwise (a release: a stale entry of the releaser's). A waiter is live when its
-/// place has not lapsed and notify() counts a listener on its channel; dead ones are dropped.
-/// forget(owner) leaves the queue; server_now() reads TIME once per script, only when needed.
+/// the locals above. hand_off(prefix, take_self[, popped]) gives the lock to the first live
+/// waiter and returns its owner (nil: nobody waits); popped: the head, when the caller already
+/// popped it. The caller itself, at the head, is returned without a message when take_self (an
+/// attempt), and dropped otherwise (a release: a stale entry of the releaser's). A waiter is
+/// live when its place has not lapsed and notify() counts a listener on its channel; dead ones
+/// are dropped. An attempt defines these only in the branch that hands off (fair mode, a free
+/// lock): each `local function` is an allocation on every run of the script.
 /// A waiter's field in the waiters hash and its entry in the queue are added and removed
-/// together (same script), so HSET's and HDEL's replies tell whether an owner is queued.
-inline std::string queue_lua(const char* grant_lua) {
+/// together (same script), so HDEL's reply tells whether an owner was queued.
+inline const char* queue_state_lua() {
   // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
-  // The hand-off is on the critical path of every contended acquisition: few calls. An empty
-  // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
-  return std::string(notify_lua()) + R"lua(
+  return R"lua(
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local time_of_script
+local time_of_script, now_us
 local function server_now()
   if not time_of_script then
     local t = redis.call('TIME')
-    time_of_script = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    -- Below 2^53, so exact as a Lua number and as ZADD's score.
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    time_of_script = math.floor(now_us / 1000)
   end
   return time_of_script
 end
 local function forget(w)
   if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
-)lua" + grant_lua +
-         R"lua(
+)lua";
+}
+
+inline std::string hand_off_defs_lua(const char* grant_lua) {
+  // The hand-off is on the critical path of every contended acquisition: few calls. An empty
+  // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
+  return std::string(notify_lua()) + grant_lua + R"lua(
 local function hand_off(prefix, take_self, popped)
   while true do
     local head = popped or redis.call('ZPOPMIN', queue)[1]
@@ -71,26 +83,27 @@ end
 )lua";
 }
 
+inline std::string queue_lua(const char* grant_lua) { return queue_state_lua() + hand_off_defs_lua(grant_lua); }
+
 /// The end of a queue attempt (both kinds) that found the lock held by another: replies
 /// {0, the holder's PTTL}; mode "wait" joins the queue first, keeping our place, and refreshes
 /// it: it now lapses wait_lease after the holder's lease ends (the waiter wakes when that lease
 /// ends anyway, so waiting behind a holder costs no refreshes); mode "leave" leaves it. Needs
 /// the locals of queue_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
-/// Joining: PTTL, TIME, HSET (1 = a new place), HINCRBY + ZADD (new places only; a refresh asks
-/// ZSCORE instead), PTTL of the queue; both PEXPIREs only when the queue would lapse before this place.
+/// Joining: PTTL, TIME, HSET, ZADD NX, PTTL of the queue; both PEXPIREs only when the queue
+/// would lapse before this place.
 inline const char* queue_not_acquired_lua() {
   return R"lua(
 local pttl = redis.call('PTTL', lock)
 if mode == 'wait' then
   -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
   local place = (pttl >= 0 and pttl or 1000) + wait_lease
-  -- A new field means a new waiter. A refresh checks the queue too (ZSCORE, refreshes only):
-  -- should the queue have gone without the hash (evicted, deleted by hand, or expired a
-  -- millisecond earlier on Redis < 7), the waiter is queued again instead of stranded.
-  if redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease)) == 1
-      or not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), token)
-  end
+  redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease))
+  -- NX: a new waiter queues at its arrival time; a refresh keeps its place. Should the queue
+  -- have gone without the hash (evicted, deleted by hand, or expired a millisecond earlier on
+  -- Redis < 7), the waiter is queued again (last) instead of stranded. The order is the
+  -- server clock's: a clock stepped back can put a later arrival first (order, never exclusion).
+  redis.call('ZADD', queue, 'NX', now_us, token)
   -- The queue never outlives its longest place by more than wait_lease, so crashed waiters
   -- leave no garbage behind; extending it one wait_lease further than needed spares the
   -- PEXPIREs of the joins that follow within that time.

@@ -12,11 +12,11 @@
 ///   P{N}:fence     integer fencing counter, drawn from by fencing_token() while the owner holds
 ///                          the lock (detail/fence_scripts.hpp: expires, tokens still increase);
 ///                          shared with the other lock kinds of the same name.
-///   P{N}:rqueue    zset    waiting owners, score = arrival number: the lowest is the head.
+///   P{N}:rqueue    zset    waiting owners, score = arrival time (server time, µs): the lowest is the head.
 ///                          Absent when nobody waits; expires at most wait_lease after the
 ///                          longest place in it (detail/queue_lua.hpp).
-///   P{N}:rwaiters  hash    owner -> "<place expires at>:<lease ms>" (server time, ms); "#seq"
-///                          is the arrival counter. A field exactly while the owner is queued.
+///   P{N}:rwaiters  hash    owner -> "<place expires at>:<lease ms>" (server time, ms). A field
+///                          exactly while the owner is queued.
 ///   channel P{N}:w:<instance hex>:<thread serial>   a waiting thread's channel (one per object
 ///                          and thread, so threads of one object wait at once); a hand-off
 ///                          publishes the full owner id it is for, so a notice for an earlier
@@ -80,9 +80,10 @@ end
 )lua";
 }
 
-// queue_lua() with this kind's grant: the hash becomes {@kind, <waiter> = 1} with its lease.
-inline std::string hand_off_lua() {
-  return queue_lua(R"lua(
+// The hand-off functions (detail/queue_lua.hpp) with this kind's grant: the hash becomes
+// {@kind, <waiter> = 1} with its lease.
+inline std::string hand_off_defs() {
+  return hand_off_defs_lua(R"lua(
 local function grant(w, lease)
   redis.call('DEL', lock)
   redis.call('HSET', lock, '@kind', 'reentrant', w, 1)
@@ -90,6 +91,9 @@ local function grant(w, lease)
 end
 )lua");
 }
+
+// The whole queue Lua of this kind.
+inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: owner, lease_ms, count (the count after this acquisition), mode, fair ("1"/"0"),
@@ -107,7 +111,7 @@ end
 inline const script& acquire() {
   // Uncontended: HGET @kind, EXISTS, HEXISTS, HDEL (forget), HSET, PEXPIRE; a re-entry the
   // same without EXISTS. Fair mode adds a ZPOPMIN of the (absent) queue to a free lock.
-  static const script s(std::string(prelude()) + hand_off_lua() + R"lua(
+  static const script s(std::string(prelude()) + queue_state_lua() + R"lua(
 local lease, count, mode, fair, wait_lease, prefix =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 local mine = redis.call('HEXISTS', lock, token) == 1
@@ -117,6 +121,8 @@ if not mine then
   if kind and redis.call('HLEN', lock) > 1 then
     other = true
   elseif fair then
+)lua" + hand_off_defs() +
+                        R"lua(
     local head = hand_off(prefix, true)
     other = head ~= nil and head ~= token
   end

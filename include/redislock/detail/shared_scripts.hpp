@@ -15,7 +15,7 @@
 ///   P{N}:fence     integer fencing counter, drawn from by fencing_token() while the owner holds
 ///                          the lock (detail/fence_scripts.hpp: expires, tokens still increase);
 ///                          shared with the other lock kinds of the same name.
-///   P{N}:squeue    zset    waiting owners, score = arrival number: the lowest is the head.
+///   P{N}:squeue    zset    waiting owners, score = arrival time (server time, µs): the lowest is the head.
 ///                          Absent when nobody waits; expires at most wait_lease after the
 ///                          longest place in it. This kind's own: a mutex's P{N}:queue never
 ///                          names a shared waiter, nor the reverse.
@@ -23,8 +23,8 @@
 ///                          ms; side "w" or "r"; wait = the client's number for this wait, so a
 ///                          notice names one wait, never a later one of the same owner). A place
 ///                          lapses wait_lease after the earliest lease among the holds that kept
-///                          the waiter out when it last asked; field "#seq" is the arrival
-///                          counter. An owner has a field exactly while it is in the queue.
+///                          the waiter out when it last asked. An owner has a field exactly
+///                          while it is in the queue. (A "#seq" field of an older version is ignored.)
 ///   channel P{N}:w:<instance hex>:<thread serial>   one object's thread's channel (owners are
 ///                          "<instance>:<serial>:<generation>", so the channel is the owner id
 ///                          without its generation). A hand-off publishes "<owner> <side><wait>":
@@ -130,7 +130,8 @@ if #h > 0 and kind ~= 'shared' then
                            ', not a shared lock')
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- below 2^53: exact
+local now = math.floor(now_us / 1000)
 local dirty = false  -- the hash was written (purge, grant): finish() sets its expiry
 if writer and wexp <= now then
   redis.call('HDEL', key, '@w', '@wx')
@@ -293,12 +294,10 @@ end
 local pttl = first and math.max(first - now, 1) or 1000
 if mode == 'wait' then
   local place = pttl + wait_lease
-  -- A new field is a new waiter. A refresh checks the queue too (ZSCORE), so a waiter whose
-  -- entry vanished without its field is queued again, not stranded.
-  if redis.call('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait)) == 1
-      or not redis.call('ZSCORE', queue, owner) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '#seq', 1), owner)
-  end
+  redis.call('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait))
+  -- NX: a new waiter queues at its arrival time (server clock, µs), a refresh keeps its place,
+  -- and a waiter whose entry vanished without its field is queued again, not stranded.
+  redis.call('ZADD', queue, 'NX', now_us, owner)
   -- The queue never outlives its longest place by more than wait_lease (crashed waiters leave
   -- no garbage); one wait_lease more than needed spares the PEXPIREs of the joins that follow.
   if redis.call('PTTL', queue) < place then
