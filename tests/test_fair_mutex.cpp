@@ -232,8 +232,9 @@ TEST_F(FairTest, ARetriedAcquireWhoseReplyWasLostRestartsTheLease) {
   EXPECT_GT(admin->command({"PTTL", key})->integer, 29000);
 }
 
-// Places are ordered by arrival on the server's clock (ties: by token); a refresh keeps its
-// place (ZADD NX), and a waiter whose entry vanished without its field queues again, last.
+// Places are ordered by arrival on the server's clock (µs); a refresh keeps its place (ZADD
+// NX), a waiter whose entry vanished without its field queues again, last, and an entry of an
+// older version (arrival counter "#seq": small numbers) sorts first.
 TEST_F(FairTest, ARefreshKeepsItsPlaceAndALostEntryQueuesAgainLast) {
   const std::string key = "redislock:{order}", queue = key + ":queue";
   admin->command({"SET", key, "holder:1", "PX", "30000"});
@@ -248,13 +249,28 @@ TEST_F(FairTest, ARefreshKeepsItsPlaceAndALostEntryQueuesAgainLast) {
     for (std::size_t i = 0; i < r->elements; ++i) out.push_back(text(r->element[i]));
     return out;
   };
-  for (const char* t : {"a:1", "b:1", "c:1"}) ASSERT_EQ(wait(t), 0);
-  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "b:1", "c:1"}));
-  ASSERT_EQ(wait("a:1"), 0);  // a refresh
-  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "b:1", "c:1"}));
+  auto server_us = [&] {
+    reply_ptr t = admin->command({"TIME"});
+    return std::stoll(text(t->element[0])) * 1000000 + std::stoll(text(t->element[1]));
+  };
+  auto score = [&](const char* token) { return std::stoll(text(admin->command({"ZSCORE", queue, token}))); };
+  const long long before = server_us();
+  for (const char* t : {"c:1", "b:1", "a:1"}) ASSERT_EQ(wait(t), 0);  // not in name order
+  const long long after = server_us();
+  EXPECT_EQ(order(), (std::vector<std::string>{"c:1", "b:1", "a:1"}));
+  EXPECT_GE(score("c:1"), before);
+  EXPECT_LE(score("a:1"), after);
+  const long long c_score = score("c:1");
+  ASSERT_EQ(wait("c:1"), 0);  // a refresh
+  EXPECT_EQ(score("c:1"), c_score);
+  EXPECT_EQ(order(), (std::vector<std::string>{"c:1", "b:1", "a:1"}));
   admin->command({"ZREM", queue, "b:1"});  // gone from the queue, still in the hash
   ASSERT_EQ(wait("b:1"), 0);
-  EXPECT_EQ(order(), (std::vector<std::string>{"a:1", "c:1", "b:1"}));
+  EXPECT_EQ(order(), (std::vector<std::string>{"c:1", "a:1", "b:1"}));
+  admin->command({"ZADD", queue, "1", "old:1"});  // queued by an older version
+  admin->command({"HSET", key + ":waiters", "old:1", "99999999999999:30000", "#seq", "1"});
+  ASSERT_EQ(wait("d:1"), 0);
+  EXPECT_EQ(order(), (std::vector<std::string>{"old:1", "c:1", "a:1", "b:1", "d:1"}));
   admin->command({"DEL", key, queue, key + ":waiters"});
 }
 

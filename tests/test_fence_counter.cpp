@@ -30,13 +30,17 @@ void use_names_once(client& c, const char* kind, int names, bool ask_token, Hold
 TEST_F(FenceCounter, ALockNameUsedOnceLeavesNothingBehind) {
   const auto exclusive = [](auto& l, bool token) {
     l.lock();
-    if (token) EXPECT_GT(l.fencing_token(), 0u);
+    if (token) {
+      EXPECT_GT(l.fencing_token(), 0u);
+    }
     l.unlock();
     EXPECT_EQ(l.last_release(), release_status::released);
   };
   const auto shared = [](shared_mutex& l, bool token) {
     l.lock_shared();
-    if (token) EXPECT_GT(l.fencing_token(), 0u);
+    if (token) {
+      EXPECT_GT(l.fencing_token(), 0u);
+    }
     l.unlock_shared();
     EXPECT_EQ(l.last_release(), release_status::released);
   };

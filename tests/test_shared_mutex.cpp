@@ -35,19 +35,6 @@ long long server_now_ms(connection& c) {
   return std::stoll(t->element[0]->str) * 1000 + std::stoll(t->element[1]->str) / 1000;
 }
 
-/// Every field and value of a hash, sorted (to compare before/after).
-std::vector<std::string> hgetall(connection& c, const std::string& key) {
-  reply_ptr r = c.command({"HGETALL", key});
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (std::size_t i = 0; i + 1 < r->elements; i += 2)
-    pairs.emplace_back(std::string(r->element[i]->str, r->element[i]->len),
-                       std::string(r->element[i + 1]->str, r->element[i + 1]->len));
-  std::sort(pairs.begin(), pairs.end());
-  std::vector<std::string> out;
-  for (auto& [f, v] : pairs) out.push_back(f + "=" + v);
-  return out;
-}
-
 /// A countdown every thread reaches; wait() returns false when `timeout` passed first.
 class latch {
  public:

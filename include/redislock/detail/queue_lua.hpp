@@ -89,7 +89,7 @@ inline std::string queue_lua(const char* grant_lua) { return queue_state_lua() +
 /// {0, the holder's PTTL}; mode "wait" joins the queue first, keeping our place, and refreshes
 /// it: it now lapses wait_lease after the holder's lease ends (the waiter wakes when that lease
 /// ends anyway, so waiting behind a holder costs no refreshes); mode "leave" leaves it. Needs
-/// the locals of queue_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
+/// the locals of queue_state_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
 /// Joining: PTTL, TIME, HSET, ZADD NX, PTTL of the queue; both PEXPIREs only when the queue
 /// would lapse before this place.
 inline const char* queue_not_acquired_lua() {
