@@ -69,7 +69,7 @@ local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
 }
 
 /// The whole queue Lua (detail/queue_lua.hpp) of the mutex.
-inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); }
+inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: token, lease_ms, mode, fair ("1"/"0"), wait_lease_ms, waiter_channel_prefix ("P{N}:w:").
@@ -87,7 +87,7 @@ inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); 
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
   // Joining: GET, then detail/queue_lua.hpp's queue_not_acquired_lua().
-  static const script s(std::string(queue_state_lua()) + R"lua(
+  static const script s(queue_state_lua() + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
 if holder == false and fair then

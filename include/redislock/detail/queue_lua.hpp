@@ -21,12 +21,13 @@
 
 namespace redislock::detail {
 
-/// Lua shared by the queue-aware scripts, in two parts: queue_state_lua() then
-/// hand_off_defs_lua(grant_lua) (queue_lua() is both). KEYS lock, fence, queue, waiters; ARGV[1] =
-/// the caller's owner (token).
-/// queue_state_lua(): those locals; forget(owner) leaves the queue; server_now() reads TIME once
-/// per script, only when needed, and returns it in ms (now_us: the same in µs, the arrival time
-/// of a new place).
+/// Lua shared by the queue-aware scripts, in parts: queue_locals_lua() (releases) or
+/// queue_state_lua() (attempts), then hand_off_defs_lua(grant_lua) where the script hands off
+/// (each kind's hand_off_lua() is queue_locals_lua() and its hand-off functions).
+/// queue_locals_lua(): KEYS lock, fence, queue, waiters and ARGV[1] = the caller's owner (token)
+/// as locals; server_now() reads TIME once per script, only when needed, and returns it in ms
+/// (now_us: the same in µs, the arrival time of a new place).
+/// queue_state_lua(): the same, and forget(owner), which leaves the queue.
 /// hand_off_defs_lua(grant_lua): `grant_lua` defines `local function grant(owner, lease_ms)`, which
 /// makes `owner` the holder of the (free, or the releaser's) lock with that lease; it may use
 /// the locals above. hand_off(prefix, take_self[, popped]) gives the lock to the first live
@@ -38,7 +39,7 @@ namespace redislock::detail {
 /// lock): each `local function` is an allocation on every run of the script.
 /// A waiter's field in the waiters hash and its entry in the queue are added and removed
 /// together (same script), so HDEL's reply tells whether an owner was queued.
-inline const char* queue_state_lua() {
+inline const char* queue_locals_lua() {
   // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
   return R"lua(
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
@@ -52,6 +53,11 @@ local function server_now()
   end
   return time_of_script
 end
+)lua";
+}
+
+inline std::string queue_state_lua() {
+  return std::string(queue_locals_lua()) + R"lua(
 local function forget(w)
   if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
@@ -82,8 +88,6 @@ local function hand_off(prefix, take_self, popped)
 end
 )lua";
 }
-
-inline std::string queue_lua(const char* grant_lua) { return queue_state_lua() + hand_off_defs_lua(grant_lua); }
 
 /// The end of a queue attempt (both kinds) that found the lock held by another: replies
 /// {0, the holder's PTTL}; mode "wait" joins the queue first, keeping our place, and refreshes

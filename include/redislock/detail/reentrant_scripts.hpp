@@ -93,7 +93,7 @@ end
 }
 
 // The whole queue Lua of this kind.
-inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); }
+inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: owner, lease_ms, count (the count after this acquisition), mode, fair ("1"/"0"),
@@ -111,7 +111,7 @@ inline std::string hand_off_lua() { return queue_state_lua() + hand_off_defs(); 
 inline const script& acquire() {
   // Uncontended: HGET @kind, EXISTS, HEXISTS, HDEL (forget), HSET, PEXPIRE; a re-entry the
   // same without EXISTS. Fair mode adds a ZPOPMIN of the (absent) queue to a free lock.
-  static const script s(std::string(prelude()) + queue_state_lua() + R"lua(
+  static const script s(prelude() + queue_state_lua() + R"lua(
 local lease, count, mode, fair, wait_lease, prefix =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 local mine = redis.call('HEXISTS', lock, token) == 1
