@@ -68,7 +68,7 @@ local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
 )lua");
 }
 
-/// The whole queue Lua (detail/queue_lua.hpp) of the mutex.
+/// The queue Lua of the mutex's releases and force_release: the locals and the hand-off functions.
 inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.

@@ -92,7 +92,7 @@ end
 )lua");
 }
 
-// The whole queue Lua of this kind.
+// The queue Lua of this kind's releases and force_release: the locals and the hand-off functions.
 inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
