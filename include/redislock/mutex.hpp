@@ -260,7 +260,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     }
     // Redis could not be told. Our place lapses on its own (and a lock handed to us meanwhile
     // with our lease); a new token keeps this object clear of both, and nobody listening on our
-    // channel any more makes a release skip that place (notify() counts no listener) instead of
+    // channel any more makes a release skip that place (it counts no listener on our channel) instead of
     // handing the lock to a token nobody will use.
     channel_subscription_.reset();
     try {

@@ -200,7 +200,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     return waiting_[detail::thread_serial()];  // elements of an unordered_map never move
   }
   // A thread's channel goes with the thread (an exited thread's leftover place is
-  // then dead: notify() counts nobody on its channel).
+  // then dead: a release counts no listener on its channel).
   struct waiting_exits : detail::thread_exits::listener {
     explicit waiting_exits(basic_reentrant_mutex& m) : m_(m) { detail::thread_exits::instance().add(this); }
     ~waiting_exits() { detail::thread_exits::instance().remove(this); }

@@ -38,7 +38,7 @@
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
 ///   mutex, reentrant  delete P{N} and hand the lock to the longest waiting live waiter, exactly
-///              as a release does (the kind's hand_off_lua);
+///              as a release does (the kind's hand_off());
 ///   shared     delete P{N} and admit the head of its queue (a writer, or the run of readers),
 ///              exactly as a release does (shared_scripts::queue_lua).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
@@ -178,30 +178,30 @@ inline const script& shared_info() {
 
 /// Force release of a mutex: the snapshot, then, if held, delete and hand off like a release.
 inline const script& mutex_break() {
-  static const script s(std::string(kind_lua()) + mutex_info_lua() + mutex_scripts::hand_off_lua() + R"lua(
+  static const script s(std::string(kind_lua()) + mutex_info_lua() + queue_locals_lua() + R"lua(
 local r = info()
 if r[1] ~= 'mutex' then return r end
--- hand_off() drops the removed holder's own place (if it queued again) instead of handing to it.
+-- The hand-off drops the removed holder's own place (if it queued again) instead of handing to it.
 token = redis.call('GET', lock)
 redis.call('DEL', lock)
-hand_off(ARGV[1], false)
-return r
-)lua");
+local head, take_self, prefix = nil, false, ARGV[1]
+)lua" + mutex_scripts::hand_off() +
+                        "return r\n");
   return s;
 }
 
 /// Force release of a reentrant mutex: the snapshot, then, if held, delete and hand off like
 /// the last release.
 inline const script& reentrant_break() {
-  static const script s(std::string(kind_lua()) + reentrant_info_lua() + reentrant_scripts::hand_off_lua() + R"lua(
+  static const script s(std::string(kind_lua()) + reentrant_info_lua() + queue_locals_lua() + R"lua(
 local r = info()
 if r[1] ~= 'reentrant' then return r end
--- hand_off() drops the removed holder's own place (if it queued again) instead of handing to it.
+-- The hand-off drops the removed holder's own place (if it queued again) instead of handing to it.
 token = r[6] or ''
 redis.call('DEL', lock)
-hand_off(ARGV[1], false)
-return r
-)lua");
+local head, take_self, prefix = nil, false, ARGV[1]
+)lua" + reentrant_scripts::hand_off() +
+                        "return r\n");
   return s;
 }
 

@@ -60,16 +60,13 @@ struct keys {
   std::string lock, fence, queue, waiters, waiter_prefix;
 };
 
-/// The hand-off functions (detail/queue_lua.hpp) with the mutex's grant: the lock key gets the
-/// waiter's token and lease.
-inline std::string hand_off_defs() {
-  return hand_off_defs_lua(R"lua(
-local function grant(w, lease) redis.call('SET', lock, w, 'PX', lease) end
+/// The hand-off statements (detail/queue_lua.hpp) with the mutex's grant: the lock key gets the
+/// waiter's token and lease. Used by the attempts, the release and force_release.
+inline std::string hand_off() {
+  return hand_off_lua(R"lua(
+        redis.call('SET', lock, head, 'PX', lease)
 )lua");
 }
-
-/// The queue Lua of the mutex's releases and force_release: the locals and the hand-off functions.
-inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: token, lease_ms, mode, fair ("1"/"0"), wait_lease_ms, waiter_channel_prefix ("P{N}:w:").
@@ -87,16 +84,18 @@ inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs();
 ///        (-1: no expiry).
 inline const script& queue_attempt() {
   // Joining: GET, then detail/queue_lua.hpp's queue_not_acquired_lua().
-  static const script s(queue_state_lua() + R"lua(
+  static const script s(std::string(queue_locals_lua()) + R"lua(
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
 if holder == false and fair then
-)lua" + hand_off_defs() +
+  local head, take_self = nil, true
+)lua" + hand_off() +
                         R"lua(
-  holder = hand_off(prefix, true) or false
+  holder = handed or false
 end
 if holder == false or holder == token then
-  forget(token)
+)lua" + forget_lua() +
+                        R"lua(
   redis.call('SET', lock, token, 'PX', lease)
   return {1, 0}
 end
@@ -109,9 +108,8 @@ end
 ///        0 the lock is not ours (the lease ran out).
 inline const script& release() {
   // The uncontended path (nobody queued) is GET, ZPOPMIN (nothing: the queue is absent), DEL,
-  // before the hand-off's functions are even defined. A hand-off overwrites the lock key, so
-  // it is deleted only when nobody live was waiting (and nothing is written before the owner
-  // check).
+  // before anything of the hand-off runs. A hand-off overwrites the lock key, so it is deleted
+  // only when nobody live was waiting (and nothing is written before the owner check).
   static const script s(R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local head = redis.call('ZPOPMIN', KEYS[3])[1]
@@ -119,8 +117,12 @@ if not head then
   redis.call('DEL', KEYS[1])
   return 1
 end
-)lua" + hand_off_lua() + R"lua(
-if not hand_off(ARGV[2], false, head) then redis.call('DEL', lock) end
+)lua" + std::string(queue_locals_lua()) +
+                        R"lua(
+local take_self, prefix = false, ARGV[2]
+)lua" + hand_off() +
+                        R"lua(
+if not handed then redis.call('DEL', lock) end
 return 1
 )lua");
   return s;

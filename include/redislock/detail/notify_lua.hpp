@@ -3,8 +3,10 @@
 /// @brief The Lua every lock script uses to publish a release or hand-off notice.
 ///
 /// notify(channel, message) publishes to the waiters listening on THIS server and returns how
-/// many there are; it publishes nothing when there are none.
-///  - Listeners are counted first (PUBSUB SHARDNUMSUB, then PUBSUB NUMSUB), without sending
+/// many there are; it publishes nothing when there are none. The shared kind calls it; the
+/// mutex's and the reentrant mutex's hand-off splice the same as statements
+/// (notify_statements_lua()).
+///  - Listeners are counted first (PUBSUB NUMSUB, then PUBSUB SHARDNUMSUB), without sending
 ///    anything, because a published message also reaches subscribers of this server's replicas
 ///    (replication and the cluster bus forward PUBLISH and SPUBLISH) while no count includes
 ///    them. A waiter still subscribed on a demoted master — a stale cluster map or Sentinel
@@ -21,19 +23,41 @@
 /// Cost: one in-script PUBSUB call per notice to a classic waiter (two to a sharded one, and
 /// two when nobody listens); nothing is published when nobody listens.
 
+#include <string>
+
 namespace redislock::detail {
 
-inline const char* notify_lua() {
+/// Statements: the same as notify(channel, message), with `channel`, `message` and `notified`
+/// (0) locals the caller declared; `notified` becomes the count. Declares `local listening`.
+/// The hand-off splices this in rather than calling notify(): no function to create per run.
+inline const char* notify_statements_lua() {
   return R"lua(
+local listening = redis.pcall('PUBSUB', 'NUMSUB', channel)
+if type(listening) == 'table' and type(listening[2]) == 'number' and listening[2] > 0 then
+  notified = redis.call('PUBLISH', channel, message)
+else
+  listening = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
+  if type(listening) == 'table' and type(listening[2]) == 'number' and listening[2] > 0 then
+    notified = redis.call('SPUBLISH', channel, message)
+  end
+end
+)lua";
+}
+
+/// Defines listeners(subcommand, channel) (the count PUBSUB NUMSUB or SHARDNUMSUB gives; 0 when
+/// the subcommand is unknown or refused) and notify(channel, message).
+inline std::string notify_lua() {
+  return std::string(R"lua(
 local function listeners(subcommand, channel)
   local r = redis.pcall('PUBSUB', subcommand, channel)
   if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
   return 0
 end
 local function notify(channel, message)
-  if listeners('NUMSUB', channel) > 0 then return redis.call('PUBLISH', channel, message) end
-  if listeners('SHARDNUMSUB', channel) > 0 then return redis.call('SPUBLISH', channel, message) end
-  return 0
+  local notified = 0
+)lua") + notify_statements_lua() +
+         R"lua(
+  return notified
 end
 )lua";
 }

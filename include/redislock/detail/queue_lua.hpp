@@ -21,70 +21,87 @@
 
 namespace redislock::detail {
 
-/// Lua shared by the queue-aware scripts, in parts: queue_locals_lua() (releases) or
-/// queue_state_lua() (attempts), then hand_off_defs_lua(grant_lua) where the script hands off
-/// (each kind's hand_off_lua() is queue_locals_lua() and its hand-off functions).
+/// The queue Lua is spliced into each script as statements, not defined as functions: every
+/// `local function` is an allocation on every run of a script, and the hand-off is on the
+/// critical path of every contended acquisition (about a tenth of its script time, measured).
+///
 /// queue_locals_lua(): KEYS lock, fence, queue, waiters and ARGV[1] = the caller's owner (token)
-/// as locals; server_now() reads TIME once per script, only when needed, and returns it in ms
-/// (now_us: the same in µs, the arrival time of a new place).
-/// queue_state_lua(): the same, and forget(owner), which leaves the queue.
-/// hand_off_defs_lua(grant_lua): `grant_lua` defines `local function grant(owner, lease_ms)`, which
-/// makes `owner` the holder of the (free, or the releaser's) lock with that lease; it may use
-/// the locals above. hand_off(prefix, take_self[, popped]) gives the lock to the first live
-/// waiter and returns its owner (nil: nobody waits); popped: the head, when the caller already
-/// popped it. The caller itself, at the head, is returned without a message when take_self (an
-/// attempt), and dropped otherwise (a release: a stale entry of the releaser's). A waiter is
-/// live when its place has not lapsed and notify() counts a listener on its channel; dead ones
-/// are dropped. An attempt defines these only in the branch that hands off (fair mode, a free
-/// lock): each `local function` is an allocation on every run of the script.
-/// A waiter's field in the waiters hash and its entry in the queue are added and removed
-/// together (same script), so HDEL's reply tells whether an owner was queued.
+/// as locals, and clock_ms / clock_us, the server's clock once read (nil until then).
 inline const char* queue_locals_lua() {
-  // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
   return R"lua(
 local lock, fence, queue, waiters, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local time_of_script, now_us
-local function server_now()
-  if not time_of_script then
-    local t = redis.call('TIME')
-    -- Below 2^53, so exact as a Lua number and as ZADD's score.
-    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    time_of_script = math.floor(now_us / 1000)
-  end
-  return time_of_script
+local clock_ms, clock_us
+)lua";
+}
+
+/// Statements: read the server's clock into clock_us (µs: a new place's arrival time) and
+/// clock_ms (ms: place expiries), unless this script already did.
+inline const char* read_clock_lua() {
+  // TIME in a script that writes relies on effects replication, the default from Redis 5 on.
+  return R"lua(
+if not clock_ms then
+  local t = redis.call('TIME')
+  -- Below 2^53, so exact as a Lua number and as ZADD's score.
+  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  clock_ms = math.floor(clock_us / 1000)
 end
 )lua";
 }
 
-inline std::string queue_state_lua() {
-  return std::string(queue_locals_lua()) + R"lua(
-local function forget(w)
-  if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
-end
+/// Statements: the caller (token) leaves the queue. A waiter's field in the waiters hash and its
+/// entry in the queue are added and removed together (same script), so HDEL's reply tells
+/// whether it was queued.
+inline const char* forget_lua() {
+  return R"lua(
+if redis.call('HDEL', waiters, token) == 1 then redis.call('ZREM', queue, token) end
 )lua";
 }
 
-inline std::string hand_off_defs_lua(const char* grant_lua) {
-  // The hand-off is on the critical path of every contended acquisition: few calls. An empty
-  // queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
-  return std::string(notify_lua()) + grant_lua + R"lua(
-local function hand_off(prefix, take_self, popped)
-  while true do
-    local head = popped or redis.call('ZPOPMIN', queue)[1]
-    popped = nil
-    if not head then return nil end
-    local expiry, lease = string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+)$')
-    redis.call('HDEL', waiters, head)
-    if head == token then
-      if take_self then return head end
-    elseif expiry and tonumber(expiry) > server_now() then
+/// Statements: hand the lock to the first live waiter. Needs queue_locals_lua()'s locals and
+/// these, which the caller declares as locals (an undeclared one would be a global: an error):
+///   head       the queue's head when the caller already popped it, else nil;
+///   take_self  whether the caller's own entry, met at the head, is taken (an attempt: `handed`
+///              is the caller, and nobody is told) or dropped (a release: a stale entry of the
+///              releaser's);
+///   prefix     the waiter channel prefix.
+/// Declares `handed`: the owner the lock went to, nil when nobody live waits. `grant_lua`
+/// (statements) makes `head` the holder of the free, or the releaser's, lock with lease `lease`
+/// (ms, a string). A waiter is live when its place has not lapsed and its channel has a
+/// listener on this server (detail/notify_lua.hpp); dead ones are dropped on the way. An empty
+/// queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
+inline std::string hand_off_lua(const char* grant_lua) {
+  return std::string(R"lua(
+local handed
+while true do
+  head = head or redis.call('ZPOPMIN', queue)[1]
+  if not head then break end
+  local place = redis.call('HGET', waiters, head)
+  redis.call('HDEL', waiters, head)
+  if head == token then
+    if take_self then
+      handed = head
+      break
+    end
+  else
+    local expiry, lease = string.match(place or '', '^(%d+):(%d+)$')
+    if expiry then
+)lua") + read_clock_lua() +
+         R"lua(
+    end
+    if expiry and tonumber(expiry) > clock_ms then
       -- Owners are "<channel id>:<n>"; a waiter listens on one channel for all its owner ids.
-      if notify(prefix .. (string.match(head, '^(.+):%d+$') or head), head) > 0 then
-        grant(head, lease)
-        return head
+      local channel, message, notified = prefix .. (string.match(head, '^(.+):%d+$') or head), head, 0
+)lua" + notify_statements_lua() +
+         R"lua(
+      if notified > 0 then
+)lua" + grant_lua +
+         R"lua(
+        handed = head
+        break
       end
     end
   end
+  head = nil
 end
 )lua";
 }
@@ -93,21 +110,25 @@ end
 /// {0, the holder's PTTL}; mode "wait" joins the queue first, keeping our place, and refreshes
 /// it: it now lapses wait_lease after the holder's lease ends (the waiter wakes when that lease
 /// ends anyway, so waiting behind a holder costs no refreshes); mode "leave" leaves it. Needs
-/// the locals of queue_state_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
+/// the locals of queue_locals_lua() plus mode, wait_lease (ms, a number) and lease (the caller's, ms).
 /// Joining: PTTL, TIME, HSET, ZADD NX, PTTL of the queue; both PEXPIREs only when the queue
 /// would lapse before this place.
-inline const char* queue_not_acquired_lua() {
+inline std::string queue_not_acquired_lua() {
   return R"lua(
 local pttl = redis.call('PTTL', lock)
 if mode == 'wait' then
   -- A holder without expiry (PERSISTed) is looked at again every second by its waiters.
   local place = (pttl >= 0 and pttl or 1000) + wait_lease
-  redis.call('HSET', waiters, token, string.format('%d:%s', server_now() + place, lease))
+)lua" + std::string(read_clock_lua()) +
+         R"lua(
+  -- A whole number below 10^14 (leases and wait_lease are at most max_lease, 30 days), so `..`
+  -- writes every digit, as "%d" would, without the call.
+  redis.call('HSET', waiters, token, (clock_ms + place) .. ':' .. lease)
   -- NX: a new waiter queues at its arrival time; a refresh keeps its place. Should the queue
   -- have gone without the hash (evicted, deleted by hand, or expired a millisecond earlier on
   -- Redis < 7), the waiter is queued again (last) instead of stranded. The order is the
   -- server clock's: a clock stepped back can put a later arrival first (order, never exclusion).
-  redis.call('ZADD', queue, 'NX', now_us, token)
+  redis.call('ZADD', queue, 'NX', clock_us, token)
   -- The queue never outlives its longest place by more than wait_lease, so crashed waiters
   -- leave no garbage behind; extending it one wait_lease further than needed spares the
   -- PEXPIREs of the joins that follow within that time.
@@ -116,7 +137,8 @@ if mode == 'wait' then
     redis.call('PEXPIRE', waiters, place + wait_lease)
   end
 elseif mode == 'leave' then
-  forget(token)
+)lua" + forget_lua() +
+         R"lua(
 end
 return {0, pttl}
 )lua";

@@ -80,20 +80,15 @@ end
 )lua";
 }
 
-// The hand-off functions (detail/queue_lua.hpp) with this kind's grant: the hash becomes
-// {@kind, <waiter> = 1} with its lease.
-inline std::string hand_off_defs() {
-  return hand_off_defs_lua(R"lua(
-local function grant(w, lease)
-  redis.call('DEL', lock)
-  redis.call('HSET', lock, '@kind', 'reentrant', w, 1)
-  redis.call('PEXPIRE', lock, lease)
-end
+// The hand-off statements (detail/queue_lua.hpp) with this kind's grant: the hash becomes
+// {@kind, <waiter> = 1} with its lease. Used by acquire(), release() and force_release.
+inline std::string hand_off() {
+  return hand_off_lua(R"lua(
+        redis.call('DEL', lock)
+        redis.call('HSET', lock, '@kind', 'reentrant', head, 1)
+        redis.call('PEXPIRE', lock, lease)
 )lua");
 }
-
-// The queue Lua of this kind's releases and force_release: the locals and the hand-off functions.
-inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs(); }
 
 /// KEYS: lock, fence, queue, waiters.
 /// ARGV: owner, lease_ms, count (the count after this acquisition), mode, fair ("1"/"0"),
@@ -111,7 +106,7 @@ inline std::string hand_off_lua() { return queue_locals_lua() + hand_off_defs();
 inline const script& acquire() {
   // Uncontended: HGET @kind, EXISTS, HEXISTS, HDEL (forget), HSET, PEXPIRE; a re-entry the
   // same without EXISTS. Fair mode adds a ZPOPMIN of the (absent) queue to a free lock.
-  static const script s(prelude() + queue_state_lua() + R"lua(
+  static const script s(std::string(prelude()) + queue_locals_lua() + R"lua(
 local lease, count, mode, fair, wait_lease, prefix =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 local mine = redis.call('HEXISTS', lock, token) == 1
@@ -121,14 +116,15 @@ if not mine then
   if kind and redis.call('HLEN', lock) > 1 then
     other = true
   elseif fair then
-)lua" + hand_off_defs() +
+    local head, take_self = nil, true
+)lua" + hand_off() +
                         R"lua(
-    local head = hand_off(prefix, true)
-    other = head ~= nil and head ~= token
+    other = handed ~= nil and handed ~= token
   end
 end
 if not other then
-  forget(token)
+)lua" + forget_lua() +
+                        R"lua(
   redis.call('HSET', lock, '@kind', 'reentrant', token, count)
   redis.call('PEXPIRE', lock, lease)
   return {1, 0}
@@ -143,7 +139,7 @@ end
 ///        waits); 0 the owner holds nothing (its lease ran out): nothing changed.
 inline const script& release() {
   // The last release with nobody queued: HGET @kind, HEXISTS, ZPOPMIN (nothing), DEL, before
-  // the hand-off's functions are even defined.
+  // anything of the hand-off runs.
   static const script s(std::string(prelude()) + R"lua(
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if tonumber(ARGV[3]) > 0 then
@@ -155,8 +151,12 @@ if not head then
   redis.call('DEL', KEYS[1])
   return 1
 end
-)lua" + hand_off_lua() + R"lua(
-if not hand_off(ARGV[2], false, head) then redis.call('DEL', lock) end
+)lua" + queue_locals_lua() +
+                        R"lua(
+local take_self, prefix = false, ARGV[2]
+)lua" + hand_off() +
+                        R"lua(
+if not handed then redis.call('DEL', lock) end
 return 1
 )lua");
   return s;
