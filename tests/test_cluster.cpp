@@ -556,6 +556,219 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
 }
 
+// Marks `slot` as moving from the master on src to the one on dst (no key moved), and back.
+void mark_migrating(const std::string& slot, int src, int dst) {
+  redis_cluster::admin(dst).command({"CLUSTER", "SETSLOT", slot, "IMPORTING", redis_cluster::node_id(src)});
+  redis_cluster::admin(src).command({"CLUSTER", "SETSLOT", slot, "MIGRATING", redis_cluster::node_id(dst)});
+}
+void mark_stable(const std::string& slot, int src, int dst) {
+  for (int port : {src, dst}) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", slot, "STABLE"});
+}
+
+// Puts places in a kind's queue keys by hand, in this order (member, its waiters entry); both
+// keys expire in a minute.
+void queue_by_hand(connection& node, const std::string& queue, const std::string& waiters,
+                   std::initializer_list<std::pair<std::string, std::string>> places) {
+  int score = 0;
+  for (const auto& [member, entry] : places) {
+    node.command({"ZADD", queue, std::to_string(++score), member});
+    node.command({"HSET", waiters, member, entry});
+  }
+  node.command({"PEXPIRE", queue, "60000"});
+  node.command({"PEXPIRE", waiters, "60000"});
+}
+
+// On a migrating slot, Redis refuses a script's command on a key that is missing on the
+// source, mid-script, even a key the script itself just deleted; what ran before stays done
+// and a published notice stays sent. So a hand-off must write the new holder before it tells
+// it, and never delete the lock key before writing it. (Seen before the fix: a reentrant
+// release, and a force release of any kind, published the notice, deleted the lock key, then
+// failed on its HSET or SET; the told waiter believed it held the lock while a third client
+// took it.) Every key the scripts name exists (a fencing token was drawn), so they run on the
+// source while the slot migrates.
+template <class Kind>
+void hand_off_while_the_slot_migrates(const std::string& base, const std::string& queue_suffix,
+                                      const char* force_kind) {
+  const bool force = force_kind != nullptr;
+  using lock_type = typename Kind::lock_type;
+  cluster_client holder_client(cluster->options()), waiter_client(cluster->options()), other_client(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(holder_client, masters[0], base);
+  ASSERT_FALSE(name.empty());
+  const int slot = detail::key_slot(name);
+  lock_options o;
+  o.lease = seconds(20);
+  slow_backoff(o);
+  lock_type holder(holder_client, name, o), waiter(waiter_client, name, o), other(other_client, name, o);
+  Kind::hold(holder);
+  EXPECT_GT(holder.fencing_token(), 0u);
+  connection source = redis_cluster::admin(masters[0]);
+  if (force && std::string(force_kind) != "mutex") {
+    // force_release asks the mutex's script first, which names the mutex's queue keys: with
+    // them present too, every script of the force release runs on the source.
+    queue_by_hand(source, "redislock:{" + name + "}:queue", "redislock:{" + name + "}:waiters", {{"gone:1", "1:1000"}});
+  }
+  // The waiter's thread holds what it gets (the reentrant and shared kinds hold per thread): it
+  // reports, waits until the other client has tried, then checks and releases.
+  std::promise<bool> got;
+  std::promise<void> tried;
+  auto waited = std::async(std::launch::async, [&, got_future = tried.get_future()]() mutable {
+    const bool ok = Kind::wait(waiter, seconds(30));
+    got.set_value(ok);
+    if (!ok) return std::string("not acquired");
+    got_future.wait_for(seconds(30));
+    const bool held = waiter.still_held();
+    return std::string(held ? "held, " : "not held, ") + to_string(Kind::release(waiter));
+  });
+  ASSERT_TRUE(eventually([&] {
+    return source.command({"EXISTS", "redislock:{" + name + "}" + queue_suffix})->integer == 1 &&
+           waiter_client.wait_stats().subscriptions == 1;
+  }));
+  std::string released;
+  migrate_slot(
+      slot, masters[0], masters[1],
+      [&] {
+        try {
+          released = force ? to_string(force_release(holder_client, name, o).kind) : to_string(Kind::release(holder));
+        } catch (const std::exception& e) {
+          released = std::string("threw: ") + e.what();
+        }
+      },
+      [] {});
+  ASSERT_TRUE(settle_slot(slot, masters[1]));
+  EXPECT_EQ(released, force ? force_kind : to_string(release_status::released));
+  std::future<bool> acquired = got.get_future();
+  ASSERT_EQ(acquired.wait_for(seconds(20)), std::future_status::ready);
+  const bool waiter_acquired = acquired.get();
+  // The waiter was told it holds the lock: nobody else may take it now.
+  if (waiter_acquired) {
+    EXPECT_FALSE(other.try_lock()) << "granted twice";
+  }
+  tried.set_value();
+  EXPECT_EQ(waited.get(), "held, released");
+}
+
+TEST(Cluster, AReentrantReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt) {
+  hand_off_while_the_slot_migrates<reentrant_kind>("migrating-release-r-", ":rqueue", nullptr);
+}
+TEST(Cluster, ASharedReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt) {
+  hand_off_while_the_slot_migrates<shared_write_kind>("migrating-release-s-", ":squeue", nullptr);
+}
+
+// The same for a release whose queue holds one lapsed place only: the hand-off pops it, which
+// empties (deletes) the queue, and must then find nobody left rather than fail.
+TEST(Cluster, AReleaseWhileTheSlotMigratesPassesOverALapsedPlace) {
+  cluster_client c(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(c, masters[0], "migrating-lapsed-");
+  ASSERT_FALSE(name.empty());
+  basic_mutex<cluster_client> m(c, name);
+  m.lock();
+  EXPECT_GT(m.fencing_token(), 0u);
+  connection source = redis_cluster::admin(masters[0]);
+  const std::string queue = m.key() + ":queue", waiters = m.key() + ":waiters";
+  queue_by_hand(source, queue, waiters, {{"lapsed:1", "1:1000"}});  // its place lapsed long ago
+  std::string released;
+  migrate_slot(
+      detail::key_slot(name), masters[0], masters[1],
+      [&] {
+        try {
+          released = to_string(m.unlock_and_report());
+        } catch (const std::exception& e) {
+          released = std::string("threw: ") + e.what();
+        }
+      },
+      [] {});
+  ASSERT_TRUE(settle_slot(detail::key_slot(name), masters[1]));
+  EXPECT_EQ(released, "released");
+  basic_mutex<cluster_client> other(c, name);
+  EXPECT_TRUE(other.try_lock()) << "the release left the lock held";
+  EXPECT_EQ(other.unlock_and_report(), release_status::released);
+}
+
+// A shared lock's waiter whose attempt drops the last (lapsed) place of the queue, so deleting
+// the queue's keys, cannot queue itself again on the source while the slot migrates: the
+// script keeps what it did and answers TRYAGAIN, which the client waits out like any other.
+TEST(Cluster, ASharedWaiterThatEmptiesTheQueueWhileTheSlotMigratesIsToldToTryAgain) {
+  cluster_client c(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(c, masters[0], "migrating-join-s-");
+  ASSERT_FALSE(name.empty());
+  const std::string slot = std::to_string(detail::key_slot(name));
+  basic_shared_mutex<cluster_client> holder(c, name);
+  holder.lock();
+  EXPECT_GT(holder.fencing_token(), 0u);
+  connection source = redis_cluster::admin(masters[0]);
+  const std::string key = holder.key(), queue = key + ":squeue", waiters = key + ":swaiters";
+  queue_by_hand(source, queue, waiters, {{"lapsed:1:0", "1:1000:w1"}});  // its place lapsed long ago
+  mark_migrating(slot, masters[0], masters[1]);
+  std::string reply;
+  try {
+    detail::shared_scripts::acquire().run(source, {key, key + ":fence", queue, waiters},
+                                          {"joining:1:0", key + ":w:", "30000", "wait", "0", "30000", "w", "1", "1"});
+    reply = "no error";
+  } catch (const reply_error& e) {
+    reply = std::string(e.server_message());  // what cluster_client decides on
+  }
+  mark_stable(slot, masters[0], masters[1]);
+  EXPECT_EQ(reply.find("TRYAGAIN"), 0u) << reply;
+  EXPECT_EQ(source.command({"EXISTS", queue, waiters})->integer, 0);  // the lapsed place is gone
+  EXPECT_EQ(holder.unlock_and_report(), release_status::released);
+}
+
+// A reader whose attempt admits the readers queued behind a lapsed writer, emptying the queue,
+// then takes its own hold: its last touches of the queue keys find them gone (on a migrating
+// slot Redis refuses them mid-script), yet the script completes, the key's expiry covers the
+// admitted hold, and the notice goes out only then. (Before: the attempt failed after the
+// notice, leaving the key to expire with the old hold while the admitted reader held on.)
+TEST(Cluster, ASharedAttemptThatAdmitsWaitersWhileTheSlotMigratesCompletesBeforeItTellsThem) {
+  cluster_client c(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(c, masters[0], "migrating-admit-s-");
+  ASSERT_FALSE(name.empty());
+  const std::string slot = std::to_string(detail::key_slot(name));
+  const std::string key = "redislock:{" + name + "}", queue = key + ":squeue", waiters = key + ":swaiters";
+  connection source = redis_cluster::admin(masters[0]);
+  reply_ptr t = source.command({"TIME"});
+  const long long now =
+      std::stoll(std::string(t->element[0]->str)) * 1000 + std::stoll(std::string(t->element[1]->str)) / 1000;
+  // A reader holding for 2 s more; a lapsed writer queued, then a live reader (lease 5 s).
+  source.command({"HSET", key, "@kind", "shared", "r:x:1:0", "1", "x:x:1:0", std::to_string(now + 2000)});
+  source.command({"PEXPIRE", key, "2000"});
+  source.command({"SET", key + ":fence", "7"});
+  queue_by_hand(source, queue, waiters,
+                {{"lapsed:1:0", "1:1000:w1"}, {"a:1:0", std::to_string(now + 60000) + ":5000:r7"}});
+  connection listener = redis_cluster::admin(masters[0]);
+  listener.command({"SUBSCRIBE", key + ":w:a:1"});
+  mark_migrating(slot, masters[0], masters[1]);
+  std::string reply;
+  try {
+    reply_ptr r =
+        detail::shared_scripts::acquire().run(source, {key, key + ":fence", queue, waiters},
+                                              {"c:1:0", key + ":w:", "5000", "try", "0", "30000", "r", "1", "1"});
+    reply = std::to_string(detail::as_integer(detail::element(*r, 0)));
+  } catch (const reply_error& e) {
+    reply = std::string(e.server_message());
+  }
+  const long long pttl = source.command({"PTTL", key})->integer;
+  reply_ptr notice = listener.read_reply();
+  mark_stable(slot, masters[0], masters[1]);
+  EXPECT_EQ(reply, "1");  // acquired, no error
+  EXPECT_GT(pttl, 4000) << "the expiry does not cover the admitted holds";
+  ASSERT_EQ(notice->elements, 3u);
+  EXPECT_EQ(std::string(notice->element[2]->str), "a:1:0 r7");
+  source.command({"DEL", key, key + ":fence"});
+}
+TEST(Cluster, AForceReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt_Mutex) {
+  hand_off_while_the_slot_migrates<mutex_kind>("migrating-force-m-", ":queue", "mutex");
+}
+TEST(Cluster, AForceReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt_Reentrant) {
+  hand_off_while_the_slot_migrates<reentrant_kind>("migrating-force-r-", ":rqueue", "reentrant");
+}
+TEST(Cluster, AForceReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt_Shared) {
+  hand_off_while_the_slot_migrates<shared_write_kind>("migrating-force-s-", ":squeue", "shared");
+}
+
 // Contention while the lock's slot moves back and forth: threads of two clients take one lock
 // in turn (waiting with backoff) and check that nobody else is inside; none may overlap and
 // no call may fail, whatever the migration state each call meets.

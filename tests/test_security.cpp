@@ -36,6 +36,13 @@ const std::vector<std::string> waiter_commands = {"+subscribe", "+unsubscribe", 
 /// What the reentrant and shared mutexes add (README, "Redis ACL"); +zrange: the shared
 /// mutex's scripts look at the head of its queue.
 const std::vector<std::string> lock_kind_commands = {"+exists", "+hexists", "+hgetall", "+hlen", "+zrange"};
+/// Everything the README lists for the three lock kinds, waiting included.
+std::vector<std::string> every_lock_kind_command() {
+  std::vector<std::string> all = mutex_commands;
+  all.insert(all.end(), waiter_commands.begin(), waiter_commands.end());
+  all.insert(all.end(), lock_kind_commands.begin(), lock_kind_commands.end());
+  return all;
+}
 
 void set_user(connection& admin, const std::string& name, const std::vector<std::string>& commands) {
   std::vector<std::string> args = {
@@ -248,10 +255,7 @@ TEST(Security, TheSharedMutexNeedsEachOfItsOwnPermissions) {
 TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
   redis_server server;
   connection admin = server.admin();
-  std::vector<std::string> all = mutex_commands;
-  all.insert(all.end(), waiter_commands.begin(), waiter_commands.end());
-  all.insert(all.end(), lock_kind_commands.begin(), lock_kind_commands.end());
-  set_user(admin, "kinds", all);
+  set_user(admin, "kinds", every_lock_kind_command());
   client c(as_user(server, "kinds"));
 
   reentrant_mutex r(c, "acl-reentrant");
@@ -291,6 +295,32 @@ TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
   EXPECT_TRUE(second.try_lock());
   second.unlock();
   EXPECT_EQ(c.wait_stats().subscribe_failures, 0u);
+}
+
+// inspect() and force_release() need +type on top of the lock kinds' commands (README, "Redis
+// ACL"); a force release of each kind, held and waited for, then runs under that user.
+TEST(Security, InspectAndForceReleaseWorkWithTheDocumentedAcl) {
+  redis_server server;
+  connection admin = server.admin();
+  std::vector<std::string> all = every_lock_kind_command();
+  all.push_back("+type");
+  set_user(admin, "admin-tool", all);
+  client c(as_user(server, "admin-tool"));
+  mutex m(c, "acl-break-m");
+  reentrant_mutex r(c, "acl-break-r");
+  shared_mutex s(c, "acl-break-s");
+  m.lock();
+  r.lock();
+  s.lock_shared();
+  EXPECT_EQ(inspect(c, "acl-break-s").kind, lock_kind::shared);
+  EXPECT_EQ(force_release(c, "acl-break-m").kind, lock_kind::mutex);
+  EXPECT_EQ(force_release(c, "acl-break-r").kind, lock_kind::reentrant);
+  EXPECT_EQ(force_release(c, "acl-break-s").kind, lock_kind::shared);
+  for (const char* name : {"acl-break-m", "acl-break-r", "acl-break-s"})
+    EXPECT_EQ(inspect(c, name).kind, lock_kind::none) << name;
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(r.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(s.unlock_shared_and_report(), release_status::lease_expired);
 }
 
 TEST(Security, PasswordsNeverAppearInErrors) {

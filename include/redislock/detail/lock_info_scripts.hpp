@@ -37,10 +37,11 @@
 ///
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
-///   mutex, reentrant  delete P{N} and hand the lock to the longest waiting live waiter, exactly
-///              as a release does (the kind's hand_off());
-///   shared     delete P{N} and admit the head of its queue (a writer, or the run of readers),
-///              exactly as a release does (shared_scripts::queue_lua).
+///   mutex, reentrant  hand the lock to the longest waiting live waiter, exactly as a release
+///              does (the kind's hand_off()), or delete P{N} when nobody live waits;
+///   shared     remove every hold and admit the head of its queue (a writer, or the run of
+///              readers), exactly as a release does (shared_scripts::queue_lua).
+/// None deletes P{N} before the hand-off writes it (detail/notify_lua.hpp: migrating slots).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/mutex_scripts.hpp>
@@ -176,41 +177,48 @@ inline const script& shared_info() {
   return s;
 }
 
-/// Force release of a mutex: the snapshot, then, if held, delete and hand off like a release.
+/// Force release of a mutex: the snapshot, then, if held, hand off like a release (deleting the
+/// key when nobody live waits).
 inline const script& mutex_break() {
   static const script s(std::string(kind_lua()) + mutex_info_lua() + queue_locals_lua() + R"lua(
 local r = info()
 if r[1] ~= 'mutex' then return r end
--- The hand-off drops the removed holder's own place (if it queued again) instead of handing to it.
+-- The hand-off drops the removed holder's own place (if it queued again) instead of handing to
+-- it, and overwrites the key: deleted only when nobody takes it (never before: see
+-- detail/notify_lua.hpp).
 token = redis.call('GET', lock)
-redis.call('DEL', lock)
 local head, take_self, prefix = nil, false, ARGV[1]
 )lua" + mutex_scripts::hand_off() +
-                        "return r\n");
+                        "if not handed then redis.call('DEL', lock) end\nreturn r\n");
   return s;
 }
 
-/// Force release of a reentrant mutex: the snapshot, then, if held, delete and hand off like
-/// the last release.
+/// Force release of a reentrant mutex: the snapshot, then, if held, hand off like the last
+/// release (deleting the key when nobody live waits).
 inline const script& reentrant_break() {
   static const script s(std::string(kind_lua()) + reentrant_info_lua() + queue_locals_lua() + R"lua(
 local r = info()
 if r[1] ~= 'reentrant' then return r end
--- The hand-off drops the removed holder's own place (if it queued again) instead of handing to it.
+-- As the mutex's: the hand-off replaces the holder's field (r[6]) by the waiter's. (Any
+-- further holder fields, which this kind never writes, go first; the key keeps @kind.)
 token = r[6] or ''
-redis.call('DEL', lock)
+for i = 10, #r, 4 do redis.call('HDEL', lock, r[i]) end
 local head, take_self, prefix = nil, false, ARGV[1]
 )lua" + reentrant_scripts::hand_off() +
-                        "return r\n");
+                        "if not handed then redis.call('DEL', lock) end\nreturn r\n");
   return s;
 }
 
-// The shared mutex: the snapshot, then, if held, delete and admit the head of the queue.
+// The shared mutex: the snapshot, then, if held, remove every hold and admit the head of the queue.
 inline const script& shared_break() {
   static const script s(std::string(kind_lua()) + shared_info_lua() + R"lua(
 local r = info()
 if r[1] ~= 'shared' then return r end
-redis.call('DEL', KEYS[1])
+-- Every hold goes; the key stays (@kind) until finish(): the admissions below write to it.
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if fields[i] ~= '@kind' then redis.call('HDEL', KEYS[1], fields[i]) end
+end
 local owner, prefix = '', ARGV[1]
 )lua" + shared_scripts::body_lua() +
                         shared_scripts::queue_lua() + R"lua(

@@ -88,6 +88,8 @@ inline const script& queue_attempt() {
 local lease, mode, fair, wait_lease, prefix = ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local holder = redis.call('GET', lock)
 if holder == false and fair then
+  -- (Writes after the notice below are safe: with the lock key absent Redis never runs this
+  -- script on a migrating slot's source, where a write could fail mid-script.)
   local head, take_self = nil, true
 )lua" + hand_off() +
                         R"lua(

@@ -2,10 +2,16 @@
 /// @file detail/notify_lua.hpp
 /// @brief The Lua every lock script uses to publish a release or hand-off notice.
 ///
-/// notify(channel, message) publishes to the waiters listening on THIS server and returns how
-/// many there are; it publishes nothing when there are none. The shared kind calls it; the
-/// mutex's and the reentrant mutex's hand-off splice the same as statements
-/// (notify_statements_lua()).
+/// A notice goes to the waiters listening on THIS server, and only when there are any: a
+/// script counts them (count_listeners_lua()), makes the waiter the holder, and only then
+/// publishes (publish_lua()). The mutex's and the reentrant mutex's hand-off splice these as
+/// statements; the shared kind counts with listeners_on_lua() and publishes its notices at the
+/// very end of the script, after the key's expiry is set (shared_scripts::body_lua()).
+///  - The write comes before the notice because a script can fail half-way: on a migrating
+///    slot Redis refuses, mid-script, a command on a key missing from this node (one the script
+///    itself deleted included), and what ran before stays done. A notice already sent would
+///    tell a waiter it holds a lock that was never written (seen in test_cluster before the
+///    fix: a reentrant release deleted the lock key, published, then failed on its HSET).
 ///  - Listeners are counted first (PUBSUB NUMSUB, then PUBSUB SHARDNUMSUB), without sending
 ///    anything, because a published message also reaches subscribers of this server's replicas
 ///    (replication and the cluster bus forward PUBLISH and SPUBLISH) while no count includes
@@ -27,39 +33,32 @@
 
 namespace redislock::detail {
 
-/// Statements: the same as notify(channel, message), with `channel`, `message` and `notified`
-/// (0) locals the caller declared; `notified` becomes the count. Declares `local listening`.
-/// The hand-off splices this in rather than calling notify(): no function to create per run.
-inline const char* notify_statements_lua() {
+/// Statements: count the listeners of `channel` (a local the caller declared) on this server,
+/// classic first, then sharded. Declares `listening` (their count) and `sharded` (whether they
+/// are sharded subscribers).
+inline const char* count_listeners_lua() {
   return R"lua(
-local listening = redis.pcall('PUBSUB', 'NUMSUB', channel)
+local listening, sharded = redis.pcall('PUBSUB', 'NUMSUB', channel), false
 if type(listening) == 'table' and type(listening[2]) == 'number' and listening[2] > 0 then
-  notified = redis.call('PUBLISH', channel, message)
+  listening = listening[2]
 else
-  listening = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
-  if type(listening) == 'table' and type(listening[2]) == 'number' and listening[2] > 0 then
-    notified = redis.call('SPUBLISH', channel, message)
-  end
+  listening, sharded = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel), true
+  listening = type(listening) == 'table' and type(listening[2]) == 'number' and listening[2] or 0
 end
 )lua";
 }
 
-/// Defines listeners(subcommand, channel) (the count PUBSUB NUMSUB or SHARDNUMSUB gives; 0 when
-/// the subcommand is unknown or refused) and notify(channel, message).
-inline std::string notify_lua() {
-  return std::string(R"lua(
-local function listeners(subcommand, channel)
-  local r = redis.pcall('PUBSUB', subcommand, channel)
-  if type(r) == 'table' and type(r[2]) == 'number' then return r[2] end
-  return 0
-end
-local function notify(channel, message)
-  local notified = 0
-)lua") + notify_statements_lua() +
-         R"lua(
-  return notified
-end
+/// Statements: publish `message` on `channel` to the listeners count_listeners_lua() counted.
+inline const char* publish_lua() {
+  return R"lua(
+redis.call(sharded and 'SPUBLISH' or 'PUBLISH', channel, message)
 )lua";
+}
+
+/// Defines listeners_on(channel), which returns the count and whether they are sharded.
+inline std::string listeners_on_lua() {
+  return std::string("local function listeners_on(channel)\n") + count_listeners_lua() +
+         "return listening, sharded\nend\n";
 }
 
 }  // namespace redislock::detail

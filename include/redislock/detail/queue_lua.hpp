@@ -66,15 +66,15 @@ if redis.call('HDEL', waiters, token) == 1 then redis.call('ZREM', queue, token)
 ///   prefix     the waiter channel prefix.
 /// Declares `handed`: the owner the lock went to, nil when nobody live waits. `grant_lua`
 /// (statements) makes `head` the holder of the free, or the releaser's, lock with lease `lease`
-/// (ms, a string). A waiter is live when its place has not lapsed and its channel has a
-/// listener on this server (detail/notify_lua.hpp); dead ones are dropped on the way. An empty
-/// queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
+/// (ms, a string); it runs before the notice is published, and must not delete the lock key
+/// (detail/notify_lua.hpp: on a migrating slot a later write to it would fail). A waiter is live when its place has not
+/// lapsed and its channel has a listener on this server (detail/notify_lua.hpp); dead ones are dropped on the way. An
+/// empty queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
 inline std::string hand_off_lua(const char* grant_lua) {
   return std::string(R"lua(
 local handed
-while true do
-  head = head or redis.call('ZPOPMIN', queue)[1]
-  if not head then break end
+if not head then head = redis.call('ZPOPMIN', queue)[1] end
+while head do
   local place = redis.call('HGET', waiters, head)
   redis.call('HDEL', waiters, head)
   if head == token then
@@ -90,18 +90,21 @@ while true do
     end
     if expiry and tonumber(expiry) > clock_ms then
       -- Owners are "<channel id>:<n>"; a waiter listens on one channel for all its owner ids.
-      local channel, message, notified = prefix .. (string.match(head, '^(.+):%d+$') or head), head, 0
-)lua" + notify_statements_lua() +
+      local channel, message = prefix .. (string.match(head, '^(.+):%d+$') or head), head
+)lua" + count_listeners_lua() +
          R"lua(
-      if notified > 0 then
+      if listening > 0 then
 )lua" + grant_lua +
-         R"lua(
+         publish_lua() + R"lua(
         handed = head
         break
       end
     end
   end
-  head = nil
+  -- The next head. Once a pop took the queue's last member the key is gone, and on a migrating
+  -- slot Redis refuses a command on a key missing from this node: nobody is left then (the
+  -- same key, popped a moment ago, can fail for no other reason).
+  head = redis.pcall('ZPOPMIN', queue)[1]
 end
 )lua";
 }

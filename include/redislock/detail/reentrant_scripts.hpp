@@ -81,11 +81,14 @@ end
 }
 
 // The hand-off statements (detail/queue_lua.hpp) with this kind's grant: the hash becomes
-// {@kind, <waiter> = 1} with its lease. Used by acquire(), release() and force_release.
+// {@kind, <waiter> = 1} with its lease, the releaser's (or removed holder's) field `token`
+// gone (this kind writes no other field). Never a DEL of the key first: on a migrating slot
+// the HSET after it would fail.
+// Used by acquire(), release() and force_release.
 inline std::string hand_off() {
   return hand_off_lua(R"lua(
-        redis.call('DEL', lock)
         redis.call('HSET', lock, '@kind', 'reentrant', head, 1)
+        redis.call('HDEL', lock, token)
         redis.call('PEXPIRE', lock, lease)
 )lua");
 }

@@ -106,7 +106,7 @@ inline std::string_view fence_arg(const keys& k) noexcept { return k.channel; }
 
 /// Loads the hash (after `local owner, prefix = ...`), checks its kind, purges ended holds;
 /// defines finish(changed), which sets the key's expiry (or deletes it).
-inline const char* body_lua() {
+inline std::string body_lua() {
   return R"lua(
 -- TIME followed by writes needs effects replication: the default (and only) mode since Redis 7;
 -- Redis 5 and 6 switch to it here.
@@ -133,6 +133,10 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- below 2^53: exact
 local now = math.floor(now_us / 1000)
 local dirty = false  -- the hash was written (purge, grant): finish() sets its expiry
+-- Notices of admissions ({channel, message, sharded}), published by finish() once the holds
+-- and the key's expiry are written: a script that fails before (detail/notify_lua.hpp) has told
+-- nobody, and a waiter not told finds its hold at its next attempt.
+local notices = {}
 if writer and wexp <= now then
   redis.call('HDEL', key, '@w', '@wx')
   writer, dirty = false, true
@@ -154,14 +158,21 @@ local function last_hold()
   end
   return last
 end
--- changed: the script wrote to the hash (an untouched hash keeps its expiry: no write).
+-- changed: the script wrote to the hash (an untouched hash keeps its expiry: no write). Then
+-- sends the notices.
 local function finish(changed)
-  if not (changed or dirty) then return end
-  local last = last_hold()
-  if last > now then
-    redis.call('PEXPIRE', key, last - now)
-  elseif #h > 0 or dirty then
-    redis.call('DEL', key)
+  if changed or dirty then
+    local last = last_hold()
+    if last > now then
+      redis.call('PEXPIRE', key, last - now)
+    elseif #h > 0 or dirty then
+      redis.call('DEL', key)
+    end
+  end
+  for _, n in ipairs(notices) do
+    local channel, message, sharded = n[1], n[2], n[3]
+)lua" + std::string(publish_lua()) +
+         R"lua(
   end
 end
 )lua";
@@ -177,10 +188,21 @@ inline std::string prelude() { return std::string("local owner, prefix = ARGV[1]
 /// without a notice when it is for this wait, and dropped otherwise (a stale entry of an earlier
 /// wait). Returns whether self was admitted, and when the head that stays blocked (if any) lapses.
 inline std::string queue_lua() {
-  return std::string(notify_lua()) + R"lua(
+  return listeners_on_lua() + R"lua(
 local queue, waiters = KEYS[3], KEYS[4]
+-- A command on the queue keys, which this script may have deleted already (the last member
+-- admitted or dropped): on a migrating slot Redis refuses a key missing from this node, and
+-- that means it is not there (nil). Any other refusal is raised again as it was.
+local function on_queue(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'non local key', 1, true) then return nil end
+    return redis.call(...)
+  end
+  return r
+end
 local function forget(w)
-  if redis.call('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
+  if on_queue('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
 local function drop(w)
   redis.call('ZREM', queue, w)
@@ -200,16 +222,15 @@ local function channel_of(w)
   return prefix .. (string.match(w, '^(.+):%d+$') or w)
 end
 local function listening(w)
-  local ch = channel_of(w)
-  return listeners('NUMSUB', ch) > 0 or listeners('SHARDNUMSUB', ch) > 0
+  return (listeners_on(channel_of(w))) > 0
 end
 local function admit(self, wait)
   local got_self = false
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    local head = (on_queue('ZRANGE', queue, 0, 0) or {})[1]
     if not head then return got_self, false end
     local expiry, lease, side, tag =
-        string.match(redis.call('HGET', waiters, head) or '', '^(%d+):(%d+):([rw])(%d+)$')
+        string.match(on_queue('HGET', waiters, head) or '', '^(%d+):(%d+):([rw])(%d+)$')
     expiry = tonumber(expiry)
     if not expiry or expiry <= now or (head == self and side .. tag ~= wait) then
       drop(head)
@@ -225,8 +246,14 @@ local function admit(self, wait)
       if head == self then
         got_self = true
         grant(head, side, lease)
-      elseif notify(channel_of(head), head .. ' ' .. side .. tag) > 0 then
-        grant(head, side, lease)
+      else
+        -- Told only by finish(), after the holds and the key's expiry (detail/notify_lua.hpp).
+        local channel = channel_of(head)
+        local n, sharded = listeners_on(channel)
+        if n > 0 then
+          grant(head, side, lease)
+          notices[#notices + 1] = {channel, head .. ' ' .. side .. tag, sharded}
+        end
       end
     end
   end
@@ -294,7 +321,17 @@ end
 local pttl = first and math.max(first - now, 1) or 1000
 if mode == 'wait' then
   local place = pttl + wait_lease
-  redis.call('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait))
+  -- On a migrating slot, a queue that admit() just emptied (its keys deleted) cannot be made
+  -- again here: Redis refuses a key missing from this node. Keep what admit() did (finish) and
+  -- let the client retry, as it does TRYAGAIN, until the slot has moved.
+  local joined = redis.pcall('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait))
+  if type(joined) == 'table' and joined.err then
+    finish()
+    if string.find(joined.err, 'non local key', 1, true) then
+      return redis.error_reply('TRYAGAIN redislock: the queue of ' .. key .. ' is moving with its slot')
+    end
+    return joined
+  end
   -- NX: a new waiter queues at its arrival time (server clock, µs), a refresh keeps its place,
   -- and a waiter whose entry vanished without its field is queued again, not stranded.
   redis.call('ZADD', queue, 'NX', now_us, owner)
@@ -304,7 +341,7 @@ if mode == 'wait' then
     redis.call('PEXPIRE', queue, place + wait_lease)
     redis.call('PEXPIRE', waiters, place + wait_lease)
   end
-elseif mode == 'leave' and redis.call('HDEL', waiters, owner) == 1 then
+elseif mode == 'leave' and on_queue('HDEL', waiters, owner) == 1 then
   redis.call('ZREM', queue, owner)
   admit(owner, '')
 end
