@@ -743,9 +743,9 @@ TEST(Cluster, ASharedAttemptThatAdmitsWaitersWhileTheSlotMigratesCompletesBefore
   mark_migrating(slot, masters[0], masters[1]);
   std::string reply;
   try {
-    reply_ptr r =
-        detail::shared_scripts::acquire().run(source, {key, key + ":fence", queue, waiters},
-                                              {"c:1:0", key + ":w:", "5000", "try", "0", "30000", "r", "1", "1"});
+    reply_ptr r = detail::shared_scripts::acquire().run(
+        source, {key, key + ":fence", queue, waiters},
+        {"c:1:0", key + ":w:", "3000", "try", "0", "30000", "r", "1", "1"});  // a shorter lease than A's
     reply = std::to_string(detail::as_integer(detail::element(*r, 0)));
   } catch (const reply_error& e) {
     reply = std::string(e.server_message());

@@ -298,7 +298,7 @@ TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
 }
 
 // inspect() and force_release() need +type on top of the lock kinds' commands (README, "Redis
-// ACL"); a force release of each kind, held and waited for, then runs under that user.
+// ACL"); a force release of each kind, held, runs under that user.
 TEST(Security, InspectAndForceReleaseWorkWithTheDocumentedAcl) {
   redis_server server;
   connection admin = server.admin();

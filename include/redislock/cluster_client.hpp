@@ -14,7 +14,9 @@
 ///  - MOVED / ASK: the node refused the command before executing it. MOVED: the map is
 ///    refreshed and f runs on the new owner; ASK: f runs once on the target, after ASKING.
 ///  - TRYAGAIN (a multi-key call during a slot migration), CLUSTERDOWN, LOADING, MASTERDOWN:
-///    refused before execution; retried with jittered backoff.
+///    refused before execution; retried with jittered backoff. (One TRYAGAIN comes from a
+///    script that did run: a shared lock's "wait" attempt that emptied its queue on a
+///    migrating slot, detail/shared_scripts.hpp. What it did is safe to repeat.)
 ///  - a connection error before f started (connect refused, pool exhausted, a reconnect that
 ///    failed): nothing was sent; the map is refreshed and f is retried.
 /// A connection error or timeout once f has started is ambiguous (the script may have run and

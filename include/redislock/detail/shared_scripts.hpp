@@ -105,7 +105,8 @@ struct keys {
 inline std::string_view fence_arg(const keys& k) noexcept { return k.channel; }
 
 /// Loads the hash (after `local owner, prefix = ...`), checks its kind, purges ended holds;
-/// defines finish(changed), which sets the key's expiry (or deletes it).
+/// defines finish(changed), which sets the key's expiry (or deletes it), then publishes the
+/// notices of the admissions made meanwhile (`notices`).
 inline std::string body_lua() {
   return R"lua(
 -- TIME followed by writes needs effects replication: the default (and only) mode since Redis 7;
@@ -205,8 +206,8 @@ local function forget(w)
   if on_queue('HDEL', waiters, w) == 1 then redis.call('ZREM', queue, w) end
 end
 local function drop(w)
-  redis.call('ZREM', queue, w)
-  redis.call('HDEL', waiters, w)
+  on_queue('ZREM', queue, w)
+  on_queue('HDEL', waiters, w)
 end
 local function grant(o, side, lease)
   dirty = true
@@ -276,6 +277,9 @@ end
 ///        {0, ms} refused; ms = the time until the earliest of the holds that block it (or the
 ///        writer queued ahead of a reader) may lapse (> 0);
 ///        {-1, 0} refused: a write by an owner that holds a read hold (an upgrade would deadlock).
+/// Error TRYAGAIN: a "wait" on a migrating slot whose queue this attempt emptied (its keys
+/// cannot be made again on the source); the caller was neither admitted nor queued, so the
+/// attempt may be repeated, as cluster_client does.
 inline const script& acquire() {
   static const script s(prelude() + queue_lua() + R"lua(
 local lease, mode, fair, wait_lease, side, count = ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[9]
@@ -325,6 +329,9 @@ if mode == 'wait' then
   -- again here: Redis refuses a key missing from this node. Keep what admit() did (finish) and
   -- let the client retry, as it does TRYAGAIN, until the slot has moved.
   local joined = redis.pcall('HSET', waiters, owner, string.format('%d:%s:%s', now + place, lease, wait))
+  -- NX: a new waiter queues at its arrival time (server clock, µs), a refresh keeps its place,
+  -- and a waiter whose entry vanished without its field is queued again, not stranded.
+  if not (type(joined) == 'table' and joined.err) then joined = redis.pcall('ZADD', queue, 'NX', now_us, owner) end
   if type(joined) == 'table' and joined.err then
     finish()
     if string.find(joined.err, 'non local key', 1, true) then
@@ -332,9 +339,6 @@ if mode == 'wait' then
     end
     return joined
   end
-  -- NX: a new waiter queues at its arrival time (server clock, µs), a refresh keeps its place,
-  -- and a waiter whose entry vanished without its field is queued again, not stranded.
-  redis.call('ZADD', queue, 'NX', now_us, owner)
   -- The queue never outlives its longest place by more than wait_lease (crashed waiters leave
   -- no garbage); one wait_lease more than needed spares the PEXPIREs of the joins that follow.
   if redis.call('PTTL', queue) < place then
