@@ -67,9 +67,10 @@ if redis.call('HDEL', waiters, token) == 1 then redis.call('ZREM', queue, token)
 /// Declares `handed`: the owner the lock went to, nil when nobody live waits. `grant_lua`
 /// (statements) makes `head` the holder of the free, or the releaser's, lock with lease `lease`
 /// (ms, a string); it runs before the notice is published, and must not delete the lock key
-/// (detail/notify_lua.hpp: on a migrating slot a later write to it would fail). A waiter is live when its place has not
-/// lapsed and its channel has a listener on this server (detail/notify_lua.hpp); dead ones are dropped on the way. An
-/// empty queue vanishes by itself (ZPOPMIN of the last member); the waiters hash expires with it.
+/// (detail/notify_lua.hpp: on a migrating slot a later write to it would fail). A waiter is
+/// live when its place has not lapsed and its channel has a listener on this server; dead ones
+/// are dropped on the way. An empty queue vanishes by itself (ZPOPMIN of the last member); the
+/// waiters hash expires with it.
 inline std::string hand_off_lua(const char* grant_lua) {
   return std::string(R"lua(
 local handed
