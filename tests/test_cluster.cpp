@@ -104,9 +104,11 @@ void migrate_slot(int slot, int src, int dst, AfterMigrating&& after_migrating, 
 }
 
 // Redis 7.0 can leave the two masters of a quick move back each naming the other as the
-// slot's owner, for good (seen in CI under ASan: MOVED back and forth for 10 s). An operator
-// settles it as `redis-cli --cluster fix` would: the new owner takes the slot again with a new
-// config epoch, which every node then accepts. Returns whether the cluster agreed in time.
+// slot's owner, for good (seen twice in CI under sanitizers: MOVED back and forth for 10 s).
+// wait_until_stable() keeps the next move from starting before the epochs that cause it have
+// spread; should it happen anyway, an operator settles it as `redis-cli --cluster fix` would:
+// the new owner takes the slot again with a new config epoch, which every node then accepts.
+// Returns whether the cluster agreed in time.
 bool settle_slot(int slot, int owner) {
   if (cluster->wait_until_stable(seconds(10))) return true;
   const std::string s = std::to_string(slot), owner_id = redis_cluster::node_id(owner);
@@ -820,8 +822,9 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
     ASSERT_TRUE(eventually([&] { return done.load() >= before + 30; }, seconds(20)));
     migrate_slot(
         slot, from, to, [] {}, [] {});
-    // Moving a slot back before every node learned the last move can leave two nodes each
-    // naming the other as owner (seen with Redis 7.0): operators wait, then settle it.
+    // Moving a slot back before every node learned the last move's epoch can leave two nodes
+    // each naming the other as owner (Redis 7.0): settle_slot waits for the epochs too, as
+    // an operator would, and repairs the tie if it happened anyway.
     ASSERT_TRUE(settle_slot(slot, to));
     std::swap(from, to);
   }

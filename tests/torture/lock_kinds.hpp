@@ -1,7 +1,7 @@
 #pragma once
 // The lock kinds the torture checker can drive, chosen by `--kind NAME`. A kind is a factory
-// returning a torture_lock: one would-be holder (one object per thread). To add a kind (e.g. a
-// reentrant or shared mutex), wrap it in a torture_lock and add a line to make_lock().
+// returning a torture_lock: one would-be holder (one object per thread). To add a kind, wrap it
+// in a torture_lock and add a line to make_single_lock() or make_lock().
 // Single-server kinds get one client; the Redlock kinds (multi_master()) one per master. The
 // single-server kinds are templates on the client, so the cluster mode runs them on a
 // redislock::cluster_client (make_single_lock).
@@ -46,12 +46,14 @@ class exclusive_adapter final : public torture_lock {
   Lock lock_;
 };
 
-/// The mutex acquired by waiting (try_lock_for), so acquisitions go through the server-side
-/// queue and the release's hand-off. The caller takes the time before the call as the lease's
-/// earliest start, which is conservative: the acquiring attempt (or hand-off) comes later.
-template <class Client>
+/// An exclusive lock acquired by waiting (try_lock_for), so acquisitions go through the
+/// server-side queue and the release's hand-off: a mutex, a reentrant mutex, or a shared
+/// mutex's write side. The caller takes the time before the call as the lease's earliest
+/// start, which is conservative: the acquiring attempt (or hand-off) comes later.
+template <class Lock>
 class waiting_adapter final : public torture_lock {
  public:
+  template <class Client>
   waiting_adapter(Client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
   bool try_lock() override { return lock_.try_lock_for(std::chrono::milliseconds(200)); }
   redislock::release_status unlock() noexcept override {
@@ -61,7 +63,7 @@ class waiting_adapter final : public torture_lock {
   std::uint64_t fencing_token() override { return lock_.fencing_token(); }
 
  private:
-  redislock::basic_mutex<Client> lock_;
+  Lock lock_;
 };
 
 /// A deliberately broken lock for the checker's self-test: it takes the key even while someone
@@ -97,7 +99,8 @@ class stealing_lock final : public torture_lock {
 };
 
 inline std::vector<std::string> lock_kinds() {
-  return {"mutex", "mutex-waiting", "mutex-fair", "broken-stealing", "redlock", "broken-redlock-minority"};
+  return {"mutex",          "mutex-waiting",   "mutex-fair", "reentrant-waiting",
+          "shared-waiting", "broken-stealing", "redlock",    "broken-redlock-minority"};
 }
 
 /// Kinds that run on N independent masters (--masters) instead of one server.
@@ -110,12 +113,17 @@ template <class Client>
 std::unique_ptr<torture_lock> make_single_lock(const std::string& kind, Client& c, const std::string& name,
                                                const redislock::lock_options& o) {
   if (kind == "mutex") return std::make_unique<exclusive_adapter<redislock::basic_mutex<Client>>>(c, name, o);
-  if (kind == "mutex-waiting") return std::make_unique<waiting_adapter<Client>>(c, name, o);
+  if (kind == "mutex-waiting") return std::make_unique<waiting_adapter<redislock::basic_mutex<Client>>>(c, name, o);
   if (kind == "mutex-fair") {
     redislock::lock_options fair = o;
     fair.fair = true;
-    return std::make_unique<waiting_adapter<Client>>(c, name, fair);
+    return std::make_unique<waiting_adapter<redislock::basic_mutex<Client>>>(c, name, fair);
   }
+  if (kind == "reentrant-waiting")
+    return std::make_unique<waiting_adapter<redislock::basic_reentrant_mutex<Client>>>(c, name, o);
+  // The write side only: the checker's critical section is a read-modify-write.
+  if (kind == "shared-waiting")
+    return std::make_unique<waiting_adapter<redislock::basic_shared_mutex<Client>>>(c, name, o);
   if (kind == "broken-stealing") return std::make_unique<stealing_lock<Client>>(c, name, o);
   throw std::invalid_argument("unknown lock kind '" + kind + "'");
 }

@@ -7,16 +7,16 @@
 //   redislock_torture --kind redlock [--masters 3] [--restart-delay-ms lease*1.1]
 //                     [--faults kill9,sigstop,master-kill9,master-kill9x2,master-restart,master-sigstop]
 //                     [other options as above]
-//   redislock_torture --cluster --kind mutex[,mutex-waiting,mutex-fair] [--names 12]
+//   redislock_torture --cluster --kind mutex[,mutex-waiting,...] [--names 12]
 //                     [--faults failover,master-kill9,migrate,kill9,sigstop] [--max-recovery-ms 15000]
 //                     [other options as above]
 //
 // Starts its own redis-server (no persistence, free loopback port), then --processes worker
 // processes (this program with --worker) of --threads threads each; every thread owns one lock
-// object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair: try_lock_for(200 ms),
-// through the server-side queue and the release's hand-off; broken-stealing: the checker's
-// self-test) and loops: take the lock, enter (overlap marker), GET counter, fenced SET
-// counter+1, leave (compare-and-delete marker), unlock. See checker.hpp for what counts as a
+// object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair / reentrant-waiting /
+// shared-waiting (the write side): try_lock_for(200 ms), through the server-side queue and the
+// release's hand-off; broken-stealing: the checker's self-test) and loops: take the lock, enter (overlap marker), GET
+// counter, fenced SET counter+1, leave (compare-and-delete marker), unlock. See checker.hpp for what counts as a
 // violation. Meanwhile the coordinator injects the listed faults in turn, and checks after each
 // that the workers make progress again. It ends after --seconds or --acquisitions (whichever
 // first), stops the workers and prints one summary line:
@@ -34,7 +34,7 @@
 // in single-server mode.
 //
 // Cluster mode (--cluster; --kind may list several single-server kinds, e.g.
-// mutex,mutex-waiting,mutex-fair) runs the lock on a 3-master, 3-replica Redis Cluster through
+// mutex,mutex-fair,reentrant-waiting) runs the lock on a 3-master, 3-replica Redis Cluster through
 // redislock::cluster_client, under --names lock names (default 12) spread over the masters
 // (name i on master i % 3, kind number (i / 3) % kinds; thread t of worker w takes name
 // (w * threads + t) % names, w counting the --processes workers; a worker that replaces a
