@@ -133,21 +133,24 @@ class redis_cluster {
       if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
   }
 
-  /// Every node reports cluster_state:ok, the same slot map and the same current epoch as
-  /// node 0, and sees a distinct config epoch on every master. The epochs matter to the next
-  /// slot move: its importer takes "current epoch + 1" as its own, and one that has not yet
-  /// learned the last move's epoch takes the same number as the last importer. With Redis 7.0
-  /// that tie can leave two masters each naming the other as the slot's owner for good (seen
-  /// with three CPU-bound processes beside a 3-master cluster: 13 of 1,000 moves back and forth
-  /// without this wait, 0 of 1,000 with it).
+  /// Every node reports cluster_state:ok, the same slot map, the same current epoch and the
+  /// same config epoch of every live master as node 0, and no two masters share one; false
+  /// after `bound`, and unstable_because() says what was still wrong at the last look.
+  /// The epochs matter to the next slot move: its importer takes "current epoch + 1" as its
+  /// own, and one that has not yet learned the last move's epoch takes the same number as the
+  /// last importer. With Redis 7.0 that tie can leave two masters each naming the other as the
+  /// slot's owner for good (seen with three CPU-bound processes beside a 3-master cluster: 13
+  /// of 1,000 moves back and forth without this wait, 0 of 1,000 with it).
   bool wait_until_stable(std::chrono::milliseconds bound) {
     const auto end = std::chrono::steady_clock::now() + bound;
     for (;;) {
-      if (stable()) return true;
+      unstable_because_ = instability();
+      if (unstable_because_.empty()) return true;
       if (std::chrono::steady_clock::now() >= end) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a condition, bounded
     }
   }
+  const std::string& unstable_because() const { return unstable_because_; }
 
  private:
   // The node's files (nodes.conf, and dump.rdb from a replica's full sync), then the directory.
@@ -162,28 +165,34 @@ class redis_cluster {
     ::rmdir(dir.c_str());
   }
 
-  bool stable() {
+  // Why the cluster is not stable yet, or "" when it is (see wait_until_stable()).
+  std::string instability() {
     try {
-      std::string reference, reference_epoch;
+      std::string reference_map, reference_epoch, reference_masters;
       for (const auto& n : nodes_) {
+        const std::string at = "node " + std::to_string(n->port()) + ": ";
         redislock::connection c = n->admin();
         const std::string info = text(c.command({"CLUSTER", "INFO"}));
-        if (info.find("cluster_state:ok") == std::string::npos) return false;
+        if (info.find("cluster_state:ok") == std::string::npos) return at + "cluster_state is not ok";
         const std::string epoch = info_field(info, "cluster_current_epoch");
         if (reference_epoch.empty()) reference_epoch = epoch;
-        else if (epoch != reference_epoch) return false;
-        if (!master_epochs_distinct(text(c.command({"CLUSTER", "NODES"})))) return false;
+        else if (epoch != reference_epoch) return at + "current epoch " + epoch + ", node 0: " + reference_epoch;
+        const std::string masters = master_epochs(text(c.command({"CLUSTER", "NODES"})));
+        if (masters.empty()) return at + "two masters share a config epoch";
+        if (reference_masters.empty()) reference_masters = masters;
+        else if (masters != reference_masters)
+          return at + "masters' epochs " + masters + ", node 0: " + reference_masters;
         std::string map;
         for (const auto& range : redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
           map +=
               std::to_string(range.first) + "-" + std::to_string(range.last) + "@" + std::to_string(range.port) + ";";
-        if (map.empty()) return false;
-        if (reference.empty()) reference = map;
-        else if (map != reference) return false;
+        if (map.empty()) return at + "no slots";
+        if (reference_map.empty()) reference_map = map;
+        else if (map != reference_map) return at + "slot map " + map + ", node 0: " + reference_map;
       }
-      return true;
-    } catch (const redislock::error&) {
-      return false;
+      return {};
+    } catch (const redislock::error& e) {
+      return std::string("not answering: ") + e.what();
     }
   }
 
@@ -195,24 +204,29 @@ class redis_cluster {
     return info.substr(from, info.find_first_of("\r\n", from) - from);
   }
 
-  // Whether no two live masters in a CLUSTER NODES reply share a config epoch (the 7th field:
-  // "<id> <addr> <flags> <master> <ping> <pong> <config-epoch> <link> <slots...>").
-  static bool master_epochs_distinct(const std::string& nodes) {
-    std::vector<std::string> epochs;
+  // The live masters of a CLUSTER NODES reply as "<id>=<config epoch>;..." in id order, or ""
+  // when two share an epoch. Fields: "<id> <addr> <flags> <master> <ping> <pong> <config
+  // epoch> <link> <slots...>"; a master marked failing settles its epoch once back (or leaves).
+  static std::string master_epochs(const std::string& nodes) {
+    std::vector<std::pair<std::string, std::string>> masters;  // id, epoch
     std::istringstream lines(nodes);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream fields(line);
       std::string id, addr, flags, master, ping, pong, config_epoch;
       if (!(fields >> id >> addr >> flags >> master >> ping >> pong >> config_epoch)) continue;
-      // A master marked failing settles its epoch once back (or leaves): not a live tie.
       if (flags.find("master") == std::string::npos || flags.find("fail") != std::string::npos) continue;
-      if (std::find(epochs.begin(), epochs.end(), config_epoch) != epochs.end()) return false;
-      epochs.push_back(config_epoch);
+      for (const auto& m : masters)
+        if (m.second == config_epoch) return {};
+      masters.emplace_back(id, config_epoch);
     }
-    return true;
+    std::sort(masters.begin(), masters.end());
+    std::string out;
+    for (const auto& m : masters) out += m.first + "=" + m.second + ";";
+    return out;
   }
 
   std::vector<std::string> dirs_;
+  std::string unstable_because_;
   std::vector<std::unique_ptr<redis_server>> nodes_;
 };
 

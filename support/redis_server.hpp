@@ -160,6 +160,14 @@ class redis_server {
   }
   bool running() const { return process_.running(); }
 
+  /// The server's last few kilobytes of log, from whole lines (for a test's failure message).
+  std::string recent_log() const {
+    std::lock_guard<std::mutex> g(m_);
+    const std::size_t first_line = log_tail_.find('\n');
+    return log_tail_.size() < log_tail_bytes || first_line == std::string::npos ? log_tail_
+                                                                                : log_tail_.substr(first_line + 1);
+  }
+
   /// Suspends / resumes the server process (a stalled server for timeout tests).
   void pause() const { process_.signal(SIGSTOP); }
   void resume() const { process_.signal(SIGCONT); }
@@ -199,6 +207,7 @@ class redis_server {
         if (n <= 0) break;
         pending.append(buf, static_cast<std::size_t>(n));
         if (pending.find(ready_line) != std::string::npos) signal_state(true, false);
+        keep_log_tail(buf, static_cast<std::size_t>(n));
         if (pending.size() > 8192) pending.erase(0, pending.size() - 64);
       }
       ::close(fd);
@@ -213,6 +222,13 @@ class redis_server {
       if (log_reader_.joinable()) log_reader_.join();
     }
     return ok;
+  }
+
+  // The last log_tail_bytes of the log, for recent_log().
+  void keep_log_tail(const char* data, std::size_t n) {
+    std::lock_guard<std::mutex> g(m_);
+    log_tail_.append(data, n);
+    if (log_tail_.size() > log_tail_bytes) log_tail_.erase(0, log_tail_.size() - log_tail_bytes);
   }
 
   void signal_state(bool ready, bool failed) {
@@ -243,9 +259,11 @@ class redis_server {
   int port_ = 0;
   child_process process_;
   std::thread log_reader_;
-  std::mutex m_;
+  mutable std::mutex m_;
   std::condition_variable cv_;
   bool ready_ = false, failed_ = false;
+  static constexpr std::size_t log_tail_bytes = 6000;
+  std::string log_tail_;  // under m_
 };
 
 /// Value of one counter in INFO commandstats ("evalsha" -> calls), 0 when absent.

@@ -459,7 +459,7 @@ TEST(Cluster, StaleMapFollowsMoved) {
   const int slot = detail::key_slot(name);
   migrate_slot(
       slot, masters[0], masters[1], [] {}, [] {});
-  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
   const std::uint64_t before = stale.map_generation();
   EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[0]));  // still the old owner
   basic_mutex<cluster_client> m(stale, name);
@@ -498,7 +498,7 @@ TEST(Cluster, AskDuringMigrationThenTryAgainUntilItEnds) {
   ASSERT_EQ(released.wait_for(seconds(10)), std::future_status::ready);
   EXPECT_EQ(released.get(), release_status::released);
   EXPECT_EQ(target.command({"EXISTS", m.key()})->integer, 0);
-  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
 // While a lock is held (auto_renew) and another client waits for it, its slot migrates to
@@ -533,7 +533,7 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
         EXPECT_TRUE(eventually([&] { return error_count(masters[1], "TRYAGAIN") > tryagain_before; }, seconds(3)));
       },
       [] {});
-  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
   // The old owner pushed sunsubscribe; the waiter joined again on the new owner.
   EXPECT_TRUE(eventually([&] { return waiter_client.wait_stats().moved >= 1; }, seconds(10)));
   EXPECT_TRUE(eventually([&] { return shard_subscribers(masters[2], waiter_channel) == 1; }, seconds(10)));
@@ -637,7 +637,7 @@ void hand_off_while_the_slot_migrates(const std::string& base, const std::string
         }
       },
       [] {});
-  ASSERT_TRUE(settle_slot(slot, masters[1]));
+  ASSERT_TRUE(settle_slot(slot, masters[1])) << cluster->unstable_because();
   EXPECT_EQ(released, force ? force_kind : to_string(release_status::released));
   std::future<bool> acquired = got.get_future();
   ASSERT_EQ(acquired.wait_for(seconds(20)), std::future_status::ready);
@@ -681,7 +681,7 @@ TEST(Cluster, AReleaseWhileTheSlotMigratesPassesOverALapsedPlace) {
         }
       },
       [] {});
-  ASSERT_TRUE(settle_slot(detail::key_slot(name), masters[1]));
+  ASSERT_TRUE(settle_slot(detail::key_slot(name), masters[1])) << cluster->unstable_because();
   EXPECT_EQ(released, "released");
   basic_mutex<cluster_client> other(c, name);
   EXPECT_TRUE(other.try_lock()) << "the release left the lock held";
@@ -825,7 +825,7 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
     // Moving a slot back before every node learned the last move's epoch can leave two nodes
     // each naming the other as owner (Redis 7.0): settle_slot waits for the epochs too, as
     // an operator would, and repairs the tie if it happened anyway.
-    ASSERT_TRUE(settle_slot(slot, to));
+    ASSERT_TRUE(settle_slot(slot, to)) << cluster->unstable_because();
     std::swap(from, to);
   }
   const int before = done.load();
@@ -834,7 +834,7 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
   for (auto& w : workers) w.join();
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_EQ(failures.load(), 0);
-  ASSERT_TRUE(cluster->wait_until_stable(seconds(10)));
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
 // The README's ACL for a cluster is enough for every lock kind (waiting and renewal
@@ -960,7 +960,7 @@ TEST(Cluster, PrimaryFailoverRecovers) {
   EXPECT_FALSE(held.lost());
   EXPECT_TRUE(held.still_held());
   EXPECT_EQ(held.unlock_and_report(), release_status::released);
-  EXPECT_TRUE(cluster->wait_until_stable(seconds(10)));
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
 // A master killed (SIGKILL): the cluster promotes its replica after cluster-node-timeout

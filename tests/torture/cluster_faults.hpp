@@ -79,8 +79,12 @@ class cluster_faults {
       const int master = random_master(), replica = cluster_.replica_of(master);
       if (replica == 0) return false;
       const window w(*this);
-      redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
-      return wait_for([&] { return is_master(replica); }, bound) && promoted() && cluster_.wait_until_stable(bound);
+      if (!manual_failover(replica, bound)) {
+        print_logs("the replica on " + std::to_string(replica) + " was not promoted", {replica, master});
+        return false;
+      }
+      promoted();
+      return stable_or_print_logs(bound);
     }
     if (fault == "master-kill9") {
       const int master = random_master();
@@ -92,9 +96,7 @@ class cluster_faults {
       const bool was_promoted = wait_for([&] { return !serves_slots(master); }, bound) && promoted();
       if (!was_promoted) std::fprintf(stderr, "torture: no replica of %d was promoted\n", master);
       victim.start_again();  // rejoins as a replica of its successor (nodes.conf kept)
-      const bool ok = cluster_.wait_until_stable(bound) && was_promoted;
-      if (!ok) std::fprintf(stderr, "torture: the cluster is not stable after %d restarted\n", master);
-      return ok;
+      return stable_or_print_logs(bound) && was_promoted;
     }
     if (fault == "migrate") {
       const std::string& name = names_.at(std::uniform_int_distribution<std::size_t>(0, names_.size() - 1)(rng_));
@@ -105,7 +107,7 @@ class cluster_faults {
       if (others.empty()) return false;
       cluster_.migrate_slot(slot, from, others[std::uniform_int_distribution<std::size_t>(0, others.size() - 1)(rng_)]);
       mark_recovery_start();
-      return cluster_.wait_until_stable(bound);
+      return stable_or_print_logs(bound);
     }
     throw std::invalid_argument("cluster_faults: unknown fault " + fault);
   }
@@ -149,6 +151,39 @@ class cluster_faults {
     window(const window&) = delete;
     window& operator=(const window&) = delete;
   };
+
+  // CLUSTER FAILOVER on `replica` until it is a master, within `bound`. Redis gives a manual
+  // failover 5 s (CLUSTER_MF_TIMEOUT) and then drops it without a word, as when the replica
+  // could not catch up or win the vote in time on a loaded machine; an operator asks again.
+  bool manual_failover(int replica, std::chrono::milliseconds bound) {
+    const auto end = steady::now() + bound;
+    for (int round = 1;; ++round) {
+      redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - steady::now());
+      if (wait_for([&] { return is_master(replica); },
+                   std::min<std::chrono::milliseconds>(left, std::chrono::seconds(6))))
+        return true;
+      if (steady::now() >= end) return false;
+      std::fprintf(stderr, "torture: CLUSTER FAILOVER on %d not done within 6 s (round %d): asked again\n", replica,
+                   round);
+    }
+  }
+
+  // Prints the last lines of the nodes' logs (every node when `ports` is empty) after a fault
+  // the cluster did not get over: what Redis said is the first thing to read.
+  void print_logs(const std::string& what, std::vector<int> ports = {}) {
+    std::fprintf(stderr, "torture: %s\n", what.c_str());
+    for (std::size_t i = 0; i < cluster_.size(); ++i) {
+      const redislock_test::redis_server& n = cluster_.node(i);
+      if (!ports.empty() && std::find(ports.begin(), ports.end(), n.port()) == ports.end()) continue;
+      std::fprintf(stderr, "--- log of the node on %d (last lines)\n%s\n", n.port(), n.recent_log().c_str());
+    }
+  }
+  bool stable_or_print_logs(std::chrono::milliseconds bound) {
+    if (cluster_.wait_until_stable(bound)) return true;
+    print_logs("the cluster is not stable: " + cluster_.unstable_because());
+    return false;
+  }
 
   static redislock::connection redis_cluster_admin(int port) { return redislock_test::redis_cluster::admin(port); }
   static int slot_of(const std::string& name) {
