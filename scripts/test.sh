@@ -28,7 +28,7 @@ variants=("$@")
 
 # The slowest fault scenarios (cluster failovers, five Redlock masters) run once, in the plain
 # build: under a sanitizer they add minutes and test the same client code as the rest.
-slow_in_plain_only="torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults"
+slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults)$"
 
 # -g1: line tables only (stack traces name file:line); full debug info doubles compile time.
 sanitized() {  # <dir> <sanitizers>

@@ -177,8 +177,9 @@ class redis_cluster {
         const std::string epoch = info_field(info, "cluster_current_epoch");
         if (reference_epoch.empty()) reference_epoch = epoch;
         else if (epoch != reference_epoch) return at + "current epoch " + epoch + ", node 0: " + reference_epoch;
-        const std::string masters = master_epochs(text(c.command({"CLUSTER", "NODES"})));
-        if (masters.empty()) return at + "two masters share a config epoch";
+        std::string masters;
+        if (!master_epochs(text(c.command({"CLUSTER", "NODES"})), masters))
+          return at + "masters share an epoch: " + masters;
         if (reference_masters.empty()) reference_masters = masters;
         else if (masters != reference_masters)
           return at + "masters' epochs " + masters + ", node 0: " + reference_masters;
@@ -204,25 +205,32 @@ class redis_cluster {
     return info.substr(from, info.find_first_of("\r\n", from) - from);
   }
 
-  // The live masters of a CLUSTER NODES reply as "<id>=<config epoch>;..." in id order, or ""
-  // when two share an epoch. Fields: "<id> <addr> <flags> <master> <ping> <pong> <config
-  // epoch> <link> <slots...>"; a master marked failing settles its epoch once back (or leaves).
-  static std::string master_epochs(const std::string& nodes) {
+  // Writes the live masters of a CLUSTER NODES reply to `out` as "<id>=<config epoch>;..." in
+  // id order; false when two share an epoch. Fields: "<id> <addr> <flags> <master> <ping>
+  // <pong> <config epoch> <link> <slots...>" (a replica's line shows its master's epoch). A
+  // master flagged failed settles its epoch once back, or leaves: not a live tie.
+  static bool master_epochs(const std::string& nodes, std::string& out) {
     std::vector<std::pair<std::string, std::string>> masters;  // id, epoch
     std::istringstream lines(nodes);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream fields(line);
       std::string id, addr, flags, master, ping, pong, config_epoch;
       if (!(fields >> id >> addr >> flags >> master >> ping >> pong >> config_epoch)) continue;
-      if (flags.find("master") == std::string::npos || flags.find("fail") != std::string::npos) continue;
-      for (const auto& m : masters)
-        if (m.second == config_epoch) return {};
+      if (!has_flag(flags, "master") || has_flag(flags, "fail")) continue;
       masters.emplace_back(id, config_epoch);
     }
     std::sort(masters.begin(), masters.end());
-    std::string out;
-    for (const auto& m : masters) out += m.first + "=" + m.second + ";";
-    return out;
+    bool distinct = true;
+    out.clear();
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) distinct = distinct && masters[j].second != masters[i].second;
+      out += masters[i].first + "=" + masters[i].second + ";";
+    }
+    return distinct;
+  }
+  // Whether the comma-separated `flags` has exactly `flag` ("fail" is not "fail?").
+  static bool has_flag(const std::string& flags, const std::string& flag) {
+    return ("," + flags + ",").find("," + flag + ",") != std::string::npos;
   }
 
   std::vector<std::string> dirs_;

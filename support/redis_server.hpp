@@ -195,6 +195,10 @@ class redis_server {
     // A sentinel never logs "Ready to accept connections" (Redis 7.0): its ID line comes once
     // it listens and has loaded its configuration.
     const std::string ready_line = sentinel_ ? "Sentinel ID is" : "Ready to accept connections";
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (!log_tail_.empty()) log_tail_ += "--- started again ---\n";
+    }
     process_ = child_process(argv, fds[1], true);
     ::close(fds[1]);
     ready_ = failed_ = false;

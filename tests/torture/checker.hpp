@@ -8,7 +8,9 @@
 //
 // Keys (prefix "torture:" + run id, one hash tag, outside the library's "redislock:" prefix):
 //   E  epoch id        M  overlap marker: "<holder>|<valid_until_ns>" of the holder inside
-//   C  shared counter (GET, then SET+1: a non-atomic read-modify-write)
+//   R  set of the markers of the readers inside (kinds with a read side: a reader meets M, a
+//      writer meets M and R)
+//   C  shared counter (GET, then SET+1: a non-atomic read-modify-write; writers only)
 //   F  highest fencing token written to C       A  number of writes applied to C
 //
 // A holder's lease is *certainly valid* until valid_until = (steady time before the acquire
@@ -60,6 +62,28 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local old = redis.call('GET', KEYS[2])
 redis.call('SET', KEYS[2], ARGV[2])
 return old or ''
+)lua");
+  return s;
+}
+
+/// KEYS: E, R. ARGV: epoch. A writer's look at the readers inside, once its marker is in M.
+/// Reply: -1 epoch changed; otherwise the markers in R (readers inside, or left behind stale).
+inline const redislock::script& readers_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+return redis.call('SMEMBERS', KEYS[2])
+)lua");
+  return s;
+}
+
+/// KEYS: E, M, R. ARGV: epoch, my marker, "enter" / "leave". A reader enters (adds its marker
+/// to R) or leaves (removes it), and sees the writer inside, if any.
+/// Reply: -1 epoch changed; "" no writer inside; otherwise M (someone inside?).
+inline const redislock::script& reader_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if ARGV[3] == 'enter' then redis.call('SADD', KEYS[3], ARGV[2]) else redis.call('SREM', KEYS[3], ARGV[2]) end
+return redis.call('GET', KEYS[2]) or ''
 )lua");
   return s;
 }
@@ -119,6 +143,7 @@ inline long marker_pid(const std::string& marker) {
 /// worker killed by SIGKILL keeps what it counted). Lock-free atomics work across processes.
 struct worker_stats {
   std::atomic<std::uint64_t> acquisitions{0};
+  std::atomic<std::uint64_t> reads{0};           ///< read holds that entered (kinds with a read side)
   std::atomic<std::uint64_t> writes{0};          ///< fenced writes the server confirmed
   std::atomic<std::uint64_t> writes_unknown{0};  ///< fenced writes whose reply was lost
   std::atomic<std::uint64_t> stale_rejected{0};  ///< late writes of an expired holder, rejected by F

@@ -99,6 +99,9 @@ class cluster_faults {
       return stable_or_print_logs(bound) && was_promoted;
     }
     if (fault == "migrate") {
+      // Not while the last fault's epochs are still spreading (see wait_until_stable()).
+      if (!stable_or_print_logs(bound)) return false;
+      fault_start_ns_ = now_ns();  // recovery counts from the move, not from the wait
       const std::string& name = names_.at(std::uniform_int_distribution<std::size_t>(0, names_.size() - 1)(rng_));
       const int slot = slot_of(name), from = cluster_.master_of(slot);
       std::vector<int> others;
@@ -158,7 +161,13 @@ class cluster_faults {
   bool manual_failover(int replica, std::chrono::milliseconds bound) {
     const auto end = steady::now() + bound;
     for (int round = 1;; ++round) {
-      redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
+      try {
+        redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
+      } catch (const redislock::error& e) {
+        // Refused: promoted since the last look ("send CLUSTER FAILOVER to a replica"), or
+        // its master is seen down; the wait below tells which.
+        std::fprintf(stderr, "torture: CLUSTER FAILOVER on %d refused: %s\n", replica, e.what());
+      }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - steady::now());
       if (wait_for([&] { return is_master(replica); },
                    std::min<std::chrono::milliseconds>(left, std::chrono::seconds(6))))

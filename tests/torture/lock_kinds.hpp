@@ -28,6 +28,10 @@ class torture_lock {
   virtual redislock::release_status unlock() noexcept = 0;
   /// The fencing token of the current hold.
   virtual std::uint64_t fencing_token() = 0;
+  /// Whether the current hold excludes everyone (false: a read hold, which excludes writers).
+  virtual bool exclusive() const { return true; }
+  /// Whether holders of this kind may read together (writers must then look for readers).
+  virtual bool has_read_side() const { return false; }
 };
 
 template <class Lock>
@@ -66,6 +70,43 @@ class waiting_adapter final : public torture_lock {
   Lock lock_;
 };
 
+/// Which side an attempt of a kind with a read side is for: the write side one time in three.
+class side_picker {
+ public:
+  side_picker() : rng_(std::random_device{}()) {}
+  bool write_next() { return std::uniform_int_distribution<int>(0, 2)(rng_) == 0; }
+
+ private:
+  std::minstd_rand rng_;
+};
+
+/// A shared mutex whose holders read or write, at random (side_picker), both by waiting:
+/// readers share, and go through the queue and the hand-off that admits the run of readers at
+/// its head.
+template <class Client>
+class shared_mixed_adapter final : public torture_lock {
+ public:
+  shared_mixed_adapter(Client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
+  bool try_lock() override {
+    writing_ = sides_.write_next();
+    const auto timeout = std::chrono::milliseconds(200);
+    return writing_ ? lock_.try_lock_for(timeout) : lock_.try_lock_shared_for(timeout);
+  }
+  redislock::release_status unlock() noexcept override {
+    if (writing_) lock_.unlock();
+    else lock_.unlock_shared();
+    return lock_.last_release();
+  }
+  std::uint64_t fencing_token() override { return lock_.fencing_token(); }
+  bool exclusive() const override { return writing_; }
+  bool has_read_side() const override { return true; }
+
+ private:
+  redislock::basic_shared_mutex<Client> lock_;
+  side_picker sides_;
+  bool writing_ = true;
+};
+
 /// A deliberately broken lock for the checker's self-test: it takes the key even while someone
 /// else holds it (SET without NX), as an acquire script that ignored the holder would. The
 /// checker must report violations with it, or it could not catch that bug.
@@ -98,9 +139,42 @@ class stealing_lock final : public torture_lock {
   std::uint64_t fence_ = 0;
 };
 
+/// The checker's self-test for read sides: writers exclude each other (a real mutex) but
+/// readers take nothing, as a shared lock that admitted readers past a writer would. The
+/// checker must report the readers' overlaps with writers.
+template <class Client>
+class readers_ignoring_writers final : public torture_lock {
+ public:
+  readers_ignoring_writers(Client& c, const std::string& name, const redislock::lock_options& o)
+      : writers_(c, name, o) {}
+  bool try_lock() override {
+    writing_ = sides_.write_next();
+    return !writing_ || writers_.try_lock_for(std::chrono::milliseconds(200));
+  }
+  redislock::release_status unlock() noexcept override {
+    if (!writing_) return redislock::release_status::released;
+    writers_.unlock();
+    return writers_.last_release();
+  }
+  std::uint64_t fencing_token() override { return writing_ ? writers_.fencing_token() : 0; }
+  bool exclusive() const override { return writing_; }
+  bool has_read_side() const override { return true; }
+
+ private:
+  redislock::basic_mutex<Client> writers_;
+  side_picker sides_;
+  bool writing_ = true;
+};
+
+/// Kinds whose holders may read together (the run must then see reads).
+inline bool read_side_kind(const std::string& kind) {
+  return kind == "shared-mixed" || kind == "broken-readers-ignoring-writers";
+}
+
 inline std::vector<std::string> lock_kinds() {
-  return {"mutex",          "mutex-waiting",   "mutex-fair", "reentrant-waiting",
-          "shared-waiting", "broken-stealing", "redlock",    "broken-redlock-minority"};
+  return {"mutex",          "mutex-waiting",          "mutex-fair",      "reentrant-waiting",
+          "shared-waiting", "shared-mixed",           "broken-stealing", "broken-readers-ignoring-writers",
+          "redlock",        "broken-redlock-minority"};
 }
 
 /// Kinds that run on N independent masters (--masters) instead of one server.
@@ -124,7 +198,9 @@ std::unique_ptr<torture_lock> make_single_lock(const std::string& kind, Client& 
   // The write side only: the checker's critical section is a read-modify-write.
   if (kind == "shared-waiting")
     return std::make_unique<waiting_adapter<redislock::basic_shared_mutex<Client>>>(c, name, o);
+  if (kind == "shared-mixed") return std::make_unique<shared_mixed_adapter<Client>>(c, name, o);
   if (kind == "broken-stealing") return std::make_unique<stealing_lock<Client>>(c, name, o);
+  if (kind == "broken-readers-ignoring-writers") return std::make_unique<readers_ignoring_writers<Client>>(c, name, o);
   throw std::invalid_argument("unknown lock kind '" + kind + "'");
 }
 

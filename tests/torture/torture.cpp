@@ -15,11 +15,14 @@
 // processes (this program with --worker) of --threads threads each; every thread owns one lock
 // object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair / reentrant-waiting /
 // shared-waiting (the write side): try_lock_for(200 ms), through the server-side queue and the
-// release's hand-off; broken-stealing: the checker's self-test) and loops: take the lock, enter (overlap marker), GET
-// counter, fenced SET counter+1, leave (compare-and-delete marker), unlock. See checker.hpp for what counts as a
-// violation. Meanwhile the coordinator injects the listed faults in turn, and checks after each
-// that the workers make progress again. It ends after --seconds or --acquisitions (whichever
-// first), stops the workers and prints one summary line:
+// release's hand-off; shared-mixed: the read side or the write side at random, both waiting;
+// broken-stealing and broken-readers-ignoring-writers: the checker's self-tests) and loops:
+// take the lock, enter (overlap marker), GET counter, fenced SET counter+1, leave
+// (compare-and-delete marker), unlock. A reader (shared-mixed) instead adds its marker to a set
+// of readers, meets the writer's marker, reads, and leaves the set. See checker.hpp for what
+// counts as a violation. Meanwhile the coordinator injects the listed faults in turn, and
+// checks after each that the workers make progress again. It ends after --seconds or
+// --acquisitions (whichever first), stops the workers and prints one summary line:
 //
 //   torture: kind=mutex ... acquisitions=N writes=N faults=N (...) violations=0 lost_updates=0 PASS
 //
@@ -34,7 +37,7 @@
 // in single-server mode.
 //
 // Cluster mode (--cluster; --kind may list several single-server kinds, e.g.
-// mutex,mutex-fair,reentrant-waiting) runs the lock on a 3-master, 3-replica Redis Cluster through
+// mutex,mutex-fair,shared-mixed) runs the lock on a 3-master, 3-replica Redis Cluster through
 // redislock::cluster_client, under --names lock names (default 12) spread over the masters
 // (name i on master i % 3, kind number (i / 3) % kinds; thread t of worker w takes name
 // (w * threads + t) % names, w counting the --processes workers; a worker that replaces a
@@ -216,11 +219,12 @@ bool report_violation() {
 
 // Cluster mode: one record per lock name (`name` its index), one epoch for all.
 struct keys {
-  std::string epoch, marker, counter, fence, applied;
+  std::string epoch, marker, readers, counter, fence, applied;
   explicit keys(const std::string& run, const std::string& name = "") {
     epoch = "torture:{" + run + "}:epoch";
     const std::string base = "torture:{" + run + "}:" + (name.empty() ? "" : name + ":");
     marker = base + "marker";
+    readers = base + "readers";
     counter = base + "counter";
     fence = base + "fence";
     applied = base + "applied";
@@ -314,6 +318,11 @@ class holder_thread {
       release(epoch, valid_until);  // not entered; the object must not stay held (it would refuse every later try)
       return;
     }
+    if (!lock_->exclusive()) {
+      read_section(epoch, me, valid_until);
+      release(epoch, valid_until);
+      return;
+    }
     // True from before the enter call: if its reply is lost, the marker may be set all the same.
     bool inside = true;
     try {
@@ -323,6 +332,7 @@ class holder_thread {
         inside = false;
       } else {
         if (r->len != 0) compare(text(*r), valid_until, "enter");
+        if (lock_->has_read_side()) meet_readers(epoch, valid_until);
         reply_ptr v = data_->command({"GET", keys_.counter});
         const long long value = v->type == REDIS_REPLY_NIL ? 0 : std::stoll(text(*v));
         const std::string next = std::to_string(value + 1), token = std::to_string(fence);
@@ -376,8 +386,63 @@ class holder_thread {
     release(epoch, valid_until);
   }
 
+  // A read hold: our marker joins R, we meet the writer inside (if any), read, leave R, and meet
+  // the writer that entered meanwhile (if any). Readers write nothing.
+  void read_section(const std::string& epoch, const std::string& me, std::int64_t valid_until) {
+    bool inside = true;  // from before the enter call: if its reply is lost, the marker may be in R
+    try {
+      if (reader_step(epoch, me, valid_until, "enter")) {
+        stats_.reads.fetch_add(1);
+        data_->command({"GET", keys_.counter});
+      }
+      reader_step(epoch, me, valid_until, "leave");
+      inside = false;
+    } catch (const redislock::error&) {
+      stats_.errors.fetch_add(1);
+    }
+    // As for a writer's marker: never leave ours behind while our lease is valid.
+    while (inside && now_ns() < valid_until) {
+      try {
+        reader_step(epoch, me, valid_until, "leave");
+        inside = false;
+      } catch (const redislock::error&) {
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+    }
+  }
+
+  // One reader_script() step; false when the epoch changed (the record was reset under us).
+  bool reader_step(const std::string& epoch, const std::string& me, std::int64_t valid_until, const char* step) {
+    reply_ptr r = reader_script().run(*data_, {keys_.epoch, keys_.marker, keys_.readers}, {epoch, me, step});
+    if (r->type == REDIS_REPLY_INTEGER) {
+      stats_.epoch_skips.fetch_add(1);
+      return false;
+    }
+    if (r->len != 0) compare(text(*r), valid_until, step[0] == 'e' ? "reader enter" : "reader leave");
+    return true;
+  }
+
+  // A writer inside (its marker in M) meets every reader in R. A reader whose lease is over is
+  // not inside any more (killed, or stopped past it): its marker is removed, so R stays small.
+  void meet_readers(const std::string& epoch, std::int64_t valid_until) {
+    reply_ptr r = readers_script().run(*data_, {keys_.epoch, keys_.readers}, {epoch});
+    if (r->type != REDIS_REPLY_ARRAY) {
+      stats_.epoch_skips.fetch_add(1);
+      return;
+    }
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      const std::string reader = text(*r->element[i]);
+      compare(reader, valid_until, "enter (a reader inside)");
+      if (marker_valid_until(reader) <= now_ns()) data_->command({"SREM", keys_.readers, reader});
+    }
+  }
+
   // Afterwards the marker is not ours: cleared, taken over by an intruder, or gone with its epoch.
   void leave(const std::string& epoch, const std::string& me, std::int64_t valid_until) {
+    // Once more before M is cleared: a reader that entered before our marker was set and is
+    // still inside has not met us (and meets nobody once M is gone), whatever the look after
+    // our enter saw or lost.
+    if (lock_->has_read_side()) meet_readers(epoch, valid_until);
     reply_ptr r = leave_script().run(*data_, {keys_.epoch, keys_.marker}, {epoch, me});
     if (r->type == REDIS_REPLY_INTEGER) stats_.epoch_skips.fetch_add(1);
     else if (r->len != 0) compare(text(*r), valid_until, "leave");
@@ -618,8 +683,12 @@ class coordinator {
           argv.push_back(keys(cfg_.run_id, std::to_string(n)).marker);
       }
       const std::vector<std::string_view> mget(argv.begin(), argv.end());
+      // Kinds with a read side: every other look is for a reader inside (single server).
+      const bool readers = !cfg_.cluster && std::any_of(cfg_.kinds.begin(), cfg_.kinds.end(), read_side_kind);
+      const std::string readers_key = keys(cfg_.run_id).readers;
       for (int i = 0; i < 2000; ++i) {
-        reply_ptr r = admin_->command(mget);
+        reply_ptr r =
+            readers && i % 2 == 1 ? admin_->command({"SRANDMEMBER", readers_key, "1"}) : admin_->command(mget);
         for (std::size_t m = 0; m < r->elements; ++m) {
           if (r->element[m]->type != REDIS_REPLY_STRING) continue;
           const long pid = marker_pid(text(*r->element[m]));
@@ -774,6 +843,8 @@ class coordinator {
       read_ok = false;
       std::fprintf(stderr, "torture: cannot read the final state: %s\n", e.what());
     }
+    const std::uint64_t reads = total(&worker_stats::reads);
+    const bool read_side = std::any_of(cfg_.kinds.begin(), cfg_.kinds.end(), read_side_kind);
     const std::uint64_t acquisitions = total(&worker_stats::acquisitions), writes = total(&worker_stats::writes),
                         unknown = total(&worker_stats::writes_unknown), violations = total(&worker_stats::violations);
     // Without a restart, every confirmed write is among the applied ones (killed workers may have
@@ -790,7 +861,7 @@ class coordinator {
     for (const auto& [name, n] : counts_)
       fault_list += (fault_list.empty() ? "" : " ") + name + "=" + std::to_string(n);
     const bool pass = read_ok && violations == 0 && lost == 0 && stalls_ == 0 && unexpected_exits_ == 0 &&
-                      acquisitions > 0 && faults_ >= cfg_.min_faults;
+                      acquisitions > 0 && faults_ >= cfg_.min_faults && (reads > 0 || !read_side);
     std::string redlock_fields;  // Redlock mode: the masters and what their faults cost
     if (!masters_.empty())
       redlock_fields = " masters=" + std::to_string(masters_.size()) +
@@ -800,12 +871,13 @@ class coordinator {
                        " fence_regressions=" + std::to_string(total(&worker_stats::fence_regressions));
     if (cluster_) redlock_fields = cluster_fields(window_lost_updates);
     std::printf(
-        "torture: kind=%s%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu writes=%llu "
+        "torture: kind=%s%s processes=%d threads=%d lease_ms=%ld seconds=%.1f acquisitions=%llu%s writes=%llu "
         "faults=%llu (%s) stale_rejected=%llu stale_overlaps=%llu lease_expired=%llu epoch_skips=%llu errors=%llu "
         "stalls=%llu unexpected_exits=%llu counter=%lld applied=%lld violations=%llu lost_updates=%lld %s\n",
         cfg_.kind.c_str(), redlock_fields.c_str(), cfg_.processes, cfg_.threads, cfg_.lease_ms, seconds,
-        (unsigned long long)acquisitions, (unsigned long long)writes, (unsigned long long)faults_,
-        fault_list.empty() ? "none" : fault_list.c_str(), (unsigned long long)total(&worker_stats::stale_rejected),
+        (unsigned long long)acquisitions, read_side ? (" reads=" + std::to_string(reads)).c_str() : "",
+        (unsigned long long)writes, (unsigned long long)faults_, fault_list.empty() ? "none" : fault_list.c_str(),
+        (unsigned long long)total(&worker_stats::stale_rejected),
         (unsigned long long)total(&worker_stats::stale_overlaps),
         (unsigned long long)total(&worker_stats::lease_expired), (unsigned long long)total(&worker_stats::epoch_skips),
         (unsigned long long)total(&worker_stats::errors), (unsigned long long)stalls_,
