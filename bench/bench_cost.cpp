@@ -30,6 +30,11 @@
 //                                  (the library's client code alone); same_commands_vs_raw: the
 //                                  price of the commands (the queue check in the release)
 //   gap_p50_us, share_min          contended: hand-off gap and smallest share / fair share
+//   floor_server_cpu_us, floor_script_us, floor_server_cpu_vs_raw_cycle, floor_gap_p50_us,
+//   server_cpu_vs_floor            contended: the same for raw_handoff_lock (the least a queued
+//                                  hand-off costs: no liveness checks), measured in alternating
+//                                  phases with redislock (lib, floor, floor, lib), and redislock
+//                                  against it
 #include "bench_support.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
@@ -76,6 +81,12 @@ struct phase_cost {
   long long commands = 0, scripts = 0;
   std::map<std::string, long long> calls;
   std::map<std::string, double> usec;
+  void add(const phase_cost& other) {
+    server_cpu += other.server_cpu, script_usec += other.script_usec;
+    commands += other.commands, scripts += other.scripts;
+    for (const auto& [k, v] : other.calls) calls[k] += v;
+    for (const auto& [k, v] : other.usec) usec[k] += v;
+  }
   void add(const server_sample& before, const server_sample& after) {
     server_cpu += after.cpu - before.cpu;
     script_usec += after.script_usec - before.script_usec;
@@ -339,14 +350,128 @@ BENCHMARK(BM_cost_aggregate_processes)
 
 // ---------------------------------------------------------------------------------------
 // Contended hand-off: N threads, each with its own client and lock object, on one name;
-// lock, hold (spinning), unlock, again. Server CPU and commands per acquisition.
+// lock, hold (spinning), unlock, again. Server CPU and commands per acquisition, for redislock
+// and, in the same run, for raw_handoff_lock: the least a queued hand-off can cost.
 
 struct event {
   int who;
   std::int64_t acquired, releasing;
 };
 
-// Args: contenders, hold in microseconds, fair (0/1).
+/// The floor of a queued hand-off over pub/sub, hand-written on raw hiredis: a waiter joins a
+/// list in one script (SET NX PX, else RPUSH) and sleeps on its own channel; a release pops the
+/// head, writes it into the lock key and publishes to it in one script (GET, LPOP, SET,
+/// PUBLISH): 8 server commands per contended acquisition, three round trips and one notice.
+/// Not a usable lock: a waiter that crashed, gave up or froze while queued gets the lock for a
+/// whole lease (nothing checks that it still listens or still waits), a notice also reaches
+/// a stale subscriber on a replica, a lost reply queues a waiter twice, and nothing expires
+/// the list. What redislock pays above it is what those checks cost.
+class raw_handoff_lock {
+ public:
+  raw_handoff_lock(int port, std::string key, std::string token)
+      : c_(redisConnect("127.0.0.1", port)),
+        sub_(redisConnect("127.0.0.1", port)),
+        key_(std::move(key)),
+        queue_(key_ + ":list"),
+        token_(std::move(token)),
+        channel_(key_ + ":ch:" + token_) {
+    if (c_ == nullptr || c_->err || sub_ == nullptr || sub_->err)
+      throw std::runtime_error("raw_handoff_lock: cannot connect");
+    const timeval bound{10, 0};  // a lost notice ends the benchmark instead of hanging it
+    redisSetTimeout(sub_, bound);
+    join_sha_ = text(command(c_, {"SCRIPT", "LOAD", kJoin}));
+    release_sha_ = text(command(c_, {"SCRIPT", "LOAD", kRelease}));
+    command(sub_, {"SUBSCRIBE", channel_});
+  }
+  ~raw_handoff_lock() {
+    redisFree(sub_);
+    redisFree(c_);
+  }
+  raw_handoff_lock(const raw_handoff_lock&) = delete;
+  raw_handoff_lock& operator=(const raw_handoff_lock&) = delete;
+
+  void lock() {
+    if (command(c_, {"EVALSHA", join_sha_, "2", key_, queue_, token_, "30000"})->integer == 1) return;
+    void* r = nullptr;
+    if (redisGetReply(sub_, &r) != REDIS_OK) throw std::runtime_error("raw_handoff_lock: no notice within 10 s");
+    freeReplyObject(r);  // the release wrote our token into the lock key before it told us
+  }
+  void unlock() { command(c_, {"EVALSHA", release_sha_, "2", key_, queue_, token_, "30000", key_ + ":ch:"}); }
+
+ private:
+  static reply_ptr command(redisContext* c, std::initializer_list<std::string_view> argv) {
+    const char* ptrs[8];
+    std::size_t lens[8];
+    int n = 0;
+    for (std::string_view a : argv) ptrs[n] = a.data(), lens[n++] = a.size();
+    reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, n, ptrs, lens)));
+    if (!r || r->type == REDIS_REPLY_ERROR) throw std::runtime_error("raw_handoff_lock: command failed");
+    return r;
+  }
+  static std::string text(const reply_ptr& r) { return std::string(r->str, r->len); }
+  static constexpr const char* kJoin = R"lua(
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+return 0)lua";
+  static constexpr const char* kRelease = R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local head = redis.call('LPOP', KEYS[2])
+if head then
+  redis.call('SET', KEYS[1], head, 'PX', ARGV[2])
+  redis.call('PUBLISH', ARGV[3] .. head, '1')
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1)lua";
+  redisContext* c_;
+  redisContext* sub_;
+  std::string key_, queue_, token_, channel_, join_sha_, release_sha_;
+};
+
+/// What one contended phase measured: its acquisitions (in order of acquisition), the client
+/// CPU of this process and the server's cost over it.
+struct contended_phase {
+  std::vector<event> events;
+  double client_cpu = 0;
+  phase_cost cost;
+};
+
+/// N threads cycle lock, hold (spinning), unlock on their own lock object for `seconds`;
+/// lock(i) / unlock(i) act on thread i's object.
+template <class Lock, class Unlock>
+contended_phase run_contended(int n, nanoseconds hold, double seconds, connection& admin, Lock&& lock,
+                              Unlock&& unlock) {
+  const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
+  std::vector<std::vector<event>> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      results[i].reserve(1 << 16);
+      while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
+      while (now_ns() < end) {
+        lock(i);
+        event e{i, now_ns(), 0};
+        spin_for(hold);
+        e.releasing = now_ns();
+        unlock(i);
+        results[i].push_back(e);
+      }
+    });
+  while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
+  contended_phase out;
+  const server_sample s0 = sample(admin);
+  const double c0 = cpu_seconds(RUSAGE_SELF);
+  for (auto& t : threads) t.join();
+  out.client_cpu = cpu_seconds(RUSAGE_SELF) - c0;
+  out.cost.add(s0, sample(admin));
+  for (auto& r : results) out.events.insert(out.events.end(), r.begin(), r.end());
+  std::sort(out.events.begin(), out.events.end(),
+            [](const event& a, const event& b) { return a.acquired < b.acquired; });
+  return out;
+}
+
+// Args: contenders, hold in microseconds, fair (0/1). Four phases, each half the run: redislock,
+// the floor (raw_handoff_lock), the floor, redislock; each side's cost is summed over its two.
 void BM_cost_contended(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const nanoseconds hold = microseconds(state.range(1));
@@ -357,75 +482,70 @@ void BM_cost_contended(benchmark::State& state) {
     std::vector<double> raw_blocks = raw_cycle_server_us(g_server->port(), admin);
     std::vector<std::unique_ptr<client>> clients;
     std::vector<std::unique_ptr<mutex>> locks;
+    std::vector<std::unique_ptr<raw_handoff_lock>> floors;
     lock_options o;
     o.fair = fair;
     for (int i = 0; i < n; ++i) {
       clients.push_back(std::make_unique<client>(options_for(g_server->port())));
       locks.push_back(std::make_unique<mutex>(*clients.back(), name, o));
       locks.back()->lock(), locks.back()->unlock();  // connections, scripts, subscription
+      floors.push_back(std::make_unique<raw_handoff_lock>(g_server->port(), "raw:" + name, "t" + std::to_string(i)));
+      floors.back()->lock(), floors.back()->unlock();
     }
-    const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds_per_run() * 1e9);
-    std::vector<std::vector<event>> results(n);
-    std::vector<std::thread> threads;
-    server_sample s0, s1;
-    std::atomic<int> started{0};
-    for (int i = 0; i < n; ++i)
-      threads.emplace_back([&, i] {
-        results[i].reserve(1 << 16);
-        while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
-        ++started;
-        while (now_ns() < end) {
-          locks[i]->lock();
-          event e{i, now_ns(), 0};
-          spin_for(hold);
-          e.releasing = now_ns();
-          locks[i]->unlock();
-          results[i].push_back(e);
-        }
-      });
-    while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
-    s0 = sample(admin);
-    const double c0 = cpu_seconds(RUSAGE_SELF);
-    for (auto& t : threads) t.join();
-    const double client_cpu = cpu_seconds(RUSAGE_SELF) - c0;
-    s1 = sample(admin);
-    phase_cost cost;
-    cost.add(s0, s1);
+    const double half = seconds_per_run() / 2;
+    contended_phase lib, floor;
+    std::vector<double> gaps, floor_gaps;
+    double overlaps = 0;
+    for (int phase = 0; phase < 4; ++phase) {
+      const bool lib_phase = phase == 0 || phase == 3;
+      contended_phase p =
+          lib_phase ? run_contended(
+                          n, hold, half, admin, [&](int i) { locks[i]->lock(); }, [&](int i) { locks[i]->unlock(); })
+                    : run_contended(
+                          n, hold, half, admin, [&](int i) { floors[i]->lock(); }, [&](int i) { floors[i]->unlock(); });
+      contended_phase& side = lib_phase ? lib : floor;
+      side.client_cpu += p.client_cpu;
+      side.cost.add(p.cost);
+      // Gaps and overlaps within a phase only (between phases the lock idles).
+      for (std::size_t i = 1; i < p.events.size(); ++i) {
+        if (p.events[i].acquired < p.events[i - 1].releasing) ++overlaps;
+        (lib_phase ? gaps : floor_gaps)
+            .push_back(static_cast<double>(p.events[i].acquired - p.events[i - 1].releasing) / 1e3);
+      }
+      side.events.insert(side.events.end(), p.events.begin(), p.events.end());
+    }
     for (double b : raw_cycle_server_us(g_server->port(), admin)) raw_blocks.push_back(b);  // before and after
     const double raw_server_us = percentile(raw_blocks, 0.5);
-    std::size_t acquisitions = 0;
-    for (const auto& r : results) acquisitions += r.size();
-    const auto pace =
-        nanoseconds(static_cast<std::int64_t>(seconds_per_run() * 1e9 / std::max<std::size_t>(acquisitions, 1)));
+    const double acq = static_cast<double>(lib.events.size()), floor_acq = static_cast<double>(floor.events.size());
+    const auto pace = nanoseconds(static_cast<std::int64_t>(seconds_per_run() * 1e9 / std::max(acq, 1.0)));
     const double paced_raw_server_us =
         percentile(paced_raw_cycle_server_us(g_server->port(), admin, pace, hold.count() > 0), 0.5);
-    std::vector<event> all;
-    for (auto& r : results) all.insert(all.end(), r.begin(), r.end());
-    std::sort(all.begin(), all.end(), [](const event& a, const event& b) { return a.acquired < b.acquired; });
-    std::vector<double> gaps;
-    double overlaps = 0;
-    for (std::size_t i = 1; i < all.size(); ++i) {
-      gaps.push_back(static_cast<double>(all[i].acquired - all[i - 1].releasing) / 1e3);
-      if (all[i].acquired < all[i - 1].releasing) ++overlaps;
-    }
     std::vector<double> per(n, 0);
-    for (const auto& e : all) per[e.who] += 1;
-    const double acq = static_cast<double>(all.size());
+    for (const auto& e : lib.events) per[e.who] += 1;
+    const double server_us = lib.cost.server_cpu * 1e6 / acq, floor_server_us = floor.cost.server_cpu * 1e6 / floor_acq;
     state.SetIterationTime(seconds_per_run());
     state.counters["acquisitions"] = acq;
     state.counters["overlaps"] = overlaps;
     state.counters["gap_p50_us"] = percentile(gaps, 0.5);
     state.counters["share_min"] = *std::min_element(per.begin(), per.end()) / (acq / n);
-    state.counters["client_cpu_us"] = client_cpu * 1e6 / acq;
-    state.counters["server_cpu_us"] = cost.server_cpu * 1e6 / acq;
+    state.counters["client_cpu_us"] = lib.client_cpu * 1e6 / acq;
+    state.counters["server_cpu_us"] = server_us;
     state.counters["raw_server_cpu_us"] = raw_server_us;
-    state.counters["server_cpu_vs_raw_cycle"] = cost.server_cpu * 1e6 / acq / raw_server_us;
+    state.counters["server_cpu_vs_raw_cycle"] = server_us / raw_server_us;
     state.counters["paced_raw_server_cpu_us"] = paced_raw_server_us;
-    state.counters["server_cpu_vs_paced_raw_cycle"] = cost.server_cpu * 1e6 / acq / paced_raw_server_us;
-    state.counters["cmds_per_op"] = static_cast<double>(cost.commands) / acq;
-    state.counters["scripts_per_op"] = static_cast<double>(cost.scripts) / acq;
-    state.counters["script_us"] = cost.script_usec / acq;
-    print_profile(("contended hold " + std::to_string(state.range(1)) + " us").c_str(), cost, acq);
+    state.counters["server_cpu_vs_paced_raw_cycle"] = server_us / paced_raw_server_us;
+    state.counters["cmds_per_op"] = static_cast<double>(lib.cost.commands) / acq;
+    state.counters["scripts_per_op"] = static_cast<double>(lib.cost.scripts) / acq;
+    state.counters["script_us"] = lib.cost.script_usec / acq;
+    state.counters["floor_server_cpu_us"] = floor_server_us;
+    state.counters["floor_script_us"] = floor.cost.script_usec / floor_acq;
+    state.counters["floor_server_cpu_vs_raw_cycle"] = floor_server_us / raw_server_us;
+    state.counters["server_cpu_vs_floor"] = server_us / floor_server_us;
+    state.counters["floor_acquisitions"] = floor_acq;
+    state.counters["floor_gap_p50_us"] = percentile(floor_gaps, 0.5);
+    const std::string hold_text = std::to_string(state.range(1)) + " us" + (fair ? ", fair" : "");
+    print_profile(("contended hold " + hold_text).c_str(), lib.cost, acq);
+    print_profile(("raw_handoff_lock (the floor), contended hold " + hold_text).c_str(), floor.cost, floor_acq);
   }
 }
 BENCHMARK(BM_cost_contended)

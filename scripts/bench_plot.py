@@ -25,6 +25,8 @@ PANELS = [
     ("client_cpu_vs_raw", "client CPU per cycle vs raw (lower is better, target <= 1.1)", 1.1),
     ("server_cpu_vs_raw_cycle", "server CPU per operation / raw uncontended cycle's (contended target <= 2)", 2.0),
     ("server_cpu_vs_paced_raw_cycle", "server CPU per acquisition / raw cycle's at the same pace (lower is better)", 2.0),
+    ("floor_server_cpu_vs_raw_cycle", "the floor (a raw queued hand-off without the checks): server CPU / raw cycle", 2.0),
+    ("server_cpu_vs_floor", "server CPU per contended acquisition / the floor's, same run (1.0 = the floor)", 1.0),
 ]
 
 WIDTH, LABEL_W, BAR_H, GAP, TITLE_H = 900, 380, 16, 4, 28

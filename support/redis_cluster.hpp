@@ -133,6 +133,52 @@ class redis_cluster {
       if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
   }
 
+  /// Whether the node on `port` is a master (INFO replication).
+  static bool is_master(int port) {
+    return text(admin(port).command({"INFO", "replication"})).find("role:master") != std::string::npos;
+  }
+
+  /// WAITs until a replica has acknowledged every write the master on `port` took so far;
+  /// false after `bound`. A replica that has just (re)joined may need seconds for its first
+  /// sync, longer than one command's timeout: each WAIT blocks 500 ms at most.
+  static bool replicated(int port, std::chrono::milliseconds bound) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    redislock::connection c = admin(port);
+    do {
+      if (c.command({"WAIT", "1", "500"})->integer >= 1) return true;
+    } while (std::chrono::steady_clock::now() < end);
+    return false;
+  }
+
+  /// CLUSTER FAILOVER on `replica` until it is a master; false after `bound`. Redis gives a
+  /// manual failover 5 s (CLUSTER_MF_TIMEOUT) and then drops it without a word, as when the
+  /// replica could not catch up or win the vote in time on a loaded machine: it is asked again
+  /// every 6 s, as an operator would. Refusals and new rounds are printed to stderr.
+  static bool manual_failover(int replica, std::chrono::milliseconds bound) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    for (int round = 1;; ++round) {
+      try {
+        admin(replica).command({"CLUSTER", "FAILOVER"});
+      } catch (const redislock::error& e) {
+        // Refused: promoted since the last look ("send CLUSTER FAILOVER to a replica"), or its
+        // master is seen down; the wait below tells which.
+        std::fprintf(stderr, "redis_cluster: CLUSTER FAILOVER on %d refused: %s\n", replica, e.what());
+      }
+      const auto round_end = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(6));
+      for (;;) {
+        try {
+          if (is_master(replica)) return true;
+        } catch (const redislock::error&) {
+        }
+        if (std::chrono::steady_clock::now() >= round_end) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the node, bounded
+      }
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::fprintf(stderr, "redis_cluster: CLUSTER FAILOVER on %d not done within 6 s (round %d): asked again\n",
+                   replica, round);
+    }
+  }
+
   /// Every node reports cluster_state:ok, the same slot map, the same current epoch and the
   /// same config epoch of every live master as node 0, and no two masters share one; false
   /// after `bound`, and unstable_because() says what was still wrong at the last look.

@@ -79,7 +79,7 @@ class cluster_faults {
       const int master = random_master(), replica = cluster_.replica_of(master);
       if (replica == 0) return false;
       const window w(*this);
-      if (!manual_failover(replica, bound)) {
+      if (!redislock_test::redis_cluster::manual_failover(replica, bound)) {
         print_logs("the replica on " + std::to_string(replica) + " was not promoted", {replica, master});
         return false;
       }
@@ -155,29 +155,6 @@ class cluster_faults {
     window& operator=(const window&) = delete;
   };
 
-  // CLUSTER FAILOVER on `replica` until it is a master, within `bound`. Redis gives a manual
-  // failover 5 s (CLUSTER_MF_TIMEOUT) and then drops it without a word, as when the replica
-  // could not catch up or win the vote in time on a loaded machine; an operator asks again.
-  bool manual_failover(int replica, std::chrono::milliseconds bound) {
-    const auto end = steady::now() + bound;
-    for (int round = 1;; ++round) {
-      try {
-        redis_cluster_admin(replica).command({"CLUSTER", "FAILOVER"});
-      } catch (const redislock::error& e) {
-        // Refused: promoted since the last look ("send CLUSTER FAILOVER to a replica"), or
-        // its master is seen down; the wait below tells which.
-        std::fprintf(stderr, "torture: CLUSTER FAILOVER on %d refused: %s\n", replica, e.what());
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - steady::now());
-      if (wait_for([&] { return is_master(replica); },
-                   std::min<std::chrono::milliseconds>(left, std::chrono::seconds(6))))
-        return true;
-      if (steady::now() >= end) return false;
-      std::fprintf(stderr, "torture: CLUSTER FAILOVER on %d not done within 6 s (round %d): asked again\n", replica,
-                   round);
-    }
-  }
-
   // Prints the last lines of the nodes' logs (every node when `ports` is empty) after a fault
   // the cluster did not get over: what Redis said is the first thing to read.
   void print_logs(const std::string& what, std::vector<int> ports = {}) {
@@ -220,11 +197,6 @@ class cluster_faults {
     for (std::size_t i = 0; i < cluster_.size(); ++i)
       if (cluster_.node(i).port() == port) return cluster_.node(i);
     throw std::runtime_error("cluster_faults: no node on port " + std::to_string(port));
-  }
-  static bool is_master(int port) {
-    const std::string info =
-        redislock_test::redis_cluster::text(redis_cluster_admin(port).command({"INFO", "replication"}));
-    return info.find("role:master") != std::string::npos;
   }
   bool replicas_linked() {
     for (std::size_t i = 0; i < cluster_.size(); ++i) {
