@@ -2,7 +2,7 @@
 // operation, each against a raw-hiredis lock measured in the same run (SET NX PX to acquire,
 // EVALSHA compare-and-delete to release). Starts its own redis-server.
 //
-//   bench_cost [google-benchmark flags]      REDISLOCK_BENCH_SECONDS=2 sets each phase's length
+//   bench_cost [google-benchmark flags]      REDISLOCK_BENCH_SECONDS=2 sets each case's measured time
 //   bench_cost --worker ...                  internal: one aggregate process (see below)
 //
 // Server figures come from the server itself: INFO cpu (used_cpu_user + used_cpu_sys) and
@@ -15,11 +15,11 @@
 //   server_cpu_us, raw_server_cpu_us                        server CPU per operation
 //   server_cpu_vs_raw_cycle   server CPU per operation / server CPU of one raw uncontended cycle
 //                             (contended, renewals: the median of 20 blocks of 400 raw cycles,
-//                             half before the phase and half after)
+//                             half before the case's phases and half after)
 //   server_cpu_vs_paced_raw_cycle   contended: the same against raw cycles made at the pace of
 //                             the acquisitions (one cycle per acquisition interval: the server
 //                             sleeps between them as it does between hand-offs; median of 10
-//                             blocks of 100, after the phase)
+//                             blocks of 100, after the phases)
 //   cmds_per_op, raw_cmds_per_op   server commands per operation, calls inside scripts included
 //   scripts_per_op                 EVALSHA calls per operation
 //   script_us, raw_script_us       server time inside EVALSHA per operation (commandstats usec:
@@ -31,8 +31,9 @@
 //                                  price of the commands (the queue check in the release)
 //   gap_p50_us, share_min          contended: hand-off gap and smallest share / fair share
 //   floor_server_cpu_us, floor_script_us, floor_server_cpu_vs_raw_cycle, floor_gap_p50_us,
-//   server_cpu_vs_floor            contended: the same for raw_handoff_lock (the least a queued
-//                                  hand-off costs: no liveness checks), measured in alternating
+//   floor_overlaps, server_cpu_vs_floor
+//                                  contended: the same for raw_handoff_lock (the floor of this
+//                                  design: none of redislock's checks), measured in alternating
 //                                  phases with redislock (lib, floor, floor, lib), and redislock
 //                                  against it
 #include "bench_support.hpp"
@@ -51,6 +52,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -351,57 +354,60 @@ BENCHMARK(BM_cost_aggregate_processes)
 // ---------------------------------------------------------------------------------------
 // Contended hand-off: N threads, each with its own client and lock object, on one name;
 // lock, hold (spinning), unlock, again. Server CPU and commands per acquisition, for redislock
-// and, in the same run, for raw_handoff_lock: the least a queued hand-off can cost.
+// and, in the same run, for raw_handoff_lock: the floor of a queued hand-off over pub/sub.
 
 struct event {
   int who;
   std::int64_t acquired, releasing;
 };
 
-/// The floor of a queued hand-off over pub/sub, hand-written on raw hiredis: a waiter joins a
-/// list in one script (SET NX PX, else RPUSH) and sleeps on its own channel; a release pops the
-/// head, writes it into the lock key and publishes to it in one script (GET, LPOP, SET,
-/// PUBLISH): 8 server commands per contended acquisition, three round trips and one notice.
-/// Not a usable lock: a waiter that crashed, gave up or froze while queued gets the lock for a
-/// whole lease (nothing checks that it still listens or still waits), a notice also reaches
-/// a stale subscriber on a replica, a lost reply queues a waiter twice, and nothing expires
-/// the list. What redislock pays above it is what those checks cost.
+/// The floor of this design, a queued hand-off over pub/sub, hand-written on raw hiredis: a
+/// waiter joins a list in one script (SET NX PX, else RPUSH) and sleeps on its own channel; a
+/// release pops the head, writes it into the lock key and publishes to it in one script (GET,
+/// LPOP, SET, PUBLISH): 8 server commands per contended acquisition, two round trips (the join,
+/// the release) and one notice. Not a usable lock: a waiter that crashed, gave up or froze
+/// while queued gets the lock for a whole lease (nothing checks that it still listens or still
+/// waits), a notice also reaches a stale subscriber on a replica, a lost reply queues a waiter
+/// twice, and nothing expires the list. What redislock pays above it is what those checks cost.
 class raw_handoff_lock {
  public:
   raw_handoff_lock(int port, std::string key, std::string token)
-      : c_(redisConnect("127.0.0.1", port)),
-        sub_(redisConnect("127.0.0.1", port)),
+      : c_(connect(port)),
+        sub_(connect(port)),
         key_(std::move(key)),
         queue_(key_ + ":list"),
         token_(std::move(token)),
         channel_(key_ + ":ch:" + token_) {
-    if (c_ == nullptr || c_->err || sub_ == nullptr || sub_->err)
-      throw std::runtime_error("raw_handoff_lock: cannot connect");
-    const timeval bound{10, 0};  // a lost notice ends the benchmark instead of hanging it
-    redisSetTimeout(sub_, bound);
-    join_sha_ = text(command(c_, {"SCRIPT", "LOAD", kJoin}));
-    release_sha_ = text(command(c_, {"SCRIPT", "LOAD", kRelease}));
-    command(sub_, {"SUBSCRIBE", channel_});
+    const timeval bound{10, 0};  // a lost notice fails the benchmark instead of hanging it
+    if (redisSetTimeout(sub_.get(), bound) != REDIS_OK) throw std::runtime_error("raw_handoff_lock: no timeout");
+    join_sha_ = text(command(c_.get(), {"SCRIPT", "LOAD", kJoin}));
+    release_sha_ = text(command(c_.get(), {"SCRIPT", "LOAD", kRelease}));
+    command(sub_.get(), {"SUBSCRIBE", channel_});
   }
-  ~raw_handoff_lock() {
-    redisFree(sub_);
-    redisFree(c_);
-  }
-  raw_handoff_lock(const raw_handoff_lock&) = delete;
-  raw_handoff_lock& operator=(const raw_handoff_lock&) = delete;
 
   void lock() {
-    if (command(c_, {"EVALSHA", join_sha_, "2", key_, queue_, token_, "30000"})->integer == 1) return;
+    if (command(c_.get(), {"EVALSHA", join_sha_, "2", key_, queue_, token_, "30000"})->integer == 1) return;
     void* r = nullptr;
-    if (redisGetReply(sub_, &r) != REDIS_OK) throw std::runtime_error("raw_handoff_lock: no notice within 10 s");
+    if (redisGetReply(sub_.get(), &r) != REDIS_OK) throw std::runtime_error("raw_handoff_lock: no notice within 10 s");
     freeReplyObject(r);  // the release wrote our token into the lock key before it told us
   }
-  void unlock() { command(c_, {"EVALSHA", release_sha_, "2", key_, queue_, token_, "30000", key_ + ":ch:"}); }
+  void unlock() { command(c_.get(), {"EVALSHA", release_sha_, "2", key_, queue_, token_, "30000", key_ + ":ch:"}); }
 
  private:
+  struct context_free {
+    void operator()(redisContext* c) const { redisFree(c); }
+  };
+  using context_ptr = std::unique_ptr<redisContext, context_free>;
+  static context_ptr connect(int port) {
+    context_ptr c(redisConnect("127.0.0.1", port));
+    if (!c || c->err) throw std::runtime_error("raw_handoff_lock: cannot connect");
+    return c;
+  }
   static reply_ptr command(redisContext* c, std::initializer_list<std::string_view> argv) {
-    const char* ptrs[8];
-    std::size_t lens[8];
+    constexpr std::size_t max_args = 12;
+    if (argv.size() > max_args) throw std::logic_error("raw_handoff_lock: too many arguments");
+    const char* ptrs[max_args];
+    std::size_t lens[max_args];
     int n = 0;
     for (std::string_view a : argv) ptrs[n] = a.data(), lens[n++] = a.size();
     reply_ptr r(static_cast<redisReply*>(redisCommandArgv(c, n, ptrs, lens)));
@@ -423,8 +429,7 @@ else
   redis.call('DEL', KEYS[1])
 end
 return 1)lua";
-  redisContext* c_;
-  redisContext* sub_;
+  context_ptr c_, sub_;
   std::string key_, queue_, token_, channel_, join_sha_, release_sha_;
 };
 
@@ -434,6 +439,7 @@ struct contended_phase {
   std::vector<event> events;
   double client_cpu = 0;
   phase_cost cost;
+  std::string error;  // the first exception a thread met (the others then stop too)
 };
 
 /// N threads cycle lock, hold (spinning), unlock on their own lock object for `seconds`;
@@ -444,21 +450,29 @@ contended_phase run_contended(int n, nanoseconds hold, double seconds, connectio
   const std::int64_t start = now_ns() + 200'000'000, end = start + static_cast<std::int64_t>(seconds * 1e9);
   std::vector<std::vector<event>> results(n);
   std::vector<std::thread> threads;
+  contended_phase out;
+  std::mutex error_mutex;
+  std::atomic<bool> failed{false};
   for (int i = 0; i < n; ++i)
     threads.emplace_back([&, i] {
       results[i].reserve(1 << 16);
       while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
-      while (now_ns() < end) {
-        lock(i);
-        event e{i, now_ns(), 0};
-        spin_for(hold);
-        e.releasing = now_ns();
-        unlock(i);
-        results[i].push_back(e);
+      try {
+        while (now_ns() < end && !failed.load()) {
+          lock(i);
+          event e{i, now_ns(), 0};
+          spin_for(hold);
+          e.releasing = now_ns();
+          unlock(i);
+          results[i].push_back(e);
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> g(error_mutex);
+        if (out.error.empty()) out.error = e.what();
+        failed = true;
       }
     });
   while (now_ns() < start) std::this_thread::sleep_for(microseconds(100));
-  contended_phase out;
   const server_sample s0 = sample(admin);
   const double c0 = cpu_seconds(RUSAGE_SELF);
   for (auto& t : threads) t.join();
@@ -488,14 +502,14 @@ void BM_cost_contended(benchmark::State& state) {
     for (int i = 0; i < n; ++i) {
       clients.push_back(std::make_unique<client>(options_for(g_server->port())));
       locks.push_back(std::make_unique<mutex>(*clients.back(), name, o));
-      locks.back()->lock(), locks.back()->unlock();  // connections, scripts, subscription
+      locks.back()->lock(), locks.back()->unlock();  // connections, scripts
       floors.push_back(std::make_unique<raw_handoff_lock>(g_server->port(), "raw:" + name, "t" + std::to_string(i)));
       floors.back()->lock(), floors.back()->unlock();
     }
     const double half = seconds_per_run() / 2;
     contended_phase lib, floor;
     std::vector<double> gaps, floor_gaps;
-    double overlaps = 0;
+    double overlaps = 0, floor_overlaps = 0;
     for (int phase = 0; phase < 4; ++phase) {
       const bool lib_phase = phase == 0 || phase == 3;
       contended_phase p =
@@ -503,12 +517,16 @@ void BM_cost_contended(benchmark::State& state) {
                           n, hold, half, admin, [&](int i) { locks[i]->lock(); }, [&](int i) { locks[i]->unlock(); })
                     : run_contended(
                           n, hold, half, admin, [&](int i) { floors[i]->lock(); }, [&](int i) { floors[i]->unlock(); });
+      if (!p.error.empty()) {
+        state.SkipWithError(("contended: " + p.error).c_str());
+        return;
+      }
       contended_phase& side = lib_phase ? lib : floor;
       side.client_cpu += p.client_cpu;
       side.cost.add(p.cost);
       // Gaps and overlaps within a phase only (between phases the lock idles).
       for (std::size_t i = 1; i < p.events.size(); ++i) {
-        if (p.events[i].acquired < p.events[i - 1].releasing) ++overlaps;
+        if (p.events[i].acquired < p.events[i - 1].releasing) ++(lib_phase ? overlaps : floor_overlaps);
         (lib_phase ? gaps : floor_gaps)
             .push_back(static_cast<double>(p.events[i].acquired - p.events[i - 1].releasing) / 1e3);
       }
@@ -516,8 +534,10 @@ void BM_cost_contended(benchmark::State& state) {
     }
     for (double b : raw_cycle_server_us(g_server->port(), admin)) raw_blocks.push_back(b);  // before and after
     const double raw_server_us = percentile(raw_blocks, 0.5);
-    const double acq = static_cast<double>(lib.events.size()), floor_acq = static_cast<double>(floor.events.size());
-    const auto pace = nanoseconds(static_cast<std::int64_t>(seconds_per_run() * 1e9 / std::max(acq, 1.0)));
+    // At least one of each (a short smoke run): the counters stay finite.
+    const double acq = std::max<double>(static_cast<double>(lib.events.size()), 1),
+                 floor_acq = std::max<double>(static_cast<double>(floor.events.size()), 1);
+    const auto pace = nanoseconds(static_cast<std::int64_t>(seconds_per_run() * 1e9 / acq));
     const double paced_raw_server_us =
         percentile(paced_raw_cycle_server_us(g_server->port(), admin, pace, hold.count() > 0), 0.5);
     std::vector<double> per(n, 0);
@@ -542,6 +562,7 @@ void BM_cost_contended(benchmark::State& state) {
     state.counters["floor_server_cpu_vs_raw_cycle"] = floor_server_us / raw_server_us;
     state.counters["server_cpu_vs_floor"] = server_us / floor_server_us;
     state.counters["floor_acquisitions"] = floor_acq;
+    state.counters["floor_overlaps"] = floor_overlaps;
     state.counters["floor_gap_p50_us"] = percentile(floor_gaps, 0.5);
     const std::string hold_text = std::to_string(state.range(1)) + " us" + (fair ? ", fair" : "");
     print_profile(("contended hold " + hold_text).c_str(), lib.cost, acq);

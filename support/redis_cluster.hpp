@@ -138,16 +138,30 @@ class redis_cluster {
     return text(admin(port).command({"INFO", "replication"})).find("role:master") != std::string::npos;
   }
 
-  /// WAITs until a replica has acknowledged every write the master on `port` took so far;
-  /// false after `bound`. A replica that has just (re)joined may need seconds for its first
-  /// sync, longer than one command's timeout: each WAIT blocks 500 ms at most.
+  /// Whether a replica of the master on `port` has acknowledged every write the master took
+  /// before this call (its offset in INFO replication has reached the master's); false after
+  /// `bound`. Not WAIT: WAIT counts the writes of the connection that sends it, and this one
+  /// has made none (a lock's SET came through the cluster client's own connection), so it would
+  /// answer at once with the replicas online.
   static bool replicated(int port, std::chrono::milliseconds bound) {
     const auto end = std::chrono::steady_clock::now() + bound;
-    redislock::connection c = admin(port);
-    do {
-      if (c.command({"WAIT", "1", "500"})->integer >= 1) return true;
-    } while (std::chrono::steady_clock::now() < end);
-    return false;
+    long long target = -1;
+    for (;;) {
+      try {
+        const std::string info = text(admin(port).command({"INFO", "replication"}));
+        if (target < 0) {
+          const std::string offset = info_field(info, "master_repl_offset");
+          if (!offset.empty()) target = std::atoll(offset.c_str());
+        }
+        // Replicas are listed as "slaveN:ip=...,port=...,state=online,offset=N,lag=N".
+        for (std::size_t at = info.find("state=online,offset="); at != std::string::npos;
+             at = info.find("state=online,offset=", at + 1))
+          if (target >= 0 && std::atoll(info.c_str() + at + 20) >= target) return true;
+      } catch (const redislock::error&) {
+      }
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // replicas ack once a second
+    }
   }
 
   /// CLUSTER FAILOVER on `replica` until it is a master; false after `bound`. Redis gives a

@@ -915,7 +915,7 @@ TEST(Cluster, MinimalAcl) {
 }
 
 // A manual failover (CLUSTER FAILOVER on the replica, asked again should Redis drop it after
-// its 5 s): the client recovers within a bound;
+// its 5 s): the client recovers within a bound of the promotion;
 // the held lock (replicated before the switch: a manual failover waits for the replica to
 // catch up) survives, and its renewals go to the new master.
 TEST(Cluster, PrimaryFailoverRecovers) {
@@ -935,6 +935,9 @@ TEST(Cluster, PrimaryFailoverRecovers) {
 
   const auto start = steady::now();
   ASSERT_TRUE(redis_cluster::manual_failover(replica, seconds(15))) << "the replica was not promoted";
+  // The client's part starts once Redis has promoted the replica (a dropped and repeated
+  // CLUSTER FAILOVER is Redis's time, not the client's).
+  const auto promoted = steady::now();
   basic_mutex<cluster_client> probe(c, probe_name);
   bool recovered = eventually(
       [&] {
@@ -947,13 +950,14 @@ TEST(Cluster, PrimaryFailoverRecovers) {
         }
       },
       seconds(15));
-  const long long recovery_ms = ms_since(start);
+  const long long recovery_ms = ms_since(start), client_ms = ms_since(promoted);
   ASSERT_TRUE(recovered);
   std::printf(
-      "[ measure  ] failover recovery (CLUSTER FAILOVER to the first lock acquired on the new master): %lld ms\n",
-      recovery_ms);
+      "[ measure  ] failover recovery (CLUSTER FAILOVER to the first lock acquired on the new master): %lld ms, "
+      "of which %lld ms after the promotion\n",
+      recovery_ms, client_ms);
   ::testing::Test::RecordProperty("failover_recovery_ms", std::to_string(recovery_ms));
-  EXPECT_LT(recovery_ms, 10000);
+  EXPECT_LT(client_ms, 10000);
 
   const std::uint64_t renewed = c.watchdog().stats().renewals;
   ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= renewed + 2; }, seconds(10)));

@@ -171,7 +171,6 @@ class cluster_faults {
     return false;
   }
 
-  static redislock::connection redis_cluster_admin(int port) { return redislock_test::redis_cluster::admin(port); }
   static int slot_of(const std::string& name) {
     return redislock::detail::key_slot(redislock::detail::base_key(name, redislock::lock_options{}));
   }
