@@ -11,9 +11,10 @@
 # Sanitizer builds skip the consumer/example tests and run shorter torture scenarios; line
 # tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
 # -O1 (3.1 against 6.2 min on 2 cores), and its tests took as long (2.8 against 2.7 min: they
-# wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (TSan slows -O0 code far more). The hiredis1 variant runs the tests that exercise hiredis itself
-# (connections, replies, scripts, pub/sub, pipelines, TLS, the CLI, consumers, the bench), not the
-# lock protocols again. On 2 cores the four variants take about 21 minutes (20.6 measured).
+# wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (it slows -O0 code far
+# more). The hiredis1 variant runs the tests that exercise hiredis itself (connections,
+# replies, scripts, pub/sub, pipelines, TLS, the CLI, consumers, the bench), not the lock
+# protocols again. On 2 cores the four variants take about 21 minutes (20.6 measured).
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
 # Usage: scripts/test.sh [plain|asan|tsan|hiredis1 ...]      (default: all four)
 set -euo pipefail

@@ -133,6 +133,20 @@ class redis_cluster {
       if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
   }
 
+  /// Looks at `done` every 20 ms until it returns true (true), or until `end` (false). A
+  /// redislock::error from it counts as "not yet" (a node restarting, a stale map).
+  template <class Condition>
+  static bool poll_until(Condition&& done, std::chrono::steady_clock::time_point end) {
+    for (;;) {
+      try {
+        if (done()) return true;
+      } catch (const redislock::error&) {
+      }
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the cluster, bounded
+    }
+  }
+
   /// Whether the node on `port` is a master (INFO replication).
   static bool is_master(int port) {
     return text(admin(port).command({"INFO", "replication"})).find("role:master") != std::string::npos;
@@ -144,24 +158,22 @@ class redis_cluster {
   /// has made none (a lock's SET came through the cluster client's own connection), so it would
   /// answer at once with the replicas online.
   static bool replicated(int port, std::chrono::milliseconds bound) {
-    const auto end = std::chrono::steady_clock::now() + bound;
     long long target = -1;
-    for (;;) {
-      try {
-        const std::string info = text(admin(port).command({"INFO", "replication"}));
-        if (target < 0) {
-          const std::string offset = info_field(info, "master_repl_offset");
-          if (!offset.empty()) target = std::atoll(offset.c_str());
-        }
-        // Replicas are listed as "slaveN:ip=...,port=...,state=online,offset=N,lag=N".
-        for (std::size_t at = info.find("state=online,offset="); at != std::string::npos;
-             at = info.find("state=online,offset=", at + 1))
-          if (target >= 0 && std::atoll(info.c_str() + at + 20) >= target) return true;
-      } catch (const redislock::error&) {
-      }
-      if (std::chrono::steady_clock::now() >= end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // replicas ack once a second
-    }
+    return poll_until(
+        [&] {
+          const std::string info = text(admin(port).command({"INFO", "replication"}));
+          if (target < 0) {
+            const std::string offset = info_field(info, "master_repl_offset");
+            if (!offset.empty()) target = std::atoll(offset.c_str());
+          }
+          // Replicas are listed as "slaveN:ip=...,port=...,state=online,offset=N,lag=N" (they
+          // acknowledge about once a second).
+          for (std::size_t at = info.find("state=online,offset="); at != std::string::npos;
+               at = info.find("state=online,offset=", at + 1))
+            if (target >= 0 && std::atoll(info.c_str() + at + 20) >= target) return true;
+          return false;
+        },
+        std::chrono::steady_clock::now() + bound);
   }
 
   /// CLUSTER FAILOVER on `replica` until it is a master; false after `bound`. Redis gives a
@@ -179,14 +191,7 @@ class redis_cluster {
         std::fprintf(stderr, "redis_cluster: CLUSTER FAILOVER on %d refused: %s\n", replica, e.what());
       }
       const auto round_end = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(6));
-      for (;;) {
-        try {
-          if (is_master(replica)) return true;
-        } catch (const redislock::error&) {
-        }
-        if (std::chrono::steady_clock::now() >= round_end) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the node, bounded
-      }
+      if (poll_until([&] { return is_master(replica); }, round_end)) return true;
       if (std::chrono::steady_clock::now() >= end) return false;
       std::fprintf(stderr, "redis_cluster: CLUSTER FAILOVER on %d not done within 6 s (round %d): asked again\n",
                    replica, round);
@@ -202,13 +207,12 @@ class redis_cluster {
   /// slot's owner for good (seen with three CPU-bound processes beside a 3-master cluster: 13
   /// of 1,000 moves back and forth without this wait, 0 of 1,000 with it).
   bool wait_until_stable(std::chrono::milliseconds bound) {
-    const auto end = std::chrono::steady_clock::now() + bound;
-    for (;;) {
-      unstable_because_ = instability();
-      if (unstable_because_.empty()) return true;
-      if (std::chrono::steady_clock::now() >= end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a condition, bounded
-    }
+    return poll_until(
+        [&] {
+          unstable_because_ = instability();
+          return unstable_because_.empty();
+        },
+        std::chrono::steady_clock::now() + bound);
   }
   const std::string& unstable_because() const { return unstable_because_; }
 

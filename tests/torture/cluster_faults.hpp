@@ -177,15 +177,7 @@ class cluster_faults {
 
   template <class Condition>
   static bool wait_for(Condition&& done, std::chrono::milliseconds bound) {
-    const auto end = steady::now() + bound;
-    for (;;) {
-      try {
-        if (done()) return true;
-      } catch (const redislock::error&) {
-      }
-      if (steady::now() >= end) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the cluster, bounded
-    }
+    return redislock_test::redis_cluster::poll_until(done, steady::now() + bound);
   }
 
   int random_master() {
