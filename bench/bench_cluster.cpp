@@ -1,6 +1,6 @@
 // The cluster scale-out benchmark: redislock::mutex on one redis-server versus
 // basic_mutex<cluster_client> on a 3-master Redis Cluster (no replicas), both started in this
-// run (support/redis_server.hpp, support/redis_cluster.hpp), measured in alternating rounds so
+// run (tests/harness/redis_server.hpp, redis_cluster.hpp), measured in alternating rounds so
 // that both see the same load on a shared machine: report the ratios, not absolute times alone.
 //
 //   bench_cluster [google-benchmark flags]   REDISLOCK_BENCH_SECONDS=2: length of each target's

@@ -2,7 +2,7 @@
 // 3-server redlock; contended, of every kind: BM_kind_contended, issue 16) against a
 // raw-hiredis baseline doing the same round trips (SET NX PX to acquire, EVALSHA
 // compare-and-delete to release), measured in the same process and run. Starts its own
-// redis-server (tests/support/redis_server.hpp).
+// redis-server (tests/harness/redis_server.hpp).
 //
 //   bench_mutex [google-benchmark flags]     REDISLOCK_BENCH_SECONDS=2 sets the length of
 //                                             each contended run (default 2 s)

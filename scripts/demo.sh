@@ -11,4 +11,4 @@ build=${1:-build/demo}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DREDISLOCK_BUILD_TESTS=ON -DREDISLOCK_BUILD_EXAMPLES=ON \
   -DREDISLOCK_BUILD_BENCH=OFF > /dev/null
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target stock redislock_test_with_server
-"$build/tests/consumers/redislock_test_with_server" "$build/examples/stock" --workers 6 --orders 400
+"$build/tests/redislock_test_with_server" "$build/examples/stock" --workers 6 --orders 400

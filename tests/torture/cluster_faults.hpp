@@ -1,6 +1,6 @@
 #pragma once
 // The torture checker's cluster mode, coordinator side: a 3-master, 3-replica Redis Cluster
-// (support/redis_cluster.hpp), the lock names spread over its masters, and its faults:
+// (tests/harness/redis_cluster.hpp), the lock names spread over its masters, and its faults:
 //   failover      CLUSTER FAILOVER on a random master's replica (a manual failover: the replica
 //                 catches up first, so no lock should be lost);
 //   master-kill9  kill -9 of a random master; its replica is promoted after cluster-node-timeout

@@ -1,7 +1,7 @@
 #pragma once
 // Reading what a server did: INFO sections as fields, single INFO counters, and the commands
 // clients sent (MONITOR, scripts' own calls left out). Keys and their contents: redis_keys.hpp.
-// (INFO commandstats per command: command_calls() in support/redis_server.hpp.)
+// (INFO commandstats per command: command_calls() in redis_server.hpp.)
 
 #include "redis_keys.hpp"
 

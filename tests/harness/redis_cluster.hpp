@@ -36,15 +36,12 @@ class redis_cluster {
  public:
   explicit redis_cluster(int masters = 3, int replicas = 1) {
     for (int i = 0; i < masters * (1 + replicas); ++i) {
-      char dir[] = "/tmp/redislock-cluster-XXXXXX";
-      if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_cluster: mkdtemp failed");
-      dirs_.emplace_back(dir);
-      // A short node timeout keeps failure detection quick; the manual failover of the tests
-      // does not depend on it.
-      nodes_.push_back(std::make_unique<redis_server>(
-          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", dir,
-                                   "--cluster-node-timeout", "2000"},
-          true));
+      // Each node keeps nodes.conf in its own temporary directory (redis_server's). A short node timeout keeps failure
+      // detection quick; the manual failover of the tests does not depend on it.
+      nodes_.push_back(
+          std::make_unique<redis_server>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                                                  "nodes.conf", "--cluster-node-timeout", "2000"},
+                                         true));
     }
     std::vector<std::string> argv = {redis_cli_binary(), "--cluster", "create"};
     for (const auto& n : nodes_) argv.push_back("127.0.0.1:" + std::to_string(n->port()));
@@ -59,7 +56,6 @@ class redis_cluster {
   }
   ~redis_cluster() {
     for (auto& n : nodes_) n->stop();
-    for (const std::string& d : dirs_) remove_flat_directory(d);
   }
   redis_cluster(const redis_cluster&) = delete;
   redis_cluster& operator=(const redis_cluster&) = delete;
@@ -297,7 +293,6 @@ class redis_cluster {
     return ("," + flags + ",").find("," + flag + ",") != std::string::npos;
   }
 
-  std::vector<std::string> dirs_;
   std::string unstable_because_;
   std::vector<std::unique_ptr<redis_server>> nodes_;
 };

@@ -88,10 +88,13 @@ class redis_server {
       : redis_server(server_config{std::move(extra), false, {}}, with_cluster_bus) {}
   explicit redis_server(server_config config, bool with_cluster_bus = false)
       : extra_(std::move(config.extra)), sentinel_(config.sentinel) {
+    // Every server works in a fresh temporary directory of its own (removed by the destructor):
+    // whatever it writes (a replica's RDB after a full sync, Sentinel's rewritten
+    // configuration) lands there, never in the caller's working directory.
+    char dir[] = "/tmp/redislock-test-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
+    dir_ = dir;
     if (sentinel_ || !config.config_file_text.empty()) {
-      char dir[] = "/tmp/redislock-test-XXXXXX";
-      if (::mkdtemp(dir) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
-      dir_ = dir;
       config_file_ = dir_ + "/redis.conf";
       config_text_ = std::move(config.config_file_text);
     }
@@ -174,6 +177,8 @@ class redis_server {
 
  private:
   bool start() {
+    // A replica's full sync leaves dump.rdb here; a (re)started server begins empty.
+    std::remove((dir_ + "/dump.rdb").c_str());
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     std::vector<std::string> argv = {redis_server_binary()};
@@ -189,7 +194,7 @@ class redis_server {
     }
     if (sentinel_) argv.push_back("--sentinel");
     argv.insert(argv.end(), {"--port", std::to_string(port_), "--bind", "127.0.0.1", "--daemonize", "no", "--logfile",
-                             "", "--loglevel", "notice", "--protected-mode", "no"});
+                             "", "--loglevel", "notice", "--protected-mode", "no", "--dir", dir_});
     if (!sentinel_) argv.insert(argv.end(), {"--save", "", "--appendonly", "no"});
     argv.insert(argv.end(), extra_.begin(), extra_.end());
     // A sentinel never logs "Ready to accept connections" (Redis 7.0): its ID line comes once
