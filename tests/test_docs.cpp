@@ -215,6 +215,15 @@ TEST_P(Docs, DescribeTheCurrentCodeNotItsHistory) {
   }
 }
 
+TEST_P(Docs, LeaveNoPlaceholderToFill) {
+  int line_number = 1;
+  for (const std::string& line : lines_of(read_file(GetParam()))) {
+    if (line.find("<!-- lead") != std::string::npos)
+      ADD_FAILURE() << in_tree(GetParam()) << ":" << line_number << ": a placeholder left to fill: " << line;
+    ++line_number;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Markdown, Docs, ::testing::ValuesIn(markdown_files()),
                          [](const ::testing::TestParamInfo<fs::path>& info) {
                            std::string name = in_tree(info.param);
