@@ -1,6 +1,7 @@
 // Redlock over 3 and 5 real local servers: exclusion, majorities, masters killed (kill -9),
 // stalled (SIGSTOP) and restarted empty, clean-up of failed attempts, renewal, fencing.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
@@ -59,6 +60,15 @@ struct masters {
       EXPECT_TRUE(redislock_test::eventually([&] { return get(i, r.key()) == token; })) << "master " << i;
   }
   long long dbsize(std::size_t i) { return admins[i]->command({"DBSIZE"})->integer; }
+  long long pttl(std::size_t i, const std::string& key) { return admins[i]->command({"PTTL", key})->integer; }
+  /// Waits until every master's PTTL of `key` satisfies `ok` (a round returns with a majority;
+  /// the others' answers may still be on the way).
+  template <class Ok>
+  bool every_pttl(const std::string& key, Ok ok, milliseconds bound = seconds(5)) {
+    for (std::size_t i = 0; i < servers.size(); ++i)
+      if (!redislock_test::eventually([&] { return ok(pttl(i, key)); }, bound)) return false;
+    return true;
+  }
   void kill9(std::size_t i) {
     ::kill(servers[i]->pid(), SIGKILL);
     admins[i]->close();
@@ -75,6 +85,26 @@ lock_options lease(milliseconds ms) {
 }
 
 double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+/// Waits (bounded) until `other` takes the lock on the keys `holder` left to expire; by then
+/// `holder` must report the loss. Returns when `other` took it.
+clk::time_point expect_loss_reported_before_takeover(const redlock& holder, redlock& other) {
+  const auto t0 = clk::now();
+  EXPECT_TRUE(redislock_test::eventually([&] { return other.try_lock(); })) << "the masters' keys never expired";
+  const auto taken = clk::now();
+  EXPECT_TRUE(holder.lost()) << "another client took the lock after " << seconds_since(t0)
+                             << " s while the holder reports validity " << holder.validity().count() << " ms";
+  EXPECT_EQ(holder.validity().count(), 0);
+  return taken;
+}
+
+/// The first holder's release finds its lease gone; the one who took over releases cleanly.
+void unlock_both(redlock& lost_holder, redlock& taker) {
+  lost_holder.unlock();
+  EXPECT_EQ(lost_holder.last_release(), release_status::lease_expired);
+  taker.unlock();
+  EXPECT_EQ(taker.last_release(), release_status::released);
+}
 
 }  // namespace
 
@@ -387,8 +417,118 @@ TEST(Redlock, ExtendNeedsAMajority) {
   m.admins[1]->command({"DEL", r.key()});
   EXPECT_FALSE(r.extend());  // one of three
   EXPECT_TRUE(r.lost());
+  EXPECT_EQ(r.validity().count(), 0);  // no majority holds our key
   r.unlock();
   EXPECT_EQ(r.last_release(), release_status::lease_expired);
+}
+
+// A shorter extend shortens the masters' keys: the validity follows at once, and once it has
+// run out the hold is lost by the clock alone (no round needed), before another client can
+// take the lock on the expired keys.
+TEST(Redlock, AShorterExtendShortensTheValidity) {
+  masters m(3);
+  redlock a(m.refs(), "shorter", lease(seconds(1))), b(m.refs(), "shorter", lease(seconds(1)));
+  a.lock();
+  m.settled(a);
+  ASSERT_TRUE(a.extend(seconds(10)));
+  EXPECT_GT(a.validity().count(), 9000);
+  ASSERT_TRUE(m.every_pttl(a.key(), [](long long p) { return p > 5000; }));
+  ASSERT_TRUE(a.extend(milliseconds(300)));
+  EXPECT_LE(a.validity(), milliseconds(300) - a.drift(milliseconds(300)));
+  expect_loss_reported_before_takeover(a, b);
+  EXPECT_THROW(a.fencing_token(), lock_error);
+  unlock_both(a, b);
+}
+
+// A shorter extend that reaches only a minority (two masters stalled) may still have shortened
+// the keys wherever it ran, the stalled masters included (they run it when they resume): the
+// validity drops to what that round may have set, and never grows from an unconfirmed round.
+TEST(Redlock, AnUnconfirmedExtendNeverLengthensAndMayShortenTheValidity) {
+  masters m(3);
+  redlock a(m.refs(), "unconfirmed", lease(seconds(1)));
+  a.lock();
+  m.settled(a);
+  ASSERT_TRUE(a.extend(seconds(10)));
+  ASSERT_TRUE(m.every_pttl(a.key(), [](long long p) { return p > 5000; }));
+  const milliseconds before = a.validity();
+  m.servers[1]->pause();
+  m.servers[2]->pause();
+  EXPECT_THROW(a.extend(seconds(20)), connection_error);
+  EXPECT_LE(a.validity().count(), before.count());  // an unconfirmed longer extend adds nothing
+  EXPECT_THROW(a.extend(milliseconds(300)), connection_error);
+  const milliseconds after = a.validity();
+  m.servers[1]->resume();
+  m.servers[2]->resume();
+  EXPECT_LE(after.count(), 300) << "master 0 (and the stalled ones, once resumed) run on 300 ms";
+  EXPECT_TRUE(redislock_test::eventually([&] { return a.lost(); }, seconds(2)));
+  EXPECT_EQ(a.validity().count(), 0);
+  a.unlock();
+}
+
+// drift = lease x 1 % + 2 ms of the lease each round sends, not of the configured lease.
+TEST(Redlock, ExtendSubtractsTheDriftOfTheLeaseItSends) {
+  masters m(3);
+  redlock r(m.refs(), "drift", lease(seconds(1)));
+  EXPECT_EQ(r.drift(), milliseconds(12));
+  EXPECT_EQ(r.drift(seconds(60)), milliseconds(602));
+  r.lock();
+  EXPECT_LE(r.validity().count(), 1000 - 12);
+  ASSERT_TRUE(r.extend(seconds(60)));
+  const milliseconds v = r.validity();
+  EXPECT_LE(v.count(), 60000 - 602);
+  EXPECT_GT(v.count(), 55000);
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+}
+
+// With auto_renew the renewal thread renews to options().lease: after a longer extend() the
+// masters' keys run on the lease again after its next turn, and so does the validity.
+TEST(Redlock, AutoRenewAfterALongerExtendKeepsTheValidityToWhatTheMastersHold) {
+  masters m(3);
+  lock_options o = lease(seconds(1));
+  o.auto_renew = true;
+  redlock r(m.refs(), "renew-longer", o);
+  r.lock();
+  m.settled(r);
+  ASSERT_TRUE(r.extend(seconds(10)));
+  EXPECT_GT(r.validity().count(), 9000);
+  ASSERT_TRUE(m.every_pttl(r.key(), [](long long p) { return p > 0 && p <= 1000; })) << "the renewer did not run";
+  EXPECT_LE(r.validity().count(), 1000) << "every master's key runs on 1 s";
+  EXPECT_FALSE(r.lost());
+  EXPECT_TRUE(r.still_held());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+}
+
+// The holder is cut from two of three masters (a black hole: nothing answers) after a longer
+// extend, once the renewer has brought the keys back to the 1 s lease. Another client takes
+// the lock when those keys expire; by then the holder must report the loss (lost() by its
+// clock, on_lost from the renewer), not 9 s later when the extend's validity would end.
+TEST(Redlock, AutoRenewReportsAPartitionBeforeTheKeysCanExpireAfterALongerExtend) {
+  masters m(3);
+  redislock_test::tcp_proxy p0(m.servers[0]->port()), p1(m.servers[1]->port());
+  auto via = [&](std::size_t i, const redislock_test::tcp_proxy& p) {
+    client_options o{m.servers[i]->options()};
+    o.connection.port = p.port();
+    return std::make_unique<client>(o);
+  };
+  auto c0 = via(0, p0), c1 = via(1, p1);
+  redislock_test::lost_signal signal;
+  redlock a(std::vector<std::reference_wrapper<client>>{*c0, *c1, *m.clients[2]}, "partition",
+            signal.options(seconds(1)));
+  redlock b(m.refs(), "partition", lease(seconds(1)));
+  a.lock();
+  m.settled(a);
+  ASSERT_TRUE(a.extend(seconds(10)));
+  ASSERT_TRUE(m.every_pttl(a.key(), [](long long p) { return p > 0 && p <= 1000; })) << "the renewer did not run";
+  p0.set_stalled(true);
+  p1.set_stalled(true);
+  const auto taken = expect_loss_reported_before_takeover(a, b);
+  ASSERT_TRUE(signal.wait(seconds(3))) << "on_lost did not run within 3 s of the other client's acquisition";
+  EXPECT_LT(std::chrono::duration<double>(signal.at - taken).count(), 0.5);
+  p0.set_stalled(false);
+  p1.set_stalled(false);
+  unlock_both(a, b);
 }
 
 // Each holder reaches a different majority (a foreign key blocks one master in turn). With

@@ -10,7 +10,11 @@
 ///
 ///     validity = lease − (time the attempt took) − drift,   drift = lease × drift_factor + drift_floor
 ///
-/// measured on the local steady clock from before the first command was sent. A failed attempt
+/// measured on the local steady clock from before the first command was sent. Every later round
+/// that sets the lease (extend(), the renewal) restarts it the same way from its own lease and
+/// drift, shorter leases included; a round no majority confirmed never lengthens it, and cuts
+/// it to what that round may have set wherever it may have run. Once it has run out the hold
+/// is lost(). A failed attempt
 /// deletes its token on every master that may hold it (compare-and-delete), the ones that did
 /// not answer included, and the next attempt follows after a jittered, growing delay
 /// (retry_min .. retry_max). Key layout and scripts: detail/redlock_scripts.hpp. Guarantees,
@@ -37,6 +41,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,7 +57,7 @@ struct redlock_options {
   /// How long an attempt (and every other round) waits for each master. Much smaller than the
   /// lease, so that a stalled master costs little of it. Zero: min(50 ms, lease / 10).
   std::chrono::milliseconds instance_timeout{0};
-  /// Allowance for the masters' clocks running faster than ours:
+  /// Allowance for the masters' clocks running faster than ours, of the lease each round sends:
   /// drift = lease × drift_factor + drift_floor (1 % + 2 ms by default).
   double drift_factor = 0.01;
   std::chrono::milliseconds drift_floor{2};
@@ -95,9 +100,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     if (redlock_.instance_timeout.count() == 0)
       redlock_.instance_timeout =
           std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(50), options_.lease / 10));
-    drift_ = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease * redlock_.drift_factor) +
-             redlock_.drift_floor;
-    if (redlock_.instance_timeout + drift_ >= options_.lease)
+    if (redlock_.instance_timeout + drift() >= options_.lease)
       throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
     lease_ms_ = std::to_string(options_.lease.count());
     quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);
@@ -116,7 +119,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// error, typed). The local hold is dropped either way:
   ///   released       a majority confirmed deleting our key (it was ours there until then);
   ///   lease_expired  so many masters answered "not ours" that no majority can have held our
-  ///                  key (or the lease was found lost before and a majority answered);
+  ///                  key (or the hold was lost() before, its validity run out included,
+  ///                  and a majority answered);
   ///   failed         neither: too few answers to tell (a master that did not answer may still
   ///                  hold our key); our keys run out with the lease.
   release_status unlock_and_report() {
@@ -141,23 +145,29 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
 
   /// Resets the lease to `lease` on every master that still holds our key. True when a majority
-  /// did within the validity window: the validity then restarts from this call. False when the
-  /// validity had run out or fewer than a majority still held our key (then lost() is true).
-  /// Throws lock_error when not held, connection_error (or the error reply) when fewer than a
-  /// majority answered.
+  /// did within the validity window: the validity then restarts from this call, as
+  /// lease − (time the round took) − drift(lease), shorter than before when `lease` is. False
+  /// when the validity had run out or fewer than a majority still held our key (then lost() is
+  /// true). Throws lock_error when not held, connection_error (or the error reply) when fewer
+  /// than a majority answered: the masters that ran it may have the new lease, so the validity
+  /// becomes at most lease − drift(lease) from this call, never longer than it was.
+  /// With auto_renew the renewal goes back to options().lease at its next turn (as every kind's
+  /// does), and the validity with it.
   bool extend(std::chrono::milliseconds lease) {
     // A lease within instance_timeout + drift would leave no validity.
-    detail::checked_lease(lease, "redlock extend", &options_, drift_ + quorum_->instance_timeout());
+    detail::checked_lease(lease, "redlock extend", &options_, drift(lease) + quorum_->instance_timeout());
     require_held("extend");
     return extend_hold(current(), lease);
   }
   bool extend() { return extend(options_.lease); }
 
   /// The validity window left, computed locally: the time during which a majority certainly
-  /// still holds our key (given the drift bound). Zero when not held or run out.
+  /// still holds our key (given the drift bound), from the last round that set the lease. Zero
+  /// when not held, run out or lost().
   std::chrono::milliseconds validity() const {
-    if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
-    const auto left = current().valid_until - steady::now();
+    const ticks until = valid_until_.load(std::memory_order_acquire);  // `never` once released
+    if (!held_.load(std::memory_order_acquire) || until == never || lost()) return std::chrono::milliseconds(0);
+    const auto left = steady::time_point(steady::duration(until)) - steady::now();
     return left.count() > 0 ? std::chrono::ceil<std::chrono::milliseconds>(left) : std::chrono::milliseconds(0);
   }
   /// The same as validity(), under the name every kind has: the lease this lock can vouch for.
@@ -187,22 +197,27 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// This object's local belief: an acquisition succeeded and unlock() has not been called.
   bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
 
-  /// True when the current (or most recent) hold was found lost: by the renewal thread
-  /// (auto_renew), an extend() that returned false, or a fencing_token() that found it gone.
-  bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  /// True when the current (or most recent) hold was found lost: its validity ran out (by the
+  /// clock alone, no round needed), or the renewal thread (auto_renew), an extend() that
+  /// returned false or a fencing_token() found it gone. Stays true for that hold.
+  bool lost() const noexcept {
+    if (lost_.load(std::memory_order_acquire)) return true;
+    return steady::now().time_since_epoch().count() >= valid_until_.load(std::memory_order_acquire);
+  }
 
   /// A fencing token for the current hold: any token obtained after another was obtained is
   /// strictly greater, across all objects and processes, as long as no master loses its data
   /// (README, "Redlock" gives the argument). Drawn on the first call per hold, only while a
   /// majority holds our key, then cached; drawing takes two parallel rounds (read the register
   /// on a majority, raise it on a majority) where the other kinds take one round trip.
-  /// Throws lock_error when a majority no longer holds our key (then lost() is true), and
-  /// connection_error when fewer than a majority answered.
+  /// Throws lock_error when the validity has run out or a majority no longer holds our key
+  /// (then lost() is true), and connection_error when fewer than a majority answered.
   std::uint64_t fencing_token() {
     require_held("fencing_token");
     std::lock_guard<std::mutex> one_at_a_time(fence_mutex_);
     const hold h = current();
     if (h.fence != 0) return h.fence;
+    if (lost()) throw lock_error("fencing_token: lock '" + name_ + "' is lost (its validity ran out)");
     std::int64_t floor = 0;  // registers seen at or above a refused proposal
     for (int tries = 0; tries < 5; ++tries) {
       auto read = quorum_->send(
@@ -252,8 +267,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// Masters, and how many must agree (N/2 + 1).
   std::size_t instances() const noexcept { return quorum_->size(); }
   std::size_t quorum() const noexcept { return quorum_->needed(); }
-  /// The drift allowance subtracted from every validity.
-  std::chrono::milliseconds drift() const noexcept { return drift_; }
+  /// The drift allowance subtracted from a round's validity that sends `lease`:
+  /// lease × drift_factor + drift_floor.
+  std::chrono::milliseconds drift(std::chrono::milliseconds lease) const noexcept {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(lease * redlock_.drift_factor) + redlock_.drift_floor;
+  }
+  /// The same for options().lease (what an acquisition and the renewal send).
+  std::chrono::milliseconds drift() const noexcept { return drift(options_.lease); }
   /// The current hold's token (empty when not held).
   std::string token() const { return held_.load(std::memory_order_acquire) ? current().token : std::string(); }
 
@@ -263,7 +283,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   struct hold {
     std::string token;
     std::shared_ptr<detail::round> acquired;  // the acquiring round: which masters may hold the key
-    steady::time_point valid_until{};
+    steady::time_point acquired_at{};         // when that round was sent
     std::uint64_t fence = 0;
   };
 
@@ -302,6 +322,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     hold h;
     h.token = detail::random_token();
     const steady::time_point start = steady::now();
+    h.acquired_at = start;
     h.acquired = quorum_->send(
         keys_.lock,
         [key = keys_.lock, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
@@ -311,13 +332,14 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         true);
     // Not closed when it succeeds: masters that answer late still get the key (more margin).
     const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
-    h.valid_until = start + options_.lease - drift_;
-    if (t.yes >= quorum_->needed() && steady::now() < h.valid_until) {
+    const steady::time_point valid_until = start + options_.lease - drift();
+    if (t.yes >= quorum_->needed() && steady::now() < valid_until) {
       {
         std::lock_guard<std::mutex> g(state_mutex_);
         hold_ = std::move(h);
+        lost_.store(false, std::memory_order_release);  // before the new end: never lost by the old one
+        set_valid_until(valid_until);
       }
-      lost_.store(false, std::memory_order_release);
       held_.store(true, std::memory_order_release);
       return true;
     }
@@ -350,11 +372,21 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         });
   }
 
+  // One round of compare-and-PEXPIRE `lease`. Rounds run one at a time (each master runs
+  // them in the order sent), so the validity always describes the last round that may have
+  // run. A master may run it as soon as it is sent, shortening our key: the validity drops to
+  // what the round may set before sending (never more optimistic than the masters, not even
+  // while the answers are on the way). A confirmed round then restarts it from its start;
+  // one that no majority confirmed leaves it at most that.
   bool extend_hold(const hold& h, std::chrono::milliseconds lease) {
+    std::lock_guard<std::mutex> one_round_at_a_time(extend_mutex_);
     const steady::time_point start = steady::now();
-    if (start >= h.valid_until) {
-      mark_lost_if_current(h.token);
-      return false;
+    const steady::time_point round_until = start + lease - drift(lease);  // the masters set it at or after start
+    {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      if (hold_.token != h.token) return false;  // released meanwhile
+      if (keep_lost()) return false;
+      if (round_until < valid_until()) set_valid_until(round_until);
     }
     auto r = quorum_->send(
         keys_.lock,
@@ -364,15 +396,18 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         },
         true);
     const detail::tally t = r->wait(start + quorum_->instance_timeout(), decided(false));
-    const steady::time_point valid_until = start + lease - drift_;
-    if (t.yes >= quorum_->needed() && steady::now() < valid_until && start < h.valid_until) {
+    {
       std::lock_guard<std::mutex> g(state_mutex_);
-      if (hold_.token == h.token) hold_.valid_until = std::max(hold_.valid_until, valid_until);
-      return true;
-    }
-    if (t.no > quorum_->size() - quorum_->needed() || steady::now() >= h.valid_until) {
-      mark_lost_if_current(h.token);
-      return false;
+      if (hold_.token != h.token) return false;
+      if (keep_lost()) return false;  // ran out during the round: lost() may have said so already
+      if (t.yes >= quorum_->needed()) {
+        set_valid_until(round_until);
+        return true;
+      }
+      if (t.no > quorum_->size() - quorum_->needed()) {
+        lost_.store(true, std::memory_order_release);
+        return false;
+      }
     }
     throw_unreachable(*r, "extend");
   }
@@ -425,10 +460,11 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     else renewer_.join();
   }
 
-  // Extends at lease/3 after each confirmed extension; retries every lease/10 on failure
-  // until the validity runs out, then declares the hold lost.
+  // Extends to options().lease at lease/3 after each confirmed extension; retries every
+  // lease/10 on failure until the validity (whatever round set it last) runs out, then
+  // declares the hold lost.
   void renew(hold h) {
-    steady::time_point next = h.valid_until + drift_ - options_.lease + options_.lease / 3;
+    steady::time_point next = h.acquired_at + options_.lease / 3;
     std::unique_lock<std::mutex> g(renew_mutex_);
     for (;;) {
       if (renew_cv_.wait_until(g, next, [&] { return renew_stop_; })) return;
@@ -439,12 +475,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         renewed = extend_hold(h, options_.lease);
       } catch (...) {  // too few answered: try again while the validity lasts
       }
-      {
-        std::lock_guard<std::mutex> s(state_mutex_);
-        if (hold_.token == h.token) h.valid_until = hold_.valid_until;
-      }
-      const steady::time_point now = steady::now();
-      if (!renewed && (lost() || now >= h.valid_until)) {
+      const steady::time_point now = steady::now(), valid = valid_until();
+      if (!renewed && lost()) {
         mark_lost_if_current(h.token);
         if (options_.on_lost) {
           try {
@@ -455,8 +487,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         return;
       }
       next = renewed ? sent + options_.lease / 3
-                     : std::min(h.valid_until,
-                                now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1)));
+                     : now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1));
+      next = std::min(next, valid);  // on_lost no later than the validity ends
       g.lock();
     }
   }
@@ -466,6 +498,14 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   hold current() const {
     std::lock_guard<std::mutex> g(state_mutex_);
     return hold_;
+  }
+
+  // Turns a loss by the clock into the flag, so that nothing that moves or clears the validity
+  // end undoes it. Under state_mutex_. Returns lost().
+  bool keep_lost() noexcept {
+    if (!lost()) return false;
+    lost_.store(true, std::memory_order_release);
+    return true;
   }
 
   void mark_lost_if_current(const std::string& token) {
@@ -481,17 +521,31 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     {
       std::lock_guard<std::mutex> g(state_mutex_);
       hold_ = hold{};
+      keep_lost();  // whether it had run out: lost() does not change after this
+      valid_until_.store(never, std::memory_order_release);
     }
     held_.store(false, std::memory_order_release);
     record(status);
     gate_.unlock();
   }
 
+  // The current hold's validity end (steady ticks; written under state_mutex_), `never` when
+  // not held: lost() and validity() read it without locking.
+  using ticks = steady::rep;
+  static constexpr ticks never = std::numeric_limits<ticks>::max();
+  steady::time_point valid_until() const noexcept {
+    return steady::time_point(steady::duration(valid_until_.load(std::memory_order_acquire)));
+  }
+  void set_valid_until(steady::time_point t) noexcept {
+    valid_until_.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
+
   redlock_options redlock_;
-  std::chrono::milliseconds drift_{0};
   std::string lease_ms_;
   mutable std::mutex state_mutex_;
   hold hold_;  // under state_mutex_
+  std::atomic<ticks> valid_until_{never};
+  std::mutex extend_mutex_;  // one lease-setting round at a time (extend() and the renewal)
   std::mutex fence_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false}, lost_{false};
