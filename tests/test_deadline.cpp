@@ -10,12 +10,15 @@
 #include "sentinel_topology.hpp"
 
 #include <redislock/cluster_client.hpp>
+#include <redislock/detail/call_deadline.hpp>
 #include <redislock/redislock.hpp>
 #include <redislock/sentinel_client.hpp>
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -94,6 +97,34 @@ void timed_calls_end_by_their_deadline(Client& holders, Client& waiters, const s
 }
 
 }  // namespace
+
+// Within a timed call a command's reply is waited for until the deadline plus one connect
+// timeout, not command_timeout; after a cut command the socket has command_timeout again (the
+// watchdog and Redlock set their own timeout for one command and restore that one).
+TEST(Deadline, ACommandIsCutToTheCallsDeadlineAndTheSocketTimeoutRestored) {
+  redislock_test::redis_server server;
+  connection_options o = server.options();
+  o.connect_timeout = kConnectTimeout;
+  o.command_timeout = milliseconds(3000);
+  connection c(o);
+  auto receive_timeout = [&] {
+    timeval tv{};
+    socklen_t size = sizeof tv;
+    EXPECT_EQ(::getsockopt(c.native_handle()->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &size), 0);
+    return std::chrono::duration_cast<milliseconds>(seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec));
+  };
+  {
+    const detail::call_deadline call(steady::now() + milliseconds(100));
+    EXPECT_EQ(c.command({"PING"})->type, REDIS_REPLY_STATUS);
+    EXPECT_EQ(receive_timeout().count(), o.command_timeout.count());
+    const auto start = steady::now();
+    EXPECT_THROW(c.command({"BLPOP", "nothing-comes", "2"}), timeout_error);  // the server answers after 2 s
+    EXPECT_LE(ms_since(start), (milliseconds(100) + kConnectTimeout + kScheduling).count());
+    EXPECT_GE(ms_since(start), (milliseconds(100) + kConnectTimeout - milliseconds(50)).count());
+  }
+  EXPECT_EQ(c.command({"PING"})->type, REDIS_REPLY_STATUS);  // reconnected, without a deadline
+  EXPECT_EQ(receive_timeout().count(), o.command_timeout.count());
+}
 
 // A 3-master cluster (one replica each, cluster-node-timeout 2 s): the lock's master is killed
 // while a waiter sleeps. The cluster promotes the replica after about 3 s, longer than every

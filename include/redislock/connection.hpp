@@ -54,7 +54,7 @@ class connection {
   /// or invalid_argument.
   explicit connection(connection_options options) : options_(std::move(options)) {
     detail::check_connection_options(options_, "connection");
-    context_ = open(tls_context_, io_timeout_);
+    context_ = open(tls_context_);
     last_traffic_ = std::chrono::steady_clock::now();
   }
 
@@ -135,7 +135,7 @@ class connection {
 
   /// Reads the next reply of the pipeline (sending what was appended first).
   reply_ptr read_reply() {
-    limit_io_to_call_deadline();
+    const bool cut = limit_io_to_call_deadline();
     if (!out_.empty()) send_appended();
     void* raw = nullptr;
     if (options_.tls) {
@@ -147,6 +147,7 @@ class connection {
     if (raw == nullptr) fail("read");
     --pending_;
     last_traffic_ = std::chrono::steady_clock::now();
+    if (cut) (void)set_io_timeout(options_.command_timeout);  // failing, it is set by the next command
     return reply_ptr(static_cast<redisReply*>(raw));
   }
 
@@ -188,10 +189,11 @@ class connection {
            std::strstr(c.errstr, "timeout") != nullptr;
   }
 
-  // Builds a new, ready context; leaves *this untouched on failure. A TLS context, if any, is
-  // stored in tls_out, the socket timeout set in io_timeout_out. connect_timeout bounds the
-  // TCP connect and the TLS handshake together; both are cut by a timed call's deadline.
-  context_ptr open(std::shared_ptr<void>& tls_out, std::chrono::milliseconds& io_timeout_out) const {
+  // Builds a new, ready context with command_timeout as its socket timeout; leaves *this
+  // untouched on failure. A TLS context, if any, is stored in tls_out. connect_timeout bounds
+  // the TCP connect and the TLS handshake together; a timed call's deadline cuts both, and the
+  // AUTH and SELECT replies.
+  context_ptr open(std::shared_ptr<void>& tls_out) const {
     (void)tls_out;
     if (options_.tls) {
 #if !(defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1)
@@ -221,9 +223,11 @@ class connection {
       if (looks_like_timeout(*c)) throw timeout_error(what);
       throw connection_error(what);
     }
-    if (io_timeout->count() > 0 && redisSetTimeout(c.get(), to_timeval(*io_timeout)) != REDIS_OK)
-      throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
-    io_timeout_out = *io_timeout;
+    auto set_io_timeout = [&](std::chrono::milliseconds t) {
+      if (redisSetTimeout(c.get(), to_timeval(t)) != REDIS_OK)
+        throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
+    };
+    if (io_timeout->count() > 0) set_io_timeout(*io_timeout);
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
     if (options_.tls) {
       std::shared_ptr<SSL_CTX> ctx(detail::make_tls_context(options_).release(), detail::ssl_ctx_deleter{});
@@ -265,6 +269,7 @@ class connection {
       std::string db = std::to_string(options_.db);
       run({"SELECT", db});
     }
+    if (*io_timeout != options_.command_timeout) set_io_timeout(options_.command_timeout);
     return c;
   }
 
@@ -314,24 +319,33 @@ class connection {
     return !options_.tls;  // plain RESP2 never sends unsolicited data; TLS may (session tickets)
   }
 
-  // The socket timeout of this command: command_timeout, or less within a timed call (see the
-  // file comment); set again only when it changes, so a call without a deadline pays nothing.
-  void limit_io_to_call_deadline() {
+  // Sets the socket timeout of this command's send and reply read: command_timeout, or less
+  // within a timed call (see the file comment); true when it is less. read_reply() then sets
+  // command_timeout back after the reply: between commands the socket has the connection's
+  // own timeout, which the code that sets its own for one command (the watchdog's
+  // read_deadline, Redlock's command_timeout_scope) relies on and restores. Without a
+  // deadline nothing is set: no system call.
+  bool limit_io_to_call_deadline() {
     const std::optional<std::chrono::milliseconds> limit =
         detail::call_deadline::cut(options_.command_timeout, options_.connect_timeout);
     if (!limit) fail(out_.empty() ? "read" : "send", kDeadlinePassed, true);
-    if (*limit == io_timeout_) return;
-    if (redisSetTimeout(context_.get(), to_timeval(*limit)) != REDIS_OK) fail("setting the timeout");
-    io_timeout_ = *limit;
+    if (*limit == io_timeout_) return false;
+    if (!set_io_timeout(*limit)) fail("setting the timeout");
+    return *limit != options_.command_timeout;
+  }
+
+  bool set_io_timeout(std::chrono::milliseconds t) noexcept {
+    if (redisSetTimeout(context_.get(), to_timeval(t)) != REDIS_OK) return false;
+    io_timeout_ = t;
+    return true;
   }
 
   void reconnect() {
     std::shared_ptr<void> tls;
-    std::chrono::milliseconds io_timeout{0};
-    context_ptr fresh = open(tls, io_timeout);  // throws, leaving the old (broken) state in place
-    context_ = std::move(fresh);                // frees the old context before its TLS context below
+    context_ptr fresh = open(tls);  // throws, leaving the old (broken) state in place
+    context_ = std::move(fresh);    // frees the old context before its TLS context below
     tls_context_ = std::move(tls);
-    io_timeout_ = io_timeout;
+    io_timeout_ = options_.command_timeout;
     pending_ = 0;
     out_.clear();
     last_traffic_ = std::chrono::steady_clock::now();
@@ -365,9 +379,9 @@ class connection {
   std::shared_ptr<void> tls_context_;  // declared before context_: destroyed after it
   context_ptr context_;
   std::size_t pending_ = 0;
-  std::chrono::milliseconds io_timeout_{0};               // the socket's send and receive timeout now (0: none)
-  std::chrono::steady_clock::time_point last_traffic_{};  // the last reply read (or the connect)
-  bool checked_ = false;                                  // ensure_ready() ran since the last command
+  std::chrono::milliseconds io_timeout_{options_.command_timeout};  // the socket timeout this object set last (0: none)
+  std::chrono::steady_clock::time_point last_traffic_{};            // the last reply read (or the connect)
+  bool checked_ = false;                                            // ensure_ready() ran since the last command
 };
 
 }  // namespace redislock
