@@ -34,6 +34,7 @@
 /// time (detail/wake_wait.hpp); without one they wait with jittered backoff.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
@@ -158,11 +159,13 @@ class client {
     if (forked_.inherited())
       throw error("client: created before fork(), in the parent process; create a new client in the child");
     std::unique_lock<std::mutex> g(mutex_);
-    const bool ready = available_.wait_for(g, options_.pool_wait_timeout,
-                                           [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    // A timed call waits no longer than its deadline plus one connect timeout (detail/call_deadline.hpp).
+    const std::chrono::milliseconds wait =
+        detail::call_deadline::cut_pool_wait(options_.pool_wait_timeout, options_.connection.connect_timeout);
+    const bool ready = available_.wait_for(g, wait, [&] { return !idle_.empty() || open_ < options_.pool_size; });
     if (!ready)
-      throw timeout_error("client: no free connection within " + std::to_string(options_.pool_wait_timeout.count()) +
-                          " ms (pool_size " + std::to_string(options_.pool_size) + ")");
+      throw timeout_error("client: no free connection within " + std::to_string(wait.count()) + " ms (pool_size " +
+                          std::to_string(options_.pool_size) + ")");
     if (!idle_.empty()) {
       connection_ptr c = std::move(idle_.back());
       idle_.pop_back();

@@ -27,7 +27,10 @@
 /// connection is trusted without a check, so the command is sent and fails (connection.hpp).
 /// Budget: at most cluster_options::max_redirects redirects (16) and cluster_options::retry_timeout
 /// of waiting per call; then the last error is thrown (redirect_error, reply_error for
-/// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error).
+/// TRYAGAIN/CLUSTERDOWN, connection_error/timeout_error). No try starts after retry_timeout, and
+/// every wait of a try (pool, connect, command) ends by retry_timeout plus one connect timeout:
+/// a call returns within retry_timeout + connect_timeout. Within a timed lock call the call's
+/// deadline replaces retry_timeout when it comes first (detail/call_deadline.hpp).
 ///
 /// Waiting: sharded pub/sub (Redis 7). subscriber(channel) gives a waiter the subscriber of
 /// the node that owns the channel's slot (one per node, SSUBSCRIBE, created on first use);
@@ -40,6 +43,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/connection.hpp>
+#include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/cluster_slots.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/subscriber.hpp>
@@ -57,6 +61,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -82,7 +87,9 @@ struct cluster_options {
   int max_redirects = 16;
   /// Longest a call keeps retrying TRYAGAIN/CLUSTERDOWN/refused connections (with backoff)
   /// before throwing the last error. A failover or slot migration in progress is waited out
-  /// within this bound.
+  /// within this bound. A call returns within retry_timeout + connect_timeout (the try under
+  /// way at retry_timeout is cut to end by then); within a timed lock call, the call's
+  /// deadline replaces retry_timeout when it comes first (detail/call_deadline.hpp).
   std::chrono::milliseconds retry_timeout{3000};
   /// Receives the nodes' eviction warnings (see client_options::on_warning); empty: stderr.
   std::function<void(const std::string& message)> on_warning{};
@@ -204,7 +211,8 @@ class cluster_client {
   /// The sharded subscriber of the master that owns `channel`'s slot (see the file comment):
   /// created on first use; it connects on the first contended wait.
   detail::subscriber& subscriber(std::string_view channel) {
-    std::shared_ptr<node> n = owner_of(detail::key_slot(channel), steady::now() + options_.retry_timeout);
+    std::shared_ptr<node> n = owner_of(detail::key_slot(channel),
+                                       detail::call_deadline::retries_until(steady::now() + options_.retry_timeout));
     std::call_once(n->subscriber_once, [&] {
       auto s =
           std::make_unique<detail::subscriber>(n->options, std::chrono::seconds(1), detail::subscriber::mode::sharded,
@@ -255,7 +263,11 @@ class cluster_client {
       -> std::invoke_result_t<F, connection&> {
     using result = std::invoke_result_t<F, connection&>;
     const int slot = detail::key_slot(key);
-    const steady::time_point give_up = steady::now() + retry_time;
+    // A timed lock call's deadline ends the retries sooner; and every wait of the call's tries
+    // (pool, connect, command) ends by give_up plus one connect timeout (detail/call_deadline.hpp).
+    const steady::time_point give_up = detail::call_deadline::retries_until(steady::now() + retry_time);
+    std::optional<detail::call_deadline> budget;
+    if (retry_time.count() > 0) budget.emplace(give_up);
     int redirects = 0;
     detail::backoff pause(std::chrono::milliseconds(5), std::chrono::milliseconds(200));
     std::shared_ptr<node> ask_target;  // after ASK: the next try goes there, once, after ASKING

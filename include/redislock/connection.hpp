@@ -12,7 +12,12 @@
 /// check for a close by the server while idle (a poll) is made only after
 /// connection_options::idle_check_after without traffic. Over TLS, hiredis writes (SSL_write)
 /// with SIGPIPE blocked in the calling thread (detail/no_sigpipe.hpp).
+///
+/// Within a timed lock call (detail/call_deadline.hpp) the connect (handshake included) and
+/// each command's send and reply read are cut to end by the call's deadline plus one
+/// connect_timeout; past that, a command fails with timeout_error before it is sent.
 
+#include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/no_sigpipe.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
@@ -63,6 +68,7 @@ class connection {
     other.out_.clear();
     pending_ = std::exchange(other.pending_, 0);
     last_traffic_ = other.last_traffic_;
+    io_timeout_ = other.io_timeout_;
     checked_ = std::exchange(other.checked_, false);
     return *this;
   }
@@ -129,6 +135,7 @@ class connection {
 
   /// Reads the next reply of the pipeline (sending what was appended first).
   reply_ptr read_reply() {
+    const bool cut = limit_io_to_call_deadline();
     if (!out_.empty()) send_appended();
     void* raw = nullptr;
     if (options_.tls) {
@@ -140,6 +147,7 @@ class connection {
     if (raw == nullptr) fail("read");
     --pending_;
     last_traffic_ = std::chrono::steady_clock::now();
+    if (cut) (void)set_io_timeout(options_.command_timeout);  // failing, it is set by the next command
     return reply_ptr(static_cast<redisReply*>(raw));
   }
 
@@ -181,8 +189,10 @@ class connection {
            std::strstr(c.errstr, "timeout") != nullptr;
   }
 
-  // Builds a new, ready context; leaves *this untouched on failure. A TLS context, if any, is
-  // stored in tls_out. connect_timeout bounds the TCP connect and the TLS handshake together.
+  // Builds a new, ready context with command_timeout as its socket timeout; leaves *this
+  // untouched on failure. A TLS context, if any, is stored in tls_out. connect_timeout bounds
+  // the TCP connect and the TLS handshake together; a timed call's deadline cuts both, and the
+  // AUTH and SELECT replies.
   context_ptr open(std::shared_ptr<void>& tls_out) const {
     (void)tls_out;
     if (options_.tls) {
@@ -192,8 +202,14 @@ class connection {
     }
     const auto started = std::chrono::steady_clock::now();
     context_ptr c;
-    const timeval connect_tv = to_timeval(options_.connect_timeout);
-    const bool has_connect_timeout = options_.connect_timeout.count() > 0;
+    const std::optional<std::chrono::milliseconds> connect_timeout =
+        detail::call_deadline::cut(options_.connect_timeout, options_.connect_timeout);
+    const std::optional<std::chrono::milliseconds> io_timeout =
+        detail::call_deadline::cut(options_.command_timeout, options_.connect_timeout);
+    if (!connect_timeout || !io_timeout)
+      throw timeout_error("cannot connect to " + options_.endpoint() + ": " + kDeadlinePassed);
+    const timeval connect_tv = to_timeval(*connect_timeout);
+    const bool has_connect_timeout = connect_timeout->count() > 0;
     if (!options_.unix_path.empty()) {
       c.reset(has_connect_timeout ? redisConnectUnixWithTimeout(options_.unix_path.c_str(), connect_tv)
                                   : redisConnectUnix(options_.unix_path.c_str()));
@@ -207,14 +223,16 @@ class connection {
       if (looks_like_timeout(*c)) throw timeout_error(what);
       throw connection_error(what);
     }
-    if (options_.command_timeout.count() > 0 &&
-        redisSetTimeout(c.get(), to_timeval(options_.command_timeout)) != REDIS_OK)
-      throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
+    auto set_io_timeout = [&](std::chrono::milliseconds t) {
+      if (redisSetTimeout(c.get(), to_timeval(t)) != REDIS_OK)
+        throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
+    };
+    if (io_timeout->count() > 0) set_io_timeout(*io_timeout);
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
     if (options_.tls) {
       std::shared_ptr<SSL_CTX> ctx(detail::make_tls_context(options_).release(), detail::ssl_ctx_deleter{});
       std::optional<std::chrono::steady_clock::time_point> deadline;
-      if (has_connect_timeout) deadline = started + options_.connect_timeout;
+      if (has_connect_timeout) deadline = started + *connect_timeout;
       const detail::sigpipe_blocked no_sigpipe;  // the handshake writes with OpenSSL's write()
       detail::start_tls(*c, ctx.get(), options_.tls_server_name.empty() ? options_.host : options_.tls_server_name,
                         options_.endpoint(), deadline);
@@ -251,6 +269,7 @@ class connection {
       std::string db = std::to_string(options_.db);
       run({"SELECT", db});
     }
+    if (*io_timeout != options_.command_timeout) set_io_timeout(options_.command_timeout);
     return c;
   }
 
@@ -300,11 +319,33 @@ class connection {
     return !options_.tls;  // plain RESP2 never sends unsolicited data; TLS may (session tickets)
   }
 
+  // Sets the socket timeout of this command's send and reply read: command_timeout, or less
+  // within a timed call (see the file comment); true when it is less. read_reply() then sets
+  // command_timeout back after the reply: between commands the socket has the connection's
+  // own timeout, which the code that sets its own for one command (the watchdog's
+  // read_deadline, Redlock's command_timeout_scope) relies on and restores. Without a
+  // deadline nothing is set: no system call.
+  bool limit_io_to_call_deadline() {
+    const std::optional<std::chrono::milliseconds> limit =
+        detail::call_deadline::cut(options_.command_timeout, options_.connect_timeout);
+    if (!limit) fail(out_.empty() ? "read" : "send", kDeadlinePassed, true);
+    if (*limit == io_timeout_) return false;
+    if (!set_io_timeout(*limit)) fail("setting the timeout");
+    return *limit != options_.command_timeout;
+  }
+
+  bool set_io_timeout(std::chrono::milliseconds t) noexcept {
+    if (redisSetTimeout(context_.get(), to_timeval(t)) != REDIS_OK) return false;
+    io_timeout_ = t;
+    return true;
+  }
+
   void reconnect() {
     std::shared_ptr<void> tls;
     context_ptr fresh = open(tls);  // throws, leaving the old (broken) state in place
     context_ = std::move(fresh);    // frees the old context before its TLS context below
     tls_context_ = std::move(tls);
+    io_timeout_ = options_.command_timeout;
     pending_ = 0;
     out_.clear();
     last_traffic_ = std::chrono::steady_clock::now();
@@ -331,14 +372,16 @@ class connection {
   }
 
   static constexpr std::size_t kKeptBuffer = 64 * 1024;
+  static constexpr const char* kDeadlinePassed = "the timed call's deadline (plus one connect timeout) has passed";
 
   connection_options options_;
   std::string out_;                    // the command being appended (reused: no allocation per command)
   std::shared_ptr<void> tls_context_;  // declared before context_: destroyed after it
   context_ptr context_;
   std::size_t pending_ = 0;
-  std::chrono::steady_clock::time_point last_traffic_{};  // the last reply read (or the connect)
-  bool checked_ = false;                                  // ensure_ready() ran since the last command
+  std::chrono::milliseconds io_timeout_{options_.command_timeout};  // the socket timeout this object set last (0: none)
+  std::chrono::steady_clock::time_point last_traffic_{};            // the last reply read (or the connect)
+  bool checked_ = false;                                            // ensure_ready() ran since the last command
 };
 
 }  // namespace redislock

@@ -34,8 +34,11 @@ struct connection_options {
   /// (DNS names only); empty: host.
   std::string tls_server_name;
   /// Bounds establishing the connection: the TCP connect and, with tls, the TLS handshake.
+  /// Also the most a timed lock call (try_lock, try_lock_for, try_lock_until) runs past its
+  /// deadline: within one, every wait (connect, send, reply) ends by the deadline plus this.
   std::chrono::milliseconds connect_timeout{1000};
-  /// Applies to each send and each reply read; a timed-out connection is discarded.
+  /// Applies to each send and each reply read; a timed-out connection is discarded. Within a
+  /// timed lock call, cut to end by the call's deadline plus connect_timeout.
   std::chrono::milliseconds command_timeout{1000};
   /// A connection left idle at least this long is checked for a close by the server (CLIENT
   /// KILL, a restart, the server's idle timeout) before its next command, without a round trip

@@ -29,6 +29,7 @@
 /// "Topologies").
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/sentinel_discovery.hpp>
 #include <redislock/detail/subscriber.hpp>
@@ -230,17 +231,18 @@ class sentinel_client {
   /// connection that fails after f started may have delivered its command (a timed-out script
   /// may have run on the old master), so the error goes to the caller, as on one server.
   /// The budget: sentinel_options::retries re-discoveries, each attempt bounded by the
-  /// connection timeouts.
+  /// connection timeouts. Within a timed lock call the pauses end at the call's deadline and
+  /// the round that follows it is the last (detail/call_deadline.hpp).
   template <class F>
   auto run(std::string_view /*key*/, F&& f) -> std::invoke_result_t<F, connection&> {
     using result = std::invoke_result_t<F, connection&>;
     std::chrono::milliseconds pause = options_.retry_backoff;
     for (int round = 0;; ++round) {
-      const bool last = round >= options_.retries;
       if (round > 0 && pause.count() > 0) {
-        std::this_thread::sleep_for(pause);
+        std::this_thread::sleep_until(detail::call_deadline::retries_until(detail::steady::now() + pause));
         pause = std::min(pause * 2, std::max(options_.retry_backoff, std::chrono::milliseconds(1000)));  // capped
       }
+      const bool last = round >= options_.retries || detail::call_deadline::passed();
       std::optional<lease> l;
       try {
         l.emplace(*this, borrow());
@@ -455,12 +457,13 @@ class sentinel_client {
     (void)current_master();  // the cached address, or a (re)discovery when due or unknown
     std::unique_lock<std::mutex> g(mutex_);
     for (;;) {
-      const bool ready = available_.wait_for(g, options_.pool_wait_timeout,
-                                             [&] { return !idle_.empty() || open_ < options_.pool_size; });
+      // A timed call waits no longer than its deadline plus one connect timeout (detail/call_deadline.hpp).
+      const std::chrono::milliseconds wait =
+          detail::call_deadline::cut_pool_wait(options_.pool_wait_timeout, options_.connection.connect_timeout);
+      const bool ready = available_.wait_for(g, wait, [&] { return !idle_.empty() || open_ < options_.pool_size; });
       if (!ready)
-        throw pool_timeout("sentinel_client: no free connection within " +
-                           std::to_string(options_.pool_wait_timeout.count()) + " ms (pool_size " +
-                           std::to_string(options_.pool_size) + ")");
+        throw pool_timeout("sentinel_client: no free connection within " + std::to_string(wait.count()) +
+                           " ms (pool_size " + std::to_string(options_.pool_size) + ")");
       if (idle_.empty()) break;
       pooled p = std::move(idle_.back());
       idle_.pop_back();
