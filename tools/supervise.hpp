@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -402,9 +403,19 @@ child_outcome supervise(spawned& child, const std::string& name, int sigfd, cons
     std::optional<clock::time_point> wake = kill_at;
     if (term_at && (!wake || *term_at < *wake)) wake = term_at;
     int timeout = -1;
-    if (wake) timeout = static_cast<int>(std::chrono::ceil<milliseconds>(*wake - now).count());
+    if (wake)  // at most an hour at a time: a 30-day lease's deadline does not fit in an int of ms
+      timeout = static_cast<int>(std::min<long long>(std::chrono::ceil<milliseconds>(*wake - now).count(), 3600000));
     pollfd fds[2] = {{sigfd, POLLIN, 0}, {lost.fd(), static_cast<short>(lost_seen ? 0 : POLLIN), 0}};
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) return out;
+    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {  // cannot watch any more: nothing may run on
+      ::kill(-child.group, SIGKILL);
+      ::close(child.kill_switch);
+      child.kill_switch = -1;
+      while (::waitpid(child.keeper, &st, 0) < 0 && errno == EINTR) {
+      }
+      out.status = keeper_detail::encode(st);
+      out.lost = true;
+      return out;
+    }
     while (const int sig = read_signal(sigfd)) {
       if (forwarded(sig)) ::kill(-child.group, sig);  // SIGCHLD: the waitpid at the loop's top
     }
