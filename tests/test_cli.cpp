@@ -522,9 +522,13 @@ TEST_F(cli_test, KilledToolTakesACommandWithFileCapabilitiesAlong) {
     if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "running as root without setpriv";
     wrapper = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"};
   }
-  const std::string copy = "cp /bin/sleep " + capsleep + " && chmod 755 " + capsleep +
-                           " && setcap cap_net_bind_service+ep " + capsleep + " 2>&1";
-  if (std::system(copy.c_str()) != 0) GTEST_SKIP() << "setcap is unavailable here (package libcap2-bin, CAP_SETFCAP)";
+  // Only the tool's user may run the copy (chown before setcap: chown clears capabilities).
+  const std::string copy = "cp /bin/sleep " + capsleep + (wrapper.empty() ? "" : " && chown 65534:65534 " + capsleep) +
+                           " && chmod 700 " + capsleep + " && setcap cap_net_bind_service+ep " + capsleep + " 2>&1";
+  if (std::system(copy.c_str()) != 0) {
+    std::remove(capsleep.c_str());
+    GTEST_SKIP() << "setcap is unavailable here (package libcap2-bin, CAP_SETFCAP)";
+  }
   tool t({"run", "--lease", "800ms", "job", "--", "sh", "-c",
           "echo $$ > " + pid_file + "; echo ready; exec " + capsleep + " 30"},
          url(), "/dev/null", wrapper);
