@@ -6,6 +6,7 @@
 #include "redis_cluster.hpp"
 #include "sentinel_topology.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/detail/cluster_slots.hpp>
 #include <redislock/lock_info.hpp>
@@ -14,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,9 +45,11 @@ const std::chrono::milliseconds bound = 20s;  // generous: the machine is shared
 class tool {
  public:
   /// stdin_path: what the tool reads as stdin (default /dev/null; a pty's name for a terminal).
+  /// wrapper: a command that runs the tool (e.g. setpriv with its options), none by default.
   explicit tool(const std::vector<std::string>& args, const std::string& url,
-                const std::string& stdin_path = "/dev/null") {
-    std::vector<std::string> argv{REDISLOCK_CLI};
+                const std::string& stdin_path = "/dev/null", const std::vector<std::string>& wrapper = {}) {
+    std::vector<std::string> argv(wrapper);
+    argv.push_back(REDISLOCK_CLI);
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e)
@@ -359,7 +363,7 @@ TEST_F(cli_test, InterruptedWhileWaitingExitsWithoutRunning) {
 // lock, and the tool resumes: its next renewal finds the lock gone and the command is stopped.
 TEST_F(cli_test, LostLeaseTerminatesTheCommand) {
   const std::string marker = temp_file("lost");
-  tool t({"run", "--lease", "600ms", "--kill-after", "10s", "job", "--", "sh", "-c",
+  tool t({"run", "--lease", "1500ms", "--kill-after", "500ms", "job", "--", "sh", "-c",
           "trap 'echo TERM > " + marker + "; exit 5' TERM; echo ready; while :; do sleep 0.02; done"},
          url());
   ASSERT_EQ(t.line(), "ready");
@@ -376,7 +380,7 @@ TEST_F(cli_test, LostLeaseTerminatesTheCommand) {
 
 TEST_F(cli_test, LostLeaseKillAfterAndIgnore) {
   {  // a command that ignores SIGTERM gets SIGKILL after --kill-after
-    tool t({"run", "--lease", "600ms", "--kill-after", "200ms", "job", "--", "sh", "-c",
+    tool t({"run", "--lease", "1s", "--kill-after", "200ms", "job", "--", "sh", "-c",
             "trap '' TERM; echo ready; while :; do sleep 0.02; done"},
            url());
     ASSERT_EQ(t.line(), "ready");
@@ -418,6 +422,137 @@ TEST_F(cli_test, KilledToolTakesItsCommandAlongAndTheLeaseRunsOut) {
   const result next = run({"run", "--wait", "20s", "job", "--", "echo", "next"});
   EXPECT_EQ(next.status, 0) << next.err;
   EXPECT_EQ(next.out, "next\n");
+}
+
+// True while `pid` exists and is not a zombie (a killed process that is not yet reaped no
+// longer runs).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z' && text[paren + 2] != 'X';
+}
+
+// Renewals stop being confirmed (the server is reached through a proxy that goes silent):
+// the command, which ignores SIGTERM, with a child that does too and one that left for a
+// session of its own, is dead before its lease can run out, so before a second run, queued
+// on the server itself, starts its command.
+TEST_F(cli_test, UnconfirmedRenewalsStopTheCommandBeforeTheLeaseCanRunOut) {
+  redislock_test::tcp_proxy proxy(server->port());
+  const std::string pids = temp_file("silent_pids");
+  tool first({"run", "--lease", "2s", "--kill-after", "500ms", "job", "--", "sh", "-c",
+              "trap '' TERM; sleep 30 & c=$!; setsid sleep 30 & echo $$ $c $! > " + pids + "; echo ready; wait; wait"},
+             proxy.uri());
+  ASSERT_EQ(first.line(), "ready");
+  pid_t shell = 0, child = 0, away = 0;
+  {
+    std::ifstream in(pids);
+    ASSERT_TRUE(in >> shell >> child >> away) << slurp(pids);
+  }
+  proxy.set_stalled(true);  // nothing more reaches the server, nothing comes back
+  // The second run's command reports, as it starts, whether any of the first's processes runs.
+  const std::string check = "for p in " + std::to_string(shell) + " " + std::to_string(child) + " " +
+                            std::to_string(away) +
+                            "; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "
+                            "case \"$s\" in ''|Z|X) echo dead;; *) echo running;; esac; done";
+  tool second({"run", "--wait", "20s", "job", "--", "sh", "-c", check}, url());
+  EXPECT_EQ(second.wait(), 0) << second.err();
+  EXPECT_EQ(second.out(), "dead\ndead\ndead\n") << "the first run's command still ran when the second one's started";
+  EXPECT_EQ(first.wait(), 76) << first.err();
+  EXPECT_NE(first.err().find("SIGKILL"), std::string::npos) << first.err();
+  EXPECT_FALSE(running(shell));
+  EXPECT_FALSE(running(child));
+  EXPECT_FALSE(running(away));
+}
+
+TEST_F(cli_test, KillAfterThatLeavesNoTimeBeforeTheLeaseEndsIsRefused) {
+  const long long before = connections();
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"run", "--lease", "2s", "--kill-after", "2s", "job", "--", "true"},
+           {"run", "--lease", "2s", "--kill-after", "900ms", "job", "--", "true"},
+           {"run", "--lease", "300ms", "job", "--", "true"},
+           {"run", "--lease", "300ms", "--on-lost", "kill", "job", "--", "true"},
+       }) {
+    const result r = run(args);
+    EXPECT_EQ(r.status, 2) << args[2] << " " << args[4] << ": " << r.err;
+    EXPECT_NE(r.err.find("lease"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(connections(), before) << "refused before any connection";
+  EXPECT_EQ(run({"run", "--lease", "2s", "--kill-after", "800ms", "job", "--", "true"}).status, 0);
+  EXPECT_EQ(run({"run", "--lease", "300ms", "--on-lost", "ignore", "job", "--", "true"}).status, 0);
+  EXPECT_EQ(run({"run", "--lease", "5s", "job", "--", "true"}).status, 0) << "the default --kill-after fits";
+}
+
+// The lock stays held until every process the command started has exited, not only the
+// command itself (as flock(1) holds while any process keeps its descriptor).
+TEST_F(cli_test, LockIsHeldUntilTheLastProcessOfTheCommandExits) {
+  const std::string pids = temp_file("worker_pids"), stop = temp_file("worker_stop");
+  const std::string worker = "i=0; while [ ! -e " + stop + " ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done";
+  tool first({"run", "--lease", "1s", "job", "--", "sh", "-c",
+              "(" + worker + ") & b=$!; setsid sh -c '" + worker + "' & echo $$ $b $! > " + pids + "; exit 0"},
+             url());
+  pid_t leader = 0, background = 0, away = 0;  // away: in a session of its own
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        std::ifstream in(pids);
+        return static_cast<bool>(in >> leader >> background >> away);
+      },
+      bound));
+  // The command itself has ended (and was reaped) while its background process runs on.
+  ASSERT_TRUE(redislock_test::eventually([&] { return ::kill(leader, 0) != 0 && errno == ESRCH; }, bound));
+  ASSERT_TRUE(running(background));
+  ASSERT_TRUE(running(away));
+  EXPECT_EQ(first.wait(1500ms), -1) << "the run ended while a process of its command ran: " << first.err();
+  EXPECT_EQ(run({"status", "job"}).status, 0) << "held while the background process runs";
+  EXPECT_EQ(run({"run", "--no-wait", "job", "--", "true"}).status, 75);
+  std::ofstream(stop) << "stop\n";
+  EXPECT_EQ(first.wait(), 0) << first.err();
+  EXPECT_FALSE(running(background));
+  EXPECT_FALSE(running(away));
+  EXPECT_EQ(run({"status", "job"}).status, 1) << "released once the last process exited";
+}
+
+// A command given a file capability loses PR_SET_PDEATHSIG at its execve; it must still not
+// outlive a redislock killed with SIGKILL (it would run on without the lock).
+TEST_F(cli_test, KilledToolTakesACommandWithFileCapabilitiesAlong) {
+  const std::string capsleep = temp_file("capsleep"), pid_file = temp_file("cap_pid");
+  std::vector<std::string> wrapper;
+  if (::geteuid() == 0) {  // root keeps its death signal through file capabilities: run as nobody
+    if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "running as root without setpriv";
+    wrapper = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"};
+  }
+  // Only the tool's user may run the copy (chown before setcap: chown clears capabilities).
+  const std::string copy = "cp /bin/sleep " + capsleep + (wrapper.empty() ? "" : " && chown 65534:65534 " + capsleep) +
+                           " && chmod 700 " + capsleep + " && setcap cap_net_bind_service+ep " + capsleep + " 2>&1";
+  if (std::system(copy.c_str()) != 0) {
+    std::remove(capsleep.c_str());
+    GTEST_SKIP() << "setcap is unavailable here (package libcap2-bin, CAP_SETFCAP)";
+  }
+  tool t({"run", "--lease", "800ms", "job", "--", "sh", "-c",
+          "echo $$ > " + pid_file + "; echo ready; exec " + capsleep + " 30"},
+         url(), "/dev/null", wrapper);
+  ASSERT_EQ(t.line(), "ready") << t.err();
+  const pid_t command = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  const std::string exe = "/proc/" + std::to_string(command) + "/exe";
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        char buf[4096];
+        const ssize_t n = ::readlink(exe.c_str(), buf, sizeof buf);
+        return n > 0 && std::string(buf, static_cast<std::size_t>(n)) == capsleep;
+      },
+      bound))
+      << "the command never ran the binary with the capability";
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, command, 0));
+  ASSERT_GE(pidfd, 0);
+  t.signal(SIGKILL);
+  EXPECT_EQ(t.wait(), 128 + SIGKILL);
+  pollfd p{pidfd, POLLIN, 0};
+  const bool ended = ::poll(&p, 1, 10000) == 1;
+  EXPECT_TRUE(ended) << "the command with a file capability outlived redislock";
+  if (!ended) ::kill(command, SIGKILL);
+  ::close(pidfd);
+  std::remove(capsleep.c_str());
 }
 
 TEST_F(cli_test, StatusBeforeDuringAndAfterAHold) {

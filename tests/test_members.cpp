@@ -1,6 +1,7 @@
 // The members every lock kind offers (README, "Members of every lock kind"): their noexcept
 // promises, unlock_and_report() (and the deprecated release() it replaces), and options a
 // kind refuses because they cannot mean anything for it.
+#include "eventually.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
@@ -26,8 +27,8 @@ template <class Lock>
 constexpr bool common_members_noexcept() {
   Lock* l = nullptr;
   const Lock* c = nullptr;
-  return noexcept(l->unlock())&& noexcept(c->owns_lock())&& noexcept(c->lost())&& noexcept(
-      c->last_release())&& noexcept(c->name())&& noexcept(c->key())&& noexcept(c->options());
+  return noexcept(l->unlock())&& noexcept(c->owns_lock())&& noexcept(c->lost())&& noexcept(c->last_release())&& noexcept(
+      c->name())&& noexcept(c->key())&& noexcept(c->options())&& noexcept(c->lease_confirmed_until());
 }
 static_assert(common_members_noexcept<mutex>());
 static_assert(common_members_noexcept<reentrant_mutex>());
@@ -47,6 +48,7 @@ static_assert(noexcept(std::declval<shared_mutex&>().unlock_shared()));
 static_assert(noexcept(std::declval<const shared_mutex&>().owns_shared()));
 static_assert(noexcept(std::declval<const shared_mutex&>().shared_count()));
 static_assert(noexcept(std::declval<const shared_mutex&>().lost_shared()));
+static_assert(noexcept(std::declval<const shared_mutex&>().lease_confirmed_until_shared()));
 
 // The reporting unlock has one name and one result type on every kind.
 template <class Lock>
@@ -186,6 +188,53 @@ TEST_F(MembersTest, ExtendChecksItsLeaseTheSameWayOnEveryKind) {
   EXPECT_THROW(r.extend(), lock_error);
   EXPECT_THROW(s.extend(), lock_error);
   EXPECT_THROW(l.extend(), lock_error);
+}
+
+// lease_confirmed_until(): while renewed, the send time of the last confirmed acquisition or
+// renewal plus the lease (redlock: its validity's end); it moves forward with the renewals;
+// nullopt when nothing is held or without auto_renew.
+template <class Lock, class Unlock, class Until>
+void check_confirmed_until(Lock&& lock, Unlock&& unlock, Until&& until, milliseconds lease, milliseconds drift) {
+  using clock = std::chrono::steady_clock;
+  EXPECT_FALSE(until().has_value()) << "nothing held";
+  const clock::time_point before = clock::now();
+  lock();
+  const clock::time_point after = clock::now();
+  const auto first = until();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_GE(*first, before + lease - drift);
+  EXPECT_LE(*first, after + lease);
+  EXPECT_TRUE(redislock_test::eventually([&] { return until().value_or(*first) > *first; })) << "renewed";
+  unlock();
+  EXPECT_FALSE(until().has_value()) << "released";
+}
+
+TEST_F(MembersTest, LeaseConfirmedUntilOnEveryKind) {
+  lock_options o;
+  o.lease = milliseconds(600);
+  o.auto_renew = true;
+  mutex m(*pool, "m", o);
+  check_confirmed_until([&] { m.lock(); }, [&] { m.unlock(); }, [&] { return m.lease_confirmed_until(); }, o.lease,
+                        milliseconds(0));
+  reentrant_mutex r(*pool, "r", o);
+  check_confirmed_until([&] { r.lock(); }, [&] { r.unlock(); }, [&] { return r.lease_confirmed_until(); }, o.lease,
+                        milliseconds(0));
+  shared_mutex s(*pool, "s", o);
+  check_confirmed_until([&] { s.lock(); }, [&] { s.unlock(); }, [&] { return s.lease_confirmed_until(); }, o.lease,
+                        milliseconds(0));
+  check_confirmed_until([&] { s.lock_shared(); }, [&] { s.unlock_shared(); },
+                        [&] { return s.lease_confirmed_until_shared(); }, o.lease, milliseconds(0));
+  redlock l(one_master(), "rl", o);
+  check_confirmed_until([&] { l.lock(); }, [&] { l.unlock(); }, [&] { return l.lease_confirmed_until(); }, o.lease,
+                        l.drift());
+
+  o.auto_renew = false;  // nothing renews the lease: nothing to tell
+  mutex plain(*pool, "plain", o);
+  plain.lock();
+  EXPECT_FALSE(plain.lease_confirmed_until().has_value());
+  redlock plain_redlock(one_master(), "plain_rl", o);
+  plain_redlock.lock();
+  EXPECT_FALSE(plain_redlock.lease_confirmed_until().has_value());
 }
 
 }  // namespace

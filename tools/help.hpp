@@ -40,7 +40,8 @@ DURATIONS
 EXIT STATUS
     run       the command's exit status (128+N when it was killed by signal N), or:
               75 (--conflict-exit-code) the lock was not obtained (--no-wait, --wait ran out)
-              76 the lease was lost while the command ran (it was terminated, --on-lost)
+              76 the lease was lost, or renewals went unconfirmed until it could run out,
+                 while the command ran (it was stopped, --on-lost)
               126 COMMAND could not be executed, 127 COMMAND was not found
     status    0 every NAME is held, 1 some NAME is free (or not a lock)
     break     0 a hold was removed, 1 NAME was free (nothing removed)
@@ -64,10 +65,14 @@ SYNOPSIS
 
 DESCRIPTION
     Acquires the lock NAME (an exclusive redislock::mutex; with --shared a read hold, with
-    --write the write hold of a redislock::shared_mutex), then runs COMMAND as a child
-    process in its own process group while the lease is renewed every lease/3. When COMMAND
-    exits, the lock is released and redislock exits with COMMAND's status (128+N when it was
-    killed by signal N).
+    --write the write hold of a redislock::shared_mutex), then runs COMMAND in its own process
+    group while the lease is renewed every lease/3. The lock is held until COMMAND and every
+    process it started have exited, as flock(1) holds while any process keeps the lock open:
+    a process left running in the background keeps the lock, even one that left COMMAND's
+    process group or session (setsid), as it stays a descendant of redislock's helper process
+    (a child subreaper). Then the lock is released and redislock exits with COMMAND's status
+    (128+N when it was killed by signal N). Processes handed to something else to start
+    (systemd-run, at, ssh) are not COMMAND's descendants: the lock does not wait for them.
 
     COMMAND gets in its environment:
       REDISLOCK_NAME            NAME
@@ -76,26 +81,57 @@ DESCRIPTION
                                 writer (a shared hold gets the latest writer's token)
       REDISLOCK_LEASE_MS        the lease in milliseconds
 
-    SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group.
+    SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group
+    (processes that left the group do not get them).
     Interrupted while still waiting for the lock, redislock exits with 128+N. Since COMMAND
     has its own process group it is not the terminal's foreground job: it may write to the
     terminal, but a COMMAND that reads from it is stopped (SIGTTIN); give it input by a pipe
     or a file.
 
-    If the lease is lost while COMMAND runs (Redis unreachable for longer than the lease,
-    redislock itself stopped or paused past it, the lock broken by an administrator), a line
-    goes to stderr and, by --on-lost, COMMAND's process group gets SIGTERM and, if it is still
-    running --kill-after later, SIGKILL. redislock then exits with 76.
-    If redislock itself dies (kill -9, a crash), COMMAND gets SIGKILL from the kernel at once
-    (processes COMMAND started itself are not reached), and the lock is not released: its
-    lease runs out, as nothing renews it.
+STOPPING COMMAND BEFORE THE LEASE CAN RUN OUT
+    Let C be the time, on redislock's monotonic clock, at which it sent the last renewal (or
+    the acquisition) that the server confirmed. The server keeps the lock until C + lease
+    (a little later: it set the lease on receipt), and then lets it go if no later renewal
+    reached it, so a waiting run may start then. When renewals are not confirmed
+    (Redis unreachable or silent, redislock starved of CPU), redislock stops COMMAND before
+    then, by --on-lost:
+      term    SIGTERM to COMMAND's process group at C + lease - kill-after - 200ms, and
+              SIGKILL --kill-after later (at C + lease - 200ms) to that group and to every
+              process COMMAND started
+      kill    SIGKILL at C + lease - 200ms
+      ignore  nothing: COMMAND runs on; a line on stderr once the lease is found lost
+    A lease found lost outright (the lock broken by an administrator, or taken) is acted on
+    at once: SIGTERM now and SIGKILL --kill-after later (kill: SIGKILL now). A line goes to
+    stderr; redislock waits until every process of COMMAND's has exited, releases what it
+    still holds, and exits with 76.
+    The 200ms margin is for the signal's delivery and the processes' exit. SIGTERM waits until
+    half the lease went unconfirmed (a renewal is due at a third of it, and is retried), so
+    with term or kill, --kill-after + 200ms must not exceed half the lease; a --kill-after or
+    a --lease that does not fit is refused (exit status 2) before anything is sent.
+    Not covered: redislock or the whole machine frozen past the deadline (a suspended VM,
+    SIGSTOP), a process that takes longer than the margin to die after SIGKILL (uninterruptible
+    sleep, such as a hung NFS mount), a Redis server whose clock jumps forward, and writes
+    COMMAND sent that are still on their way. Fencing covers all of them: pass
+    $REDISLOCK_FENCING_TOKEN to the storage you write, so that it rejects a late writer.
+
+    If redislock itself dies (kill -9, a crash), its helper process (between redislock and
+    COMMAND; in a process group of its own, blocking every signal but SIGKILL, not
+    set-user-ID, without capabilities) sees it at once and SIGKILLs COMMAND's process group
+    and every process COMMAND started, set-user-ID commands and commands with file
+    capabilities included (the kernel's PR_SET_PDEATHSIG does not survive their exec). The
+    lock is not released: its lease runs out, as nothing renews it. Not covered: a process
+    that changed its real user ID (su, sudo: redislock's user may not signal it, nor do
+    --on-lost and the forwarded signals reach it), and redislock and its helper both killed
+    with SIGKILL (then the kernel SIGKILLs COMMAND, unless it is set-user-ID or has file
+    capabilities, and nothing reaches the processes COMMAND started).
 
 OPTIONS
     --wait DUR                 give up after waiting DUR for the lock (default: wait forever)
     --no-wait                  give up at once if the lock is held (same as --wait 0)
     --conflict-exit-code N     exit status when the lock was not obtained (default 75)
     --lease DUR                the lease (default 30s): how long the lock outlives a crashed
-                               redislock. Renewed every DUR/3 while COMMAND runs.
+                               redislock. Renewed every DUR/3 while COMMAND runs. With
+                               --on-lost term or kill, at least 400ms
     --shared                   take a read hold of a shared lock (redislock::shared_mutex):
                                any number of --shared runs at once, none with a --write one
     --write                    take the write hold of a shared lock: alone, like the default
@@ -106,18 +142,23 @@ OPTIONS
                                longest waiter (with --shared/--write: the head of the queue),
                                and no run enters past a waiting one (all users of NAME must
                                agree)
-    --on-lost term|kill|ignore what to do when the lease is lost (default term):
+    --on-lost term|kill|ignore what to do when the lease is lost or may run out (default
+                               term; see STOPPING COMMAND ...):
                                term   SIGTERM to COMMAND's process group, SIGKILL after
                                       --kill-after; exit status 76
-                               kill   SIGKILL at once; exit status 76
+                               kill   SIGKILL; exit status 76
                                ignore only the message; COMMAND runs on and its status is
                                       redislock's
-    --kill-after DUR           with --on-lost term: SIGKILL this long after SIGTERM (default 10s)
+    --kill-after DUR           with --on-lost term: SIGKILL this long after SIGTERM; at most
+                               half the lease minus 200ms (default 10s, or that when less:
+                               9.8s with a 20s lease, 2.3s with 5s)
     --url, --prefix, --timeout see "redislock --help"
 
 EXIT STATUS
-    COMMAND's status; 75 (or --conflict-exit-code) not obtained; 76 lease lost; 126 COMMAND
-    not executable; 127 COMMAND not found; 2 bad usage; 69 Redis unreachable or refused.
+    COMMAND's status; 75 (or --conflict-exit-code) not obtained; 76 lease lost, or renewals
+    unconfirmed until it could run out (COMMAND was stopped, --on-lost term or kill); 126
+    COMMAND not executable; 127 COMMAND not found; 2 bad usage (a --kill-after that does not
+    fit in the lease too); 69 Redis unreachable or refused.
 
 EXAMPLES
     # crontab: run the report on one host of the fleet; the others skip quietly

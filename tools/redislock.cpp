@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -147,14 +148,44 @@ struct run_options {
   enum class kind { mutex, read, write } lock_kind = kind::mutex;
   std::optional<std::chrono::milliseconds> wait;  // nullopt: forever
   int conflict_code = exit_conflict;
-  on_lost_action on_lost = on_lost_action::term;
-  std::chrono::milliseconds kill_after{10000};
+  stop_policy stop;  // --on-lost, --kill-after (fit_kill_after)
   std::vector<std::string> command;
 };
+
+// With --on-lost term or kill, SIGKILL must come stop_margin before the lease can run out, and
+// SIGTERM must not come before a renewal had its chance: renewals go out every lease/3, so
+// SIGTERM waits until half the lease has passed unconfirmed. Hence kill_after + stop_margin
+// <= lease/2 (with kill, stop_margin <= lease/2). Without --kill-after: 10 s, or what fits.
+void fit_kill_after(stop_policy& stop, const std::optional<std::chrono::milliseconds>& given,
+                    std::chrono::milliseconds lease) {
+  using std::chrono::milliseconds;
+  const milliseconds half = lease / 2;
+  const milliseconds fits = half - stop_margin;
+  if (stop.action == on_lost_action::ignore) {
+    stop.kill_after = given.value_or(milliseconds(10000));
+    return;
+  }
+  auto ms = [](milliseconds d) { return std::to_string(d.count()) + " ms"; };
+  if (fits.count() < 0)
+    throw usage_error("--lease " + ms(lease) + " is too short to stop COMMAND before the lease can run out: with " +
+                      "--on-lost term or kill it must be at least " + ms(2 * stop_margin) + " (SIGKILL comes " +
+                      ms(stop_margin) + " before the lease's end, and not before half of it)");
+  if (stop.action == on_lost_action::kill) {
+    stop.kill_after = milliseconds(0);  // SIGKILL without SIGTERM
+    return;
+  }
+  if (given && *given > fits)
+    throw usage_error("--kill-after " + ms(*given) + " does not fit in --lease " + ms(lease) +
+                      ": SIGTERM comes once half the lease went unconfirmed and SIGKILL " + ms(stop_margin) +
+                      " before the lease's end, so --kill-after may be at most lease/2 - " + ms(stop_margin) + " = " +
+                      ms(fits) + " (or give a longer --lease)");
+  stop.kill_after = given.value_or(std::min(milliseconds(10000), fits));
+}
 
 run_options parse_run(arg_cursor a) {
   run_options o;
   o.common.lock.lease = std::chrono::milliseconds(30000);
+  std::optional<std::chrono::milliseconds> kill_after;
   std::string v;
   while (a.at_option()) {
     if (o.common.parse(a)) continue;
@@ -175,16 +206,16 @@ run_options parse_run(arg_cursor a) {
       o.common.lock.fair = true;
     } else if (a.option("--on-lost", &v)) {
       if (v == "term") {
-        o.on_lost = on_lost_action::term;
+        o.stop.action = on_lost_action::term;
       } else if (v == "kill") {
-        o.on_lost = on_lost_action::kill;
+        o.stop.action = on_lost_action::kill;
       } else if (v == "ignore") {
-        o.on_lost = on_lost_action::ignore;
+        o.stop.action = on_lost_action::ignore;
       } else {
         throw usage_error("bad --on-lost '" + v + "': want term, kill or ignore");
       }
     } else if (a.option("--kill-after", &v)) {
-      o.kill_after = parse_duration(v, "--kill-after");
+      kill_after = parse_duration(v, "--kill-after");
     } else {
       unknown_option("run", a.peek());
     }
@@ -199,6 +230,7 @@ run_options parse_run(arg_cursor a) {
   a.take();
   o.command = a.rest();
   if (o.command.empty()) throw usage_error("run: missing COMMAND after '--'");
+  fit_kill_after(o.stop, kill_after, o.common.lock.lease);
   o.common.lock.auto_renew = true;
   o.common.finish();
   o.name = checked_name(o.name, o.common.lock);
@@ -253,6 +285,13 @@ struct held {
     }
   }
   std::uint64_t token() { return lock.fencing_token(); }
+  std::optional<std::chrono::steady_clock::time_point> confirmed_until() const noexcept {
+    if constexpr (Read) {
+      return lock.lease_confirmed_until_shared();
+    } else {
+      return lock.lease_confirmed_until();
+    }
+  }
   redislock::release_status unlock_and_report() {
     if constexpr (Read) {
       return lock.unlock_shared_and_report();
@@ -282,20 +321,16 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     hold.unlock_and_report();
     return exit_lost;
   }
-  const pid_t pid = spawn_in_own_group(
+  spawned child = spawn_supervised(
       o.command, child_environment({"REDISLOCK_NAME=" + o.name, "REDISLOCK_FENCING_TOKEN=" + std::to_string(token),
                                     "REDISLOCK_LEASE_MS=" + std::to_string(o.common.lock.lease.count())}));
-  if (pid < 0) {
-    say("cannot run '" + o.command[0] + "': " + std::strerror(-pid));
+  if (child.error != 0) {
+    say("cannot run '" + o.command[0] + "': " + std::strerror(child.error));
     hold.unlock_and_report();
-    return -pid == ENOENT ? exit_not_found : exit_cannot_execute;
+    return child.error == ENOENT ? exit_not_found : exit_cannot_execute;
   }
-  const char* what = o.on_lost == on_lost_action::term   ? "; sending SIGTERM to the command"
-                     : o.on_lost == on_lost_action::kill ? "; sending SIGKILL to the command"
-                                                         : "; the command runs on (--on-lost ignore)";
-  child_outcome out = supervise(pid, sigfd, lost, o.on_lost, o.kill_after, [&] {
-    say("lost the lock '" + o.name + "' (its lease ran out or it was broken or taken)" + what);
-  });
+  child_outcome out = supervise(
+      child, o.name, sigfd, lost, o.stop, [&] { return hold.confirmed_until(); }, say);
   redislock::release_status released = redislock::release_status::failed;
   try {
     released = hold.unlock_and_report();
@@ -307,7 +342,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
         "' had been lost when the command finished (its lease ran out, or it was broken or taken)");
     out.lost = true;
   }
-  if (out.lost && o.on_lost != on_lost_action::ignore) return exit_lost;
+  if (out.lost && o.stop.action != on_lost_action::ignore) return exit_lost;
   return out.status;
 }
 

@@ -1,7 +1,22 @@
 #pragma once
 // The child side of `redislock run`: the signals redislock handles itself (blocked in every
-// thread and read from a signalfd), starting COMMAND in its own process group (fork/exec), and the loop
-// that forwards signals, reacts to a lost lease and waits for COMMAND to exit.
+// thread and read from a signalfd), starting COMMAND under a keeper process (fork/exec), and
+// the loop that forwards signals, stops COMMAND before the lease can run out and waits until
+// every process COMMAND started has exited.
+//
+// The processes:
+//   redislock (holds the lock, renews it, watches the deadlines)
+//     keeper: its own process group; a child subreaper (orphans of COMMAND's processes become
+//             its children); blocks every signal (only SIGKILL ends it); exits when it has no
+//             child left, with COMMAND's status
+//       COMMAND: its own process group (the group redislock signals), PR_SET_PDEATHSIG=SIGKILL
+//                towards the keeper
+// redislock holds the write end of a pipe the keeper reads: when it closes, because redislock
+// died (kill -9, a crash) or gave up on the lease, the keeper SIGKILLs COMMAND's process group
+// and each of its own children, round after round, until none is left. The keeper is not
+// set-user-ID and keeps no capability, so unlike PR_SET_PDEATHSIG (cleared by the kernel when
+// COMMAND execs a set-user-ID binary or one with file capabilities) this covers every COMMAND
+// that redislock's user may signal.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,15 +25,18 @@
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -28,6 +46,8 @@ namespace redislock_cli {
 
 /// A child whose redislock died before it could exec exits with this (it never runs COMMAND).
 constexpr int exit_code_lost_parent = 125;
+/// The keeper could not fork COMMAND.
+constexpr int exit_cannot_start = 126;
 
 /// The signals redislock forwards to COMMAND.
 inline bool forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
@@ -106,107 +126,309 @@ inline std::string find_command(const std::string& command, int& error) {
   }
 }
 
-/// Starts argv (searched in PATH) in a new process group, with default signal dispositions and
-/// an empty signal mask. The child is SIGKILLed by the kernel if redislock dies before it
-/// (PR_SET_PDEATHSIG): a COMMAND must not run on unprotected once the lock is no longer
-/// renewed. Returns the pid, or -errno when it could not be started.
-inline pid_t spawn_in_own_group(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  int error = 0;
-  const std::string path = find_command(argv[0], error);
-  if (error != 0) return -error;
-  std::vector<char*> args, envp;  // prepared before fork(): the child only calls async-signal-safe functions
+/// Where it ran: the keeper's pid (the child redislock waits for), COMMAND's process group,
+/// and the pipe whose closing makes the keeper kill everything that is left.
+struct spawned {
+  pid_t keeper = -1;
+  pid_t group = -1;
+  int kill_switch = -1;  ///< write end: close() = SIGKILL to every process COMMAND started
+  int error = 0;         ///< errno when COMMAND could not be started (then nothing runs)
+};
+
+namespace keeper_detail {
+
+// What the keeper (and COMMAND, when exec fails) tells redislock on the report pipe: one
+// atomic write each.
+struct message {
+  int tag;  // 'P' COMMAND's pid, 'E' errno of a failed start
+  int value;
+};
+
+inline void tell(int fd, int tag, int value) noexcept {
+  const message m{tag, value};
+  (void)!::write(fd, &m, sizeof m);
+}
+
+inline int encode(int wait_status) noexcept {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+// SIGKILL to COMMAND's process group and to each child of the keeper (processes that left
+// the group and were orphaned to it). Async-signal-safe calls only: the keeper is a fork of a
+// threaded process. Once the group is found empty it is not signalled again (its number may
+// then be reused).
+inline void kill_everything(pid_t group, bool& group_gone) noexcept {
+  if (!group_gone && ::kill(-group, SIGKILL) != 0 && errno == ESRCH) group_gone = true;
+  char path[64] = "/proc/self/task/";
+  std::size_t n = std::strlen(path);
+  char digits[16];
+  std::size_t d = 0;
+  for (pid_t self = ::getpid(); self > 0; self /= 10) digits[d++] = static_cast<char>('0' + self % 10);
+  while (d > 0) path[n++] = digits[--d];
+  std::memcpy(path + n, "/children", sizeof "/children");
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // no CONFIG_PROC_CHILDREN: the group alone
+  char buf[4096];
+  pid_t pid = 0;
+  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) {
+    for (ssize_t i = 0; i < got; ++i) {
+      if (buf[i] >= '0' && buf[i] <= '9') {
+        pid = pid * 10 + (buf[i] - '0');
+      } else {
+        if (pid > 0) ::kill(pid, SIGKILL);
+        pid = 0;
+      }
+    }
+  }
+  if (pid > 0) ::kill(pid, SIGKILL);
+  ::close(fd);
+}
+
+// Closes every descriptor but a and b.
+inline void close_all_but(int a, int b) noexcept {
+  if (a > b) std::swap(a, b);
+  auto close_from_to = [](unsigned int lo, unsigned int hi) {  // close_range(2), or a loop before Linux 5.9
+    if (lo > hi || ::syscall(SYS_close_range, lo, hi, 0U) == 0) return;
+    for (unsigned int fd = lo; fd <= hi && fd < 1024; ++fd) ::close(static_cast<int>(fd));
+  };
+  const auto ua = static_cast<unsigned int>(a), ub = static_cast<unsigned int>(b);
+  if (ua > 0) close_from_to(0, ua - 1);
+  close_from_to(ua + 1, ub - 1);
+  close_from_to(ub + 1, ~0U);
+}
+
+// The keeper's life once COMMAND runs: reaps every child (COMMAND, then whatever was orphaned
+// to it) until none is left; when the kill switch closes, kills them all, again every 20 ms
+// (orphans keep arriving as their parents die). Returns COMMAND's status.
+inline int keep(pid_t command, int chld_fd, int kill_switch) noexcept {
+  int status = exit_code_lost_parent;
+  bool killing = false, group_gone = false;
+  for (;;) {
+    for (;;) {
+      int st = 0;
+      const pid_t w = ::waitpid(-1, &st, WNOHANG);
+      if (w > 0) {
+        if (w == command) status = encode(st);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return status;  // ECHILD: no process of COMMAND's is left
+      break;
+    }
+    if (killing) kill_everything(command, group_gone);
+    pollfd fds[2] = {{chld_fd, POLLIN, 0}, {kill_switch, static_cast<short>(killing ? 0 : POLLIN), 0}};
+    (void)::poll(fds, 2, killing ? 20 : chld_fd < 0 ? 50 : -1);  // no signalfd: look every 50 ms
+    signalfd_siginfo si;
+    while (::read(chld_fd, &si, sizeof si) > 0) {
+    }
+    char byte;
+    if (!killing && fds[1].revents != 0 && ::read(kill_switch, &byte, 1) <= 0) killing = true;
+  }
+}
+
+}  // namespace keeper_detail
+
+/// Starts argv (searched in PATH) under a keeper (see the top of this file), COMMAND in a new
+/// process group with default signal dispositions and an empty signal mask. When it could not
+/// be started, `error` is set and nothing runs (the keeper is reaped).
+inline spawned spawn_supervised(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  spawned out;
+  const std::string path = find_command(argv[0], out.error);
+  if (out.error != 0) return out;
+  std::vector<char*> args, envp;  // prepared before fork(): the children only call async-signal-safe functions
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  int report[2];  // the child writes exec's errno here; a successful exec closes it (CLOEXEC)
-  if (::pipe2(report, O_CLOEXEC) != 0) return -errno;
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int e = errno;
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int report[2], kill_switch[2];  // report: CLOEXEC, so a successful exec closes COMMAND's copy
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    out.error = errno;
+    return out;
+  }
+  if (::pipe2(kill_switch, O_CLOEXEC) != 0) {
+    out.error = errno;
     ::close(report[0]);
     ::close(report[1]);
-    return -e;
+    return out;
   }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(exit_code_lost_parent);  // redislock died already
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(path.c_str(), args.data(), envp.data());
-    const int e = errno;
-    (void)!::write(report[1], &e, sizeof e);
-    ::_exit(127);
+  const pid_t keeper = ::fork();
+  if (keeper == 0) {
+    sigset_t all;  // only SIGKILL ends the keeper (SIGCHLD is read from a signalfd)
+    sigfillset(&all);
+    ::sigprocmask(SIG_SETMASK, &all, nullptr);
+    ::close(report[0]);
+    ::close(kill_switch[1]);
+    ::setpgid(0, 0);  // out of redislock's group: a kill -9 of that group leaves the keeper to clean up
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    const int chld_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    pollfd parent_gone{kill_switch[0], POLLIN, 0};
+    if (::poll(&parent_gone, 1, 0) == 1) ::_exit(exit_code_lost_parent);  // redislock died already
+    const pid_t self = ::getpid();
+    const pid_t command = ::fork();
+    if (command == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the keeper killed: COMMAND too (unless set-user-ID)
+      if (::getppid() != self) ::_exit(exit_code_lost_parent);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execve(path.c_str(), args.data(), envp.data());
+      keeper_detail::tell(report[1], 'E', errno);
+      ::_exit(127);
+    }
+    if (command < 0) {
+      keeper_detail::tell(report[1], 'E', errno);
+      ::_exit(exit_cannot_start);
+    }
+    ::setpgid(command, command);  // also here, so the group exists before redislock signals it
+    keeper_detail::tell(report[1], 'P', command);
+    keeper_detail::close_all_but(kill_switch[0], chld_fd);  // redislock's sockets, COMMAND's stdio
+    ::_exit(keeper_detail::keep(command, chld_fd, kill_switch[0]));
   }
-  ::setpgid(pid, pid);  // also here, so the group exists before we signal it (EACCES after exec: fine)
+  const int fork_error = errno;
   ::close(report[1]);
-  int e = 0;
-  ssize_t n;
-  do {
-    n = ::read(report[0], &e, sizeof e);
-  } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof e)) {
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    return -e;
+  ::close(kill_switch[0]);
+  if (keeper < 0) {
+    ::close(report[0]);
+    ::close(kill_switch[1]);
+    out.error = fork_error;
+    return out;
   }
-  return pid;
+  ::setpgid(keeper, keeper);
+  keeper_detail::message m{};
+  for (;;) {  // until the keeper and COMMAND (exec or failure) have both closed the pipe
+    const ssize_t n = ::read(report[0], &m, sizeof m);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof m)) break;
+    if (m.tag == 'P') out.group = m.value;
+    if (m.tag == 'E') out.error = m.value;
+  }
+  ::close(report[0]);
+  if (out.error == 0 && out.group < 0) out.error = ECHILD;  // the keeper died before it started COMMAND
+  if (out.error != 0) {
+    ::close(kill_switch[1]);  // the keeper reaps what there is and exits
+    int st = 0;
+    while (::waitpid(keeper, &st, 0) < 0 && errno == EINTR) {
+    }
+    return out;
+  }
+  out.keeper = keeper;
+  out.kill_switch = kill_switch[1];
+  return out;
 }
 
 enum class on_lost_action { term, kill, ignore };
 
-/// How COMMAND ended and whether the lease was lost meanwhile.
+/// SIGKILL comes this long before the lease can run out, at the latest: time for the signal to
+/// be delivered and the processes to exit (and for redislock's own wake-up).
+constexpr std::chrono::milliseconds stop_margin{200};
+
+/// What `run` does when its lease is lost or may run out.
+struct stop_policy {
+  on_lost_action action = on_lost_action::term;
+  std::chrono::milliseconds kill_after{0};  ///< SIGTERM to SIGKILL, with action term
+};
+
+/// How COMMAND ended and whether the lease was lost (or COMMAND stopped for fear of it).
 struct child_outcome {
   int status = 0;  ///< exit status, 128+N for signal N
   bool lost = false;
 };
 
-/// Waits for `pid` to exit: forwards SIGINT/SIGTERM/SIGHUP to its process group, and when
-/// `lost` is raised calls on_lost() and applies `action` (SIGTERM, then SIGKILL after
-/// kill_after; or SIGKILL; or nothing).
-template <class OnLost>
-child_outcome supervise(pid_t pid, int sigfd, const event_flag& lost, on_lost_action action,
-                        std::chrono::milliseconds kill_after, OnLost&& on_lost) {
+/// Waits until the keeper exits (every process of COMMAND's has): forwards SIGINT/SIGTERM/
+/// SIGHUP to COMMAND's process group, and stops COMMAND (by `policy`) when
+///   - the lease was found lost (`lost` raised): at once;
+///   - it was not found lost but confirmed_until() (the server's last confirmation of the
+///     lease) comes near: SIGTERM at confirmed_until - stop_margin - kill_after, so that
+///     SIGKILL, kill_after later, comes stop_margin before the lease can run out.
+/// report(text) is called with what happened. SIGKILL goes to COMMAND's group and, through the
+/// kill switch, to every process COMMAND left behind.
+template <class ConfirmedUntil, class Report>
+child_outcome supervise(spawned& child, const std::string& name, int sigfd, const event_flag& lost,
+                        const stop_policy& policy, ConfirmedUntil&& confirmed_until, Report&& report) {
   using clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
   child_outcome out;
   std::optional<clock::time_point> kill_at;
-  bool lost_seen = false;
+  bool stopping = false, lost_seen = false;
+  const milliseconds term_lead =
+      stop_margin + (policy.action == on_lost_action::term ? policy.kill_after : milliseconds(0));
+  auto stop = [&](const std::string& why) {
+    stopping = out.lost = true;
+    if (policy.action == on_lost_action::term) {
+      report(why + "; sending SIGTERM to the command (SIGKILL in " + std::to_string(policy.kill_after.count()) +
+             " ms)");
+      ::kill(-child.group, SIGTERM);
+      kill_at = clock::now() + policy.kill_after;
+    } else {
+      report(why);
+      kill_at = clock::now();
+    }
+  };
   for (;;) {
     int st = 0;
-    if (::waitpid(pid, &st, WNOHANG) == pid) {
-      out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (::waitpid(child.keeper, &st, WNOHANG) == child.keeper) {
+      out.status = keeper_detail::encode(st);
+      if (WIFSIGNALED(st)) ::kill(-child.group, SIGKILL);  // the keeper was killed: COMMAND must not run on
+      ::close(child.kill_switch);
+      child.kill_switch = -1;
       return out;
     }
-    int timeout = -1;
-    if (kill_at) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - clock::now()).count();
-      if (left <= 0) {
-        ::kill(-pid, SIGKILL);
-        kill_at.reset();
+    const clock::time_point now = clock::now();
+    std::optional<clock::time_point> term_at;
+    if (!stopping && policy.action != on_lost_action::ignore) {
+      if (const auto until = confirmed_until()) term_at = *until - term_lead;
+      if (term_at && now >= *term_at) {
+        const auto left = std::chrono::duration_cast<milliseconds>(*term_at + term_lead - now).count();
+        stop(left > 0 ? "renewals of the lock '" + name + "' are not confirmed: its lease can run out in " +
+                            std::to_string(left) + " ms"
+                      : "lost the lock '" + name + "' (no renewal was confirmed in time: its lease may have run out)");
         continue;
       }
-      timeout = static_cast<int>(left) + 1;
     }
+    if (kill_at && now >= *kill_at) {
+      if (::kill(-child.group, 0) == 0) report("sending SIGKILL to the command's processes");
+      ::kill(-child.group, SIGKILL);
+      if (child.kill_switch >= 0) ::close(child.kill_switch);  // the keeper kills the rest
+      child.kill_switch = -1;
+      kill_at.reset();
+      continue;
+    }
+    std::optional<clock::time_point> wake = kill_at;
+    if (term_at && (!wake || *term_at < *wake)) wake = term_at;
+    int timeout = -1;
+    if (wake)  // at most an hour at a time: a 30-day lease's deadline does not fit in an int of ms
+      timeout = static_cast<int>(std::min<long long>(std::chrono::ceil<milliseconds>(*wake - now).count(), 3600000));
     pollfd fds[2] = {{sigfd, POLLIN, 0}, {lost.fd(), static_cast<short>(lost_seen ? 0 : POLLIN), 0}};
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) return out;
+    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {  // cannot watch any more: nothing may run on
+      ::kill(-child.group, SIGKILL);
+      ::close(child.kill_switch);
+      child.kill_switch = -1;
+      while (::waitpid(child.keeper, &st, 0) < 0 && errno == EINTR) {
+      }
+      out.status = keeper_detail::encode(st);
+      out.lost = true;
+      return out;
+    }
     while (const int sig = read_signal(sigfd)) {
-      if (forwarded(sig)) ::kill(-pid, sig);  // SIGCHLD: the waitpid at the loop's top
+      if (forwarded(sig)) ::kill(-child.group, sig);  // SIGCHLD: the waitpid at the loop's top
     }
     if (!lost_seen && (fds[1].revents & POLLIN) != 0) {
-      lost_seen = out.lost = true;
-      on_lost();
-      if (action == on_lost_action::term) {
-        ::kill(-pid, SIGTERM);
-        kill_at = clock::now() + kill_after;
-      } else if (action == on_lost_action::kill) {
-        ::kill(-pid, SIGKILL);
+      lost_seen = true;
+      const std::string why = "lost the lock '" + name + "' (its lease ran out or it was broken or taken)";
+      if (policy.action == on_lost_action::ignore) {
+        out.lost = true;
+        report(why + "; the command runs on (--on-lost ignore)");
+      } else if (!stopping) {
+        stop(why);
+      } else {
+        report(why);
       }
     }
   }

@@ -131,6 +131,17 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
   bool lost() const noexcept { return lease_.lost(); }
 
+  /// While this holder's lease is renewed (auto_renew): the local steady_clock time until which
+  /// the server certainly keeps it, i.e. the send time of the last acquisition or renewal the
+  /// server confirmed, plus the lease (the server set the lease when it ran that command, at or
+  /// after the send). Moves forward with each confirmed renewal, stays put while renewals fail;
+  /// lost() turns true once it has passed. Act before it (stop writing, stop a child process)
+  /// to be done before the lease can run out. nullopt when nothing is held or without
+  /// auto_renew.
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
+    return lease_.confirmed_until();
+  }
+
   /// The fencing token of the current acquisition: strictly increasing per lock name across all
   /// clients and lock kinds, in the order of the holds (detail/fence_scripts.hpp). Pass it to the
   /// storage you write to, which rejects any token lower than the highest it has seen. Drawn on

@@ -205,6 +205,16 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     return steady::now().time_since_epoch().count() >= valid_until_.load(std::memory_order_acquire);
   }
 
+  /// As basic_mutex::lease_confirmed_until(): while renewed (auto_renew), the local time until
+  /// which a majority of masters certainly keeps the key, the end of the validity() window
+  /// (start of the last round a majority confirmed, plus the lease, minus the drift allowance).
+  /// nullopt when not held or without auto_renew.
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
+    if (!options_.auto_renew || !held_.load(std::memory_order_acquire)) return std::nullopt;
+    std::lock_guard<std::mutex> g(state_mutex_);
+    return hold_.valid_until;
+  }
+
   /// A fencing token for the current hold: any token obtained after another was obtained is
   /// strictly greater, across all objects and processes, as long as no master loses its data
   /// (README, "Redlock" gives the argument). Drawn on the first call per hold, only while a

@@ -138,6 +138,12 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     const hold h = owners_.mine();
     return h.lease && h.lease->lost();
   }
+
+  /// As basic_mutex::lease_confirmed_until(), for the calling thread's hold.
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
+    const hold h = owners_.mine();
+    return h.lease ? h.lease->confirmed_until() : std::nullopt;
+  }
   /// The calling thread's owner id, as stored in the lock's hash (a new one for each of its
   /// outermost acquisitions).
   std::string owner_id() const { return owners_.owner_id(); }

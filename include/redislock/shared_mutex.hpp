@@ -195,6 +195,15 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// The same for the calling thread's read hold (extend_shared(); reset by its next
   /// outermost lock_shared()).
   bool lost_shared() const noexcept { return side_lost(&leases::read); }
+
+  /// As basic_mutex::lease_confirmed_until(), for the calling thread's write hold.
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
+    return side_confirmed_until(&leases::write);
+  }
+  /// The same for the calling thread's read hold (renewed with auto_renew too).
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until_shared() const noexcept {
+    return side_confirmed_until(&leases::read);
+  }
   /// The calling thread's owner id, as stored in the lock's hash (a new one once all of its
   /// holds ended: detail/owners.hpp).
   std::string owner_id() const { return owners_.owner_id(); }
@@ -413,6 +422,12 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   bool side_lost(detail::lease_keeper leases::*side) const noexcept {
     const hold h = owners_.mine();
     return h.lease && (h.lease.get()->*side).lost();
+  }
+
+  std::optional<std::chrono::steady_clock::time_point> side_confirmed_until(
+      detail::lease_keeper leases::*side) const noexcept {
+    const hold h = owners_.mine();
+    return h.lease ? (h.lease.get()->*side).confirmed_until() : std::nullopt;
   }
 
   std::chrono::milliseconds remaining(bool held, const char* side) {

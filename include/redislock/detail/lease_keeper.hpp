@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -163,6 +164,14 @@ class lease_keeper {
     // of valid_until and its load of this flag) so that the watchdog then reports the loss.
     lost_.store(true);
     return true;
+  }
+
+  /// While renewed: the send time of the last command that set the lease and was confirmed
+  /// (the acquisition or a renewal), plus the lease. nullopt when not renewed.
+  std::optional<std::chrono::steady_clock::time_point> confirmed_until() const noexcept {
+    const ticks until = valid_until_.load();
+    if (until == never) return std::nullopt;
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
   }
 
   /// The release's outcome: `ours` is the release script's verdict. Once found lost, never
