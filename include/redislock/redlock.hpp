@@ -211,8 +211,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// nullopt when not held or without auto_renew.
   std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
     if (!options_.auto_renew || !held_.load(std::memory_order_acquire)) return std::nullopt;
-    std::lock_guard<std::mutex> g(state_mutex_);
-    return hold_.valid_until;
+    const ticks until = valid_until_.load(std::memory_order_acquire);  // `never` once released
+    if (until == never) return std::nullopt;
+    return steady::time_point(steady::duration(until));
   }
 
   /// A fencing token for the current hold: any token obtained after another was obtained is
