@@ -919,27 +919,42 @@ TEST(Cluster, MinimalAcl) {
 
 namespace {
 
+// Lock names on the master at `port`, one per lock kind; the prefix names the kind.
+std::vector<std::string> stranded_names(cluster_client& c, int port) {
+  return {name_on(c, port, "stranded-m-"), name_on(c, port, "stranded-f-"), name_on(c, port, "stranded-r-"),
+          name_on(c, port, "stranded-s-")};
+}
+
+// Calls f with a new lock object (a shared_ptr) on `c` of the kind `name`'s prefix names: a
+// mutex, a fair mutex, a reentrant mutex, or a shared mutex (its write side).
+template <class F>
+void with_stranded_lock(cluster_client& c, const std::string& name, F&& f) {
+  if (name.rfind("stranded-r-", 0) == 0) {
+    f(std::make_shared<basic_reentrant_mutex<cluster_client>>(c, name));
+  } else if (name.rfind("stranded-s-", 0) == 0) {
+    f(std::make_shared<basic_shared_mutex<cluster_client>>(c, name));
+  } else {
+    lock_options o;
+    o.fair = name.rfind("stranded-f-", 0) == 0;
+    f(std::make_shared<basic_mutex<cluster_client>>(c, name, o));
+  }
+}
+
 // Waiters that must follow a failover to the slot's new master (issue 28 item 2). Each lock
-// (one per kind, all on one master's slots) is contended by two threads of their own clients
-// (acquire, hold 10 ms, release), so a release always finds a waiter and the lock is never free:
-// a waiter gets it only by a hand-off, which reaches it only if it listens on the node that runs
-// the queue scripts (a release drops a waiter whose channel has no listener there).
+// (one per kind, all on one master's slots: stranded_names) is contended by two threads of
+// their own clients (acquire, hold 10 ms, release), so a release always finds a waiter and the
+// lock is never free: a waiter gets it only by a hand-off, which reaches it only if it listens
+// on the node that runs the queue scripts (a release drops a waiter whose channel has no
+// listener there).
 struct failover_contention {
   explicit failover_contention(const std::vector<std::string>& names) {
     std::vector<redislock_test::steady_contention::round> rounds;
     for (const std::string& n : names)
       for (int i = 0; i < 2; ++i) {
         clients.push_back(std::make_unique<cluster_client>(cluster->options()));
-        cluster_client& c = *clients.back();
-        if (n.rfind("stranded-r-", 0) == 0) {
-          rounds.push_back(redislock_test::steady_contention::exclusive_round(
-              std::make_shared<basic_reentrant_mutex<cluster_client>>(c, n), seconds(1), milliseconds(10)));
-        } else {
-          lock_options o;
-          o.fair = n.rfind("stranded-f-", 0) == 0;
-          rounds.push_back(redislock_test::steady_contention::exclusive_round(
-              std::make_shared<basic_mutex<cluster_client>>(c, n, o), seconds(1), milliseconds(10)));
-        }
+        with_stranded_lock(*clients.back(), n, [&](auto lock) {
+          rounds.push_back(redislock_test::steady_contention::exclusive_round(lock, seconds(1), milliseconds(10)));
+        });
       }
     contention = std::make_unique<redislock_test::steady_contention>(std::move(rounds));
   }
@@ -961,12 +976,6 @@ void resync_at_once(int master, int replica) {
     redis_cluster::admin(port).command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
 }
 
-// Lock names on the master at `port`: a mutex, a fair mutex and a reentrant mutex (the prefix
-// tells failover_contention the kind).
-std::vector<std::string> stranded_names(cluster_client& c, int port) {
-  return {name_on(c, port, "stranded-m-"), name_on(c, port, "stranded-f-"), name_on(c, port, "stranded-r-")};
-}
-
 // One try_lock_for(5 s) of `lock`, released at once: how long it took (-1: it timed out).
 template <class Lock>
 long long timed_wait(Lock& lock) {
@@ -977,8 +986,8 @@ long long timed_wait(Lock& lock) {
   return ms;
 }
 
-// Two waits on each of the three names, through clients[i] for names[i], each name on its own
-// thread (a reentrant mutex's hand-off channel is its thread's, kept between its waits): the
+// Two waits on each name, through clients[i] for names[i], each name on its own thread (a
+// reentrant or shared mutex's hand-off channel is its thread's, kept between its waits): the
 // first at once, the second on the same object once `go` is set. The futures give each one's
 // time.
 struct two_waits {
@@ -988,20 +997,11 @@ struct two_waits {
       threads.push_back(
           std::async(std::launch::async, [this, &waiter_client = *clients[i], n = names[i], go = started] {
             std::pair<long long, long long> out{-1, -1};
-            auto both = [&](auto& lock) {
-              out.first = timed_wait(lock);
+            with_stranded_lock(waiter_client, n, [&](auto lock) {
+              out.first = timed_wait(*lock);
               first_done.fetch_add(1);
-              if (go.wait_for(seconds(60)) == std::future_status::ready) out.second = timed_wait(lock);
-            };
-            if (n.rfind("stranded-r-", 0) == 0) {
-              basic_reentrant_mutex<cluster_client> lock(waiter_client, n);
-              both(lock);
-            } else {
-              lock_options o;
-              o.fair = n.rfind("stranded-f-", 0) == 0;
-              basic_mutex<cluster_client> lock(waiter_client, n, o);
-              both(lock);
-            }
+              if (go.wait_for(seconds(60)) == std::future_status::ready) out.second = timed_wait(*lock);
+            });
             return out;
           }));
   }
@@ -1023,8 +1023,9 @@ TEST(Cluster, AWaiterWithAStaleMapSubscribesOnTheNewMasterAfterAFailover) {
   const int replica = cluster->replica_of(old_master);
   ASSERT_NE(replica, 0);
   std::vector<std::unique_ptr<cluster_client>> stale;  // one per name: none learns from another's redirect
-  for (int i = 0; i < 3; ++i) stale.push_back(std::make_unique<cluster_client>(cluster->options()));
+  stale.push_back(std::make_unique<cluster_client>(cluster->options()));
   const std::vector<std::string> names = stranded_names(*stale[0], old_master);
+  while (stale.size() < names.size()) stale.push_back(std::make_unique<cluster_client>(cluster->options()));
   resync_at_once(old_master, replica);
   for (std::size_t i = 0; i < names.size(); ++i)
     ASSERT_EQ(stale[i]->node_of("{" + names[i] + "}"), "127.0.0.1:" + std::to_string(old_master));  // map loaded
