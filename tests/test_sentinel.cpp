@@ -5,6 +5,7 @@
 
 #include "eventually.hpp"
 #include "sentinel_topology.hpp"
+#include "steady_contention.hpp"
 
 #include <redislock/redislock.hpp>
 #include <redislock/sentinel_client.hpp>
@@ -13,10 +14,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
 using redislock_test::sentinel_topology;
@@ -546,4 +549,90 @@ TEST_F(sentinel_test, killed_master_clients_move_to_the_new_master) {
       "[ sentinel ] the hold taken before the crash: lost() %d (at %lld ms), release %s (renewals %llu, failed %llu)\n",
       held.lost() ? 1 : 0, lost_at.load(), redislock::to_string(held.last_release()),
       static_cast<unsigned long long>(w.renewals), static_cast<unsigned long long>(w.failures));
+}
+
+namespace {
+
+// Two threads, each with its own (fresh) client, loop acquire / hold 10 ms / release on `name`.
+struct sentinel_contention {
+  explicit sentinel_contention(const std::string& name) {
+    std::vector<redislock_test::steady_contention::round> rounds;
+    for (int i = 0; i < 2; ++i) {
+      clients.push_back(std::make_unique<redislock::sentinel_client>(options()));
+      rounds.push_back(redislock_test::steady_contention::exclusive_round(
+          std::make_shared<redislock::basic_mutex<redislock::sentinel_client>>(*clients.back(), name), 1s, 10ms));
+    }
+    contention = std::make_unique<redislock_test::steady_contention>(std::move(rounds));
+  }
+  // Bounded: true once the contenders acquired `n` more times from now.
+  bool advances(std::uint64_t n) {
+    const std::uint64_t from = contention->acquired();
+    return redislock_test::eventually([&] { return contention->acquired() >= from + n; }, 20s);
+  }
+  std::vector<std::unique_ptr<redislock::sentinel_client>> clients;  // outlive the contenders' locks
+  std::unique_ptr<redislock_test::steady_contention> contention;
+};
+
+}  // namespace
+
+// A waiter whose client still names the old master after a failover waits, under steady
+// contention from other clients, for a lock on the new master (issue 28 item 2). Its attempt
+// finds the old master demoted and rediscovers the new one, so its subscription must be made
+// there: a release counts the listeners on its own node and passes over a waiter that listens
+// elsewhere, so one left on the old node's subscriber starves for as long as the lock is
+// contended. The object waited (subscribed on the old master) before the failover, and waits
+// twice after it. The contenders after the failover are new clients (old ones could starve
+// the same way).
+TEST_F(sentinel_test, a_waiter_follows_a_failover_to_the_new_master_under_contention) {
+  redislock::sentinel_options stale_options = options();
+  stale_options.recheck_interval = 1h;  // learns of the failover only from the old master's refusal
+  redislock::sentinel_client stale(stale_options);
+  redislock::basic_mutex<redislock::sentinel_client> m(stale, "stranded");
+  {
+    sentinel_contention before("stranded");
+    ASSERT_TRUE(before.advances(20)) << "no steady contention";
+    ASSERT_TRUE(m.try_lock_for(5s));
+    m.unlock();
+  }
+  EXPECT_GE(stale.wait_stats().subscriptions, 1u) << "the first wait was not subscribed";
+  const std::string old_endpoint = stale.master_endpoint();
+
+  redislock::connection sentinel(topology->sentinel_options(0));
+  // Refused while the last test's failover is still being wrapped up (INPROG): asked again.
+  const bool asked = redislock_test::eventually(
+      [&] {
+        try {
+          sentinel.command({"SENTINEL", "FAILOVER", sentinel_topology::service});
+          return true;
+        } catch (const redislock::reply_error&) {
+          return false;
+        }
+      },
+      20s);
+  ASSERT_TRUE(asked) << "SENTINEL FAILOVER refused for 20 s";
+  auto role_of = [&](int node) { return topology->info(topology->node_options(node), "replication")["role"]; };
+  const bool promoted = redislock_test::eventually(
+      [&] { return topology->master() == 1 - master && role_of(1 - master) == "master"; }, 20s);
+  if (!promoted) topology->describe();
+  ASSERT_TRUE(promoted);
+  // Sentinel turns the old master into a replica on its next INFO round, 10 s from now; the test
+  // does at once what it would do (its CLIENT KILL aside: the stale client's connections stay,
+  // and the old master refuses their writes with READONLY).
+  admin->command({"REPLICAOF", "127.0.0.1", std::to_string(topology->node(1 - master).port())});
+  ASSERT_EQ(role_of(master), "slave");
+  sentinel_contention after("stranded");
+  ASSERT_TRUE(after.advances(20)) << "no steady contention on the new master";
+  ASSERT_EQ(stale.master_endpoint(), old_endpoint);  // the client has not looked since
+
+  for (int wait = 1; wait <= 2; ++wait) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool got = m.try_lock_for(5s);
+    const long long ms = ms_since(t0);
+    EXPECT_TRUE(got) << "wait " << wait << " after the failover starved for 5 s";
+    if (got) m.unlock();
+    std::printf("[ sentinel ] under contention after a failover, wait %d: acquired after %lld ms\n", wait,
+                got ? ms : -1);
+  }
+  EXPECT_EQ(stale.master_changes(), 1u);
+  EXPECT_EQ(stale.wait_stats().fallback_waits, 0u);
 }

@@ -31,7 +31,13 @@
 ///
 /// the one for waiters on `channel`: a cluster client's sharded subscriber on the node that
 /// owns the channel's slot (cluster_client.hpp). Lock classes detect either form at compile
-/// time (detail/wake_wait.hpp); without one they wait with jittered backoff.
+/// time (detail/wake_wait.hpp); without one they wait with jittered backoff. A Client whose
+/// subscriber for a channel can change (the slot's owner, the Sentinel master) also offers
+///
+///     std::uint64_t routing_epoch() const;
+///
+/// which changes whenever it may have: waiters compare it after each attempt and move their
+/// subscription to the subscriber the client names then.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/call_deadline.hpp>

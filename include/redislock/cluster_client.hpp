@@ -38,8 +38,12 @@
 /// scripts, which count that node's sharded subscribers and SPUBLISH to them
 /// (detail/notify_lua.hpp), whatever node the waiter's client first reached. When the slot moves the old owner pushes
 /// `sunsubscribe`: the slot map is marked stale and the waiter joins again on the new owner (detail/wake_wait.hpp).
-/// Where SSUBSCRIBE is unknown (Redis < 7) or refused (ACL), waiters fall back to jittered
-/// backoff (lock_options::retry_min/retry_max), as before; wait_stats() sums the nodes'.
+/// After a failover the demoted master accepts SSUBSCRIBE for its new master's slots (and never ends such a
+/// subscription, while a release on the new master does not count it), so a waiter also compares routing_epoch() after
+/// each attempt, and moves its subscription to the slot's owner when the map changed (an attempt redirected by MOVED
+/// changes it); a subscription kept from an earlier wait is checked the same way before the first attempt. Where
+/// SSUBSCRIBE is unknown (Redis < 7) or refused (ACL), waiters fall back to jittered backoff
+/// (lock_options::retry_min/retry_max), as before; wait_stats() sums the nodes'.
 
 #include <redislock/client.hpp>
 #include <redislock/connection.hpp>
@@ -256,6 +260,11 @@ class cluster_client {
   /// How many times the slot map was loaded (first load included).
   std::uint64_t map_generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
+  /// Changes whenever the slot map may have changed (a load, or a slot moved by a MOVED reply):
+  /// a waiter compares it after each attempt to learn, without a lookup, that its subscription
+  /// may be on a node that no longer owns its channel's slot (detail/wake_wait.hpp).
+  std::uint64_t routing_epoch() const noexcept { return routing_epoch_.load(std::memory_order_acquire); }
+
  private:
   // run() with `retry_time` as the budget for waiting out refusals and refused connections.
   template <class F>
@@ -398,7 +407,9 @@ class cluster_client {
     if (slot < 0 || static_cast<std::size_t>(slot) >= slot_owner_.size()) return;  // a malformed redirect
     std::lock_guard<std::mutex> g(state_mutex_);
     for (std::size_t i = 0; i < nodes_.size(); ++i)
-      if (nodes_[i] == n) slot_owner_[static_cast<std::size_t>(slot)] = static_cast<int>(i);
+      if (nodes_[i] == n &&
+          std::exchange(slot_owner_[static_cast<std::size_t>(slot)], static_cast<int>(i)) != static_cast<int>(i))
+        routing_epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
 
   // The master of `slot`, loading the map first when it was never loaded or was marked stale
@@ -479,6 +490,7 @@ class cluster_client {
       }
     }
     generation_.fetch_add(1, std::memory_order_acq_rel);
+    routing_epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
 
   // On the watchdog thread (its locator): failed renewals since the last look mean a node may
@@ -500,6 +512,7 @@ class cluster_client {
   std::vector<int> slot_owner_;               // slot -> index in nodes_, -1: unknown
   std::mutex refresh_mutex_;                  // one CLUSTER SLOTS at a time
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint64_t> routing_epoch_{0};  // +1 per load and per slot a MOVED reassigned
   std::atomic<bool> stale_map_{false};
   std::atomic<std::uint64_t> renewal_failures_seen_{0};
   std::once_flag watchdog_once_;

@@ -14,9 +14,12 @@
 /// LOADING or MASTERDOWN reply) asks the sentinels again and retries, at most
 /// sentinel_options::retries times, pausing retry_backoff (doubling) between rounds. Idle
 /// connections to the old master are dropped, and the pub/sub subscriber that wakes waiters is
-/// replaced by one for the new master (the old one is kept, idle, until the client goes: its
-/// subscriptions, which waiting locks may still hold, fail and their waiters join the new one
-/// or back off, as after any lost subscription).
+/// replaced by one for the new master (the old one is kept, idle, until the client goes, as
+/// waiting locks may still hold subscriptions on it). A waiter compares routing_epoch() after
+/// each attempt and, once the master changed, moves its subscription to the new master's
+/// subscriber before it sleeps again; a subscription kept from an earlier wait is checked the
+/// same way before the first attempt (detail/wake_wait.hpp). A demoted master keeps its
+/// subscribers unless Sentinel kills them, and a release on the new master does not count them.
 ///
 /// What is retried: only calls that certainly did not run (see run()). A call that failed in
 /// flight (timeout, connection reset after sending) is not retried: its command may have run on
@@ -351,6 +354,10 @@ class sentinel_client {
     return master_ ? master_->endpoint() : std::string();
   }
 
+  /// Changes whenever the master's address does: a waiter compares it after each attempt to
+  /// learn that its subscription is on a node that is no longer the master (detail/wake_wait.hpp).
+  std::uint64_t routing_epoch() const noexcept { return routing_epoch_.load(std::memory_order_acquire); }
+
   /// How many times the master's address changed since the first discovery.
   std::uint64_t master_changes() const {
     std::lock_guard<std::mutex> g(mutex_);
@@ -436,6 +443,7 @@ class sentinel_client {
     preferred_sentinel_ = answered;
     if (!last_master_ || *last_master_ != a) {
       ++generation_;  // idle connections and the subscriber of an older one are replaced
+      routing_epoch_.store(generation_, std::memory_order_release);
       last_master_ = a;
     }
     master_ = a;
@@ -548,6 +556,7 @@ class sentinel_client {
   std::optional<detail::master_address> master_;        // under mutex_; empty: ask the sentinels
   std::optional<detail::master_address> last_master_;   // under mutex_; what generation_ refers to
   std::uint64_t generation_ = 0;                        // under mutex_; +1 per master address change
+  std::atomic<std::uint64_t> routing_epoch_{0};         // generation_, readable without mutex_
   std::size_t preferred_sentinel_ = 0;                  // under mutex_; the one that answered last
   std::chrono::steady_clock::time_point recheck_at_{};  // under mutex_; next periodic discovery
   std::atomic<bool> eviction_checked_{false};

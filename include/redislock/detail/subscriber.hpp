@@ -161,6 +161,9 @@ class subscriber {
       state_->tokens = 0;
     }
 
+    /// The subscriber (hence the node) it was made on; nullptr when empty.
+    const subscriber* hub() const noexcept { return owner_; }
+
     void reset() noexcept {
       if (owner_) owner_->leave(channel_, state_);
       owner_ = nullptr;

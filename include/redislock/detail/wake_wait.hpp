@@ -7,20 +7,31 @@
 /// holder's remaining lease (an expiring lease publishes nothing), or the deadline; repeat.
 /// So a waiter sends a handful of commands however long the lock is held.
 ///
-/// On a cluster a sharded subscription ends when the channel's slot moves (detail/subscriber.hpp):
-/// the waiter then joins again through the client, which routes it to the new owner, and
-/// attempts before sleeping (no lost wake-up), at most kMaxRejoins times per wait; any other
-/// failure, or more moves than that, leads to backoff for the rest of the wait. While it is
-/// not subscribed a release may find it "not alive" (its notice reached nobody) and drop it
-/// from the lock's queue: its next "wait" attempt queues it again, behind those who came
-/// meanwhile; it loses its place, never the lock.
+/// The subscription follows the node that runs the lock's scripts: a release counts the
+/// listeners on ITS node and passes over a waiter with none there (detail/notify_lua.hpp), so a
+/// waiter subscribed elsewhere would be passed over at every release and starve under steady
+/// contention. A Client whose routing can change (cluster: the slot map; Sentinel: the master)
+/// offers routing_epoch(); after every attempt the waiter compares it, and when it changed asks
+/// the client for the channel's subscriber again. A subscription on another subscriber than
+/// that one (a demoted master accepts SSUBSCRIBE for its new master's slots and SUBSCRIBE for
+/// anything, and ends neither) is dropped and made on the right one, then the waiter attempts
+/// again before sleeping (no lost wake-up). A subscription kept from an earlier wait is checked
+/// the same way before the first attempt. On a cluster a sharded subscription also ends when
+/// the channel's slot moves (detail/subscriber.hpp): the waiter joins again through the client,
+/// which routes it to the new owner. Both count as re-joins, at most kMaxRejoins per wait; any
+/// other failure, or more re-joins than that, leads to backoff for the rest of the wait. While
+/// it is not subscribed on the right node a release may find it "not alive" (its notice
+/// reached nobody) and drop it from the lock's queue: its next "wait" attempt queues it again,
+/// behind those who came meanwhile; it loses its place, never the lock.
 
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
+#include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,7 +65,36 @@ subscriber& subscriber_for(Client& client, const std::string& channel) {
   }
 }
 
-/// Re-joins per wait after the server ended a subscription (its slot moved).
+/// True when Client offers `std::uint64_t routing_epoch()`: it changes whenever the subscriber
+/// that subscriber_for() gives may have changed.
+template <class Client, class = void>
+struct has_routing_epoch : std::false_type {};
+template <class Client>
+struct has_routing_epoch<Client, std::void_t<decltype(std::uint64_t{std::declval<Client&>().routing_epoch()})>>
+    : std::true_type {};
+
+template <class Client>
+std::uint64_t routing_epoch_of(Client& client) {
+  if constexpr (has_routing_epoch<Client>::value) {
+    return client.routing_epoch();
+  } else {
+    return 0;
+  }
+}
+
+/// subscriber_for(), or nullptr when the client cannot route the channel now (no master known):
+/// for a check that must not end the wait.
+template <class Client>
+subscriber* rerouted_subscriber(Client& client, const std::string& channel) {
+  try {
+    return &subscriber_for(client, channel);
+  } catch (const error&) {
+    return nullptr;
+  }
+}
+
+/// Re-joins per wait after the server ended a subscription (its slot moved) or routing moved
+/// the channel to another subscriber.
 inline constexpr int kMaxRejoins = 4;
 
 struct wait_plan {
@@ -92,9 +132,13 @@ template <class Client, class Attempt, class HandedOver>
 bool wait_for_release(Client& client, const std::string& channel, const deadline& d, const wait_plan& plan,
                       Attempt&& attempt, HandedOver&& handed_over, subscriber::subscription* kept = nullptr) {
   if constexpr (has_subscriber<Client>::value) {
+    std::uint64_t epoch = routing_epoch_of(client);  // read first: a change during the lookup is seen
     subscriber* hub = &subscriber_for(client, channel);
     subscriber::subscription local;
     subscriber::subscription& sub = kept ? *kept : local;
+    // Kept from an earlier wait on a node that no longer serves the channel: dropped, so the
+    // first attempt does not count on it.
+    if (sub.hub() != hub) sub.reset();
     // Already subscribed (kept from an earlier wait, or by a neighbour): join before the first
     // attempt, free of charge.
     if (!sub.check_active()) sub = hub->join_if_subscribed(channel);
@@ -104,12 +148,23 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
       std::optional<std::chrono::milliseconds> pttl = attempt();
       if (!pttl) return true;
       if (passed(d)) return false;
-      if (!sub.active()) {
-        if (joined || sub.moved()) {
-          // Failed while we waited: back off from here, unless its slot moved (join the new owner).
-          if (!sub.moved() || rejoins >= kMaxRejoins) break;
+      // The attempt may have been redirected, or found the master gone: the channel's
+      // subscriber is the one of the node that ran it (a failed look-up keeps the last one).
+      if (const std::uint64_t now = routing_epoch_of(client); now != epoch) {
+        epoch = now;
+        if (subscriber* routed = rerouted_subscriber(client, channel)) hub = routed;
+      }
+      const bool elsewhere = sub.hub() != nullptr && sub.hub() != hub;
+      if (elsewhere || !sub.active()) {
+        if (joined || sub.moved() || elsewhere) {
+          // Failed while we waited: back off from here, unless it has to follow the channel to
+          // another node (its slot moved, or routing names another subscriber now).
+          if (!(elsewhere || sub.moved()) || rejoins >= kMaxRejoins) break;
           ++rejoins;
-          hub = &subscriber_for(client, channel);  // the client has learned of the move by now
+          if (!elsewhere) {
+            epoch = routing_epoch_of(client);
+            hub = &subscriber_for(client, channel);  // the client has learned of the move by now
+          }
         }
         sub = hub->join(channel, d);
         joined = true;
