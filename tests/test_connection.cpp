@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -61,6 +62,16 @@ TEST_F(ConnectionTest, CommandsAreBinarySafe) {
   const std::string key("bin\0key", 7), value("a\0b\r\nc", 6);
   c.command({"SET", key, value});
   EXPECT_EQ(text(c.command({"GET", key})), value);
+}
+
+// A program that forks and execs (the redislock tool runs its command so) must not hand its
+// authenticated connection to the new program: the socket is close-on-exec.
+TEST_F(ConnectionTest, TheSocketIsClosedOnExec) {
+  connection c(server->options());
+  c.command({"PING"});
+  const int flags = ::fcntl(c.native_handle()->fd, F_GETFD);
+  ASSERT_NE(flags, -1);
+  EXPECT_NE(flags & FD_CLOEXEC, 0) << "the connection's socket would be inherited by an exec'd program";
 }
 
 TEST_F(ConnectionTest, PipelinesManyCommands) {

@@ -28,6 +28,7 @@
 #include <redislock/detail/tls.hpp>
 #endif
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -223,6 +224,13 @@ class connection {
       if (looks_like_timeout(*c)) throw timeout_error(what);
       throw connection_error(what);
     }
+    // Close-on-exec: a program this process forks and execs (the redislock tool's command)
+    // must not inherit an authenticated connection. hiredis opens the socket without the flag,
+    // so an exec in another thread between socket() and here still inherits it.
+    const int fd_flags = ::fcntl(c->fd, F_GETFD);
+    if (fd_flags == -1 || ::fcntl(c->fd, F_SETFD, fd_flags | FD_CLOEXEC) == -1)
+      throw connection_error("cannot set close-on-exec on the socket to " + options_.endpoint() + ": " +
+                             std::strerror(errno));
     auto set_io_timeout = [&](std::chrono::milliseconds t) {
       if (redisSetTimeout(c.get(), to_timeval(t)) != REDIS_OK)
         throw connection_error("cannot set timeout on " + options_.endpoint() + ": " + c->errstr);
