@@ -78,6 +78,13 @@ struct masters {
   std::vector<std::unique_ptr<connection>> admins;
 };
 
+/// A client of master `server` that goes through `proxy` (which forwards to that server).
+std::unique_ptr<client> client_via(const redis_server& server, const redislock_test::tcp_proxy& proxy) {
+  client_options o{server.options()};
+  o.connection.port = proxy.port();
+  return std::make_unique<client>(o);
+}
+
 lock_options lease(milliseconds ms) {
   lock_options o;
   o.lease = ms;
@@ -243,7 +250,7 @@ TEST(Redlock, ReleaseWithAStaleTokenDoesNothing) {
   EXPECT_EQ(r.last_release(), release_status::lease_expired);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(m.get(i, r.key()), "next-holder");
   // The delete script itself, called with the old token.
-  EXPECT_EQ(detail::as_integer(*detail::mutex_scripts::release_owned().run(*m.admins[0], {r.key()}, {token})), 0);
+  EXPECT_EQ(detail::as_integer(*detail::redlock_scripts::release_owned().run(*m.admins[0], {r.key()}, {token})), 0);
   EXPECT_EQ(m.get(0, r.key()), "next-holder");
 }
 
@@ -440,6 +447,78 @@ TEST(Redlock, AShorterExtendShortensTheValidity) {
   unlock_both(a, b);
 }
 
+// Lease-setting rounds run one at a time, but a round that timed out on a master may still
+// reach it later: its connection is dropped while the command waits in a stalled network path,
+// and the next round goes out on a new connection. Here a short extend is held in two masters'
+// paths, a longer one is then confirmed by all three, and the short one arrives last. A late
+// round never undoes a later one: the masters keep the longer lease, so they never hold the key
+// for less than the client's validity, and nobody else can take the lock meanwhile.
+TEST(Redlock, ALateExtendRoundNeverUndoesALaterOne) {
+  masters m(3);
+  redislock_test::tcp_proxy p0(m.servers[0]->port()), p1(m.servers[1]->port());
+  auto c0 = client_via(*m.servers[0], p0), c1 = client_via(*m.servers[1], p1);
+  const redlock_options patient{milliseconds(300)};  // rounds confirmed on a loaded machine too
+  redlock a(std::vector<std::reference_wrapper<client>>{*c0, *c1, *m.clients[2]}, "late-round", lease(seconds(3)),
+            patient);
+  redlock b(m.refs(), "late-round", lease(seconds(1)), patient);
+  a.lock();
+  m.settled(a);
+  const milliseconds short_lease(1000);
+  p0.hold_open();  // the connections open now: what they carry next waits in the proxies
+  p1.hold_open();
+  EXPECT_THROW(a.extend(short_lease), connection_error) << "only master 2 can answer";
+  ASSERT_FALSE(a.lost());
+  ASSERT_TRUE(a.extend(seconds(5))) << "the timed-out connections are replaced by new ones, not held";
+  ASSERT_TRUE(m.every_pttl(a.key(), [](long long p) { return p > 4000; }));  // every master ran it
+  p0.release_held();
+  p1.release_held();
+  ASSERT_TRUE(redislock_test::eventually([&] { return p0.held_open() == 0 && p1.held_open() == 0; }))
+      << "the held short round never reached masters 0 and 1";
+  long long pttl[3];  // before the validity, which can only have shrunk since
+  for (std::size_t i = 0; i < 3; ++i) pttl[i] = m.pttl(i, a.key());
+  const milliseconds v = a.validity();
+  EXPECT_GT(v.count(), 4000);
+  std::size_t not_below = 0;
+  for (long long p : pttl) not_below += p >= v.count() ? 1 : 0;
+  EXPECT_GE(not_below, a.quorum()) << "client validity " << v.count() << " ms, masters' PTTLs " << pttl[0] << ", "
+                                   << pttl[1] << ", " << pttl[2] << " ms";
+  // Whatever the late round may have set runs out; another client must not find a majority free
+  // while `a` still counts on its validity.
+  std::this_thread::sleep_for(short_lease + milliseconds(100));
+  const bool taken = b.try_lock();
+  EXPECT_FALSE(taken && a.validity().count() > 0 && !a.lost())
+      << "two holders: b took the lock while a reports validity " << a.validity().count() << " ms";
+  if (taken) b.unlock();
+  a.unlock();
+  EXPECT_EQ(a.last_release(), release_status::released);
+}
+
+// After an extend a master's key holds "<token>#<round>": every script reads its owner part
+// (check, fencing, release), inspect() reports the token as the holder, force_release() removes it.
+TEST(Redlock, AKeyWithARoundNumberIsStillTheHoldersEverywhere) {
+  masters m(3);
+  redlock r(m.refs(), "numbered", lease(seconds(5)), redlock_options{seconds(1)});
+  r.lock();
+  ASSERT_TRUE(r.extend(seconds(6)));
+  ASSERT_TRUE(r.extend());
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(redislock_test::eventually([&] { return m.get(i, r.key()) == r.token() + "#2"; })) << "master " << i;
+  EXPECT_TRUE(r.still_held());
+  EXPECT_GT(r.fencing_token(), 0u);
+  const lock_info info = inspect(*m.clients[0], "numbered");
+  EXPECT_EQ(info.kind, lock_kind::mutex);
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].owner, r.token());
+  EXPECT_EQ(info.holders[0].object_id(), r.token());
+  EXPECT_GT(info.holders[0].remaining.count(), 4000);
+  EXPECT_EQ(force_release(*m.clients[0], "numbered").holders.at(0).owner, r.token());
+  EXPECT_EQ(m.get(0, r.key()), "(nil)");
+  EXPECT_TRUE(r.extend()) << "two of three";
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(m.get(i, r.key()), "(nil)");
+}
+
 // A shorter extend that reaches only a minority (two masters stalled) may still have shortened
 // the keys wherever it ran, the stalled masters included (they run it when they resume): the
 // validity drops to what that round may have set, and never grows from an unconfirmed round.
@@ -507,12 +586,7 @@ TEST(Redlock, AutoRenewAfterALongerExtendKeepsTheValidityToWhatTheMastersHold) {
 TEST(Redlock, AutoRenewReportsAPartitionBeforeTheKeysCanExpireAfterALongerExtend) {
   masters m(3);
   redislock_test::tcp_proxy p0(m.servers[0]->port()), p1(m.servers[1]->port());
-  auto via = [&](std::size_t i, const redislock_test::tcp_proxy& p) {
-    client_options o{m.servers[i]->options()};
-    o.connection.port = p.port();
-    return std::make_unique<client>(o);
-  };
-  auto c0 = via(0, p0), c1 = via(1, p1);
+  auto c0 = client_via(*m.servers[0], p0), c1 = client_via(*m.servers[1], p1);
   redislock_test::lost_signal signal;
   redlock a(std::vector<std::reference_wrapper<client>>{*c0, *c1, *m.clients[2]}, "partition",
             signal.options(seconds(1)));

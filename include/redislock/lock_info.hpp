@@ -48,7 +48,8 @@ inline const char* to_string(lock_kind k) noexcept {
 
 /// One hold of a lock.
 struct lock_holder {
-  /// mutex: the owner token ("<object id>:<acquisition>"); reentrant/shared: the owner id.
+  /// mutex: the owner token ("<object id>:<acquisition>"; a Redlock's key on one master: its
+  /// token, without the round number the key stores after it); reentrant/shared: the owner id.
   std::string owner;
   std::string role;        ///< "holder" (mutex, reentrant), "writer" or "reader" (shared)
   std::int64_t count = 1;  ///< nested holds (reentrant, shared readers); 1 for the mutex

@@ -13,8 +13,10 @@
 /// measured on the local steady clock from before the first command was sent. Every later round
 /// that sets the lease (extend(), the renewal) restarts it the same way from its own lease and
 /// drift, shorter leases included; a round no majority confirmed never lengthens it, and cuts
-/// it to what that round may have set wherever it may have run. Once it has run out the hold
-/// is lost(). A failed attempt
+/// it to what that round may have set wherever it may have run. Those rounds are numbered per
+/// hold and a master applies only a round later than the last it applied, so one that reaches
+/// a master late (after it timed out, once a later round was applied) changes nothing there.
+/// Once the validity has run out the hold is lost(). A failed attempt
 /// deletes its token on every master that may hold it (compare-and-delete), the ones that did
 /// not answer included, and the next attempt follows after a jittered, growing delay
 /// (retry_min .. retry_max). Key layout and scripts: detail/redlock_scripts.hpp. Guarantees,
@@ -26,7 +28,6 @@
 #include <redislock/client.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
-#include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/quorum.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/redlock_scripts.hpp>
@@ -183,7 +184,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     auto r = quorum_->send(
         keys_.lock,
         [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
-          const std::int64_t pttl = detail::as_integer(*detail::mutex_scripts::remaining().run(c, {key}, {token}));
+          const std::int64_t pttl = detail::as_integer(*detail::redlock_scripts::remaining().run(c, {key}, {token}));
           return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
         },
         true);
@@ -296,6 +297,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     std::shared_ptr<detail::round> acquired;  // the acquiring round: which masters may hold the key
     steady::time_point acquired_at{};         // when that round was sent
     std::uint64_t fence = 0;
+    std::uint64_t rounds = 0;  // lease-setting rounds sent so far (the last one's number)
   };
 
   // When a round is decided: a majority said yes, everyone answered, or (acquire only, to
@@ -374,7 +376,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         keys_.lock,
         [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
           const std::int64_t deleted =
-              detail::as_integer(*detail::mutex_scripts::release_owned().run(c, {key}, {token}));
+              detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token}));
           return deleted == 1 ? detail::answer::yes : detail::answer::no;
         },
         false,
@@ -383,27 +385,36 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         });
   }
 
-  // One round of compare-and-PEXPIRE `lease`. Rounds run one at a time (each master runs
-  // them in the order sent), so the validity always describes the last round that may have
-  // run. A master may run it as soon as it is sent, shortening our key: the validity drops to
-  // what the round may set before sending (never more optimistic than the masters, not even
-  // while the answers are on the way). A confirmed round then restarts it from its start;
-  // one that no majority confirmed leaves it at most that.
+  // One round that sets the lease to `lease` where our key is (redlock_scripts::extend_round).
+  // Rounds are sent one at a time with increasing numbers, and a master ignores a round older
+  // than one it applied (one that timed out may arrive after a later one, on its dropped
+  // connection), so the validity always describes the last round that may have run. A master
+  // may run it as soon as it is sent, shortening our key: the validity drops to what the
+  // round may set before sending (never more optimistic than the masters, not even while the
+  // answers are on the way). A confirmed round then restarts it from its start; one that no
+  // majority confirmed leaves it at most that.
   bool extend_hold(const hold& h, std::chrono::milliseconds lease) {
     std::lock_guard<std::mutex> one_round_at_a_time(extend_mutex_);
     const steady::time_point start = steady::now();
     const steady::time_point round_until = start + lease - drift(lease);  // the masters set it at or after start
+    std::uint64_t round = 0;
     {
       std::lock_guard<std::mutex> g(state_mutex_);
       if (hold_.token != h.token) return false;  // released meanwhile
       if (keep_lost()) return false;
       if (round_until < valid_until()) set_valid_until(round_until);
+      round = ++hold_.rounds;
     }
     auto r = quorum_->send(
         keys_.lock,
-        [key = keys_.lock, token = h.token, ms = std::to_string(lease.count())](connection& c, std::int64_t&) {
-          const std::int64_t ok = detail::as_integer(*detail::mutex_scripts::extend().run(c, {key}, {token, ms}));
-          return ok == 1 ? detail::answer::yes : detail::answer::no;
+        [key = keys_.lock, token = h.token, ms = std::to_string(lease.count()), n = std::to_string(round)](
+            connection& c, std::int64_t&) {
+          const std::int64_t ok =
+              detail::as_integer(*detail::redlock_scripts::extend_round().run(c, {key}, {token, ms, n}));
+          if (ok == 1) return detail::answer::yes;
+          // -1: this round or a later one was applied there already. Only a round whose caller
+          // has moved on can find that; not a confirmation of this one.
+          return ok == 0 ? detail::answer::no : detail::answer::failed;
         },
         true);
     const detail::tally t = r->wait(start + quorum_->instance_timeout(), decided(false));

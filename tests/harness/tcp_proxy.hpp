@@ -3,10 +3,14 @@
 // connection to 127.0.0.1:<target_port>. While running it can
 //   - delay every forwarded chunk (latency),
 //   - stall (stop forwarding; bytes stay queued until resumed),
+//   - hold the connections open now (their client->server bytes wait until released; later
+//     connections pass),
 //   - cut all open connections (both sides see a reset),
 //   - refuse new connections (accepted and reset at once).
-// One thread multiplexes everything with poll(); a self-pipe wakes it for commands. The
-// destructor stops the thread and closes every socket.
+// A client that closes its side (FIN) still gets what it sent before delivered to the server,
+// then the proxy closes its side towards the server (FIN) and drops the server's replies, as
+// TCP does. One thread multiplexes everything with poll(); a self-pipe wakes it for commands.
+// The destructor stops the thread and closes every socket.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -84,13 +89,33 @@ class tcp_proxy {
 
   /// Resets every open connection; returns once the proxy thread has done it (bounded).
   void cut_all() {
-    std::unique_lock<std::mutex> g(m_);
-    const unsigned long want = ++cuts_requested_;
-    g.unlock();
-    wake();
-    g.lock();
-    done_.wait_for(g, std::chrono::seconds(10), [&] { return cuts_done_ >= want || stop_; });
+    on_loop([this] {
+      for (auto& p : pairs_) close_pair(p);
+    });
   }
+
+  /// Holds every connection open now: what its client sends waits (unread, in the proxy's
+  /// socket) until release_held(), even after the client closed it (as in a stalled network
+  /// path). Connections accepted later are not held. Returns once in force (bounded).
+  void hold_open() {
+    on_loop([this] {
+      for (auto& p : pairs_) {
+        if (p.held) continue;
+        p.held = true;
+        ++held_open_;
+      }
+    });
+  }
+  /// Forwards what the held connections queued meanwhile (see hold_open()).
+  void release_held() {
+    on_loop([this] {
+      for (auto& p : pairs_) p.released = true;
+    });
+  }
+  /// Connections held by hold_open() that are still open: after release_held(), 0 once each
+  /// was closed on both sides (a client that had closed it: its bytes reached the server,
+  /// which then closed it in turn, so Redis ran every command in them).
+  unsigned long held_open() const { return held_open_.load(); }
 
   /// Connections accepted so far (for tests that check the library went through the proxy).
   unsigned long accepted() const { return accepted_.load(); }
@@ -104,6 +129,9 @@ class tcp_proxy {
     int client = -1, server = -1;
     std::deque<chunk> to_server, to_client;
     bool dead = false;
+    bool held = false, released = false;  // hold_open(), release_held()
+    bool client_closed = false;           // its client sent FIN: forward the rest, then FIN
+    bool reading_client() const { return !client_closed && (!held || released); }
   };
 
   static sockaddr_in loopback(int port) {
@@ -134,11 +162,24 @@ class tcp_proxy {
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     ::close(fd);
   }
-  static void close_pair(pair& p) {
+  void close_pair(pair& p) {
+    if (p.dead) return;
     reset_and_close(p.client);
     reset_and_close(p.server);
     p.client = p.server = -1;
     p.dead = true;
+    if (p.held) --held_open_;
+  }
+
+  // Runs f on the proxy thread (which owns the connections) and waits for it (bounded).
+  void on_loop(std::function<void()> f) {
+    std::unique_lock<std::mutex> g(m_);
+    const unsigned long want = ++requests_made_;
+    requests_.push_back(std::move(f));
+    g.unlock();
+    wake();
+    g.lock();
+    done_.wait_for(g, std::chrono::seconds(10), [&] { return requests_done_ >= want || stop_; });
   }
 
   void accept_new() {
@@ -175,8 +216,9 @@ class tcp_proxy {
     }
   }
 
-  // Reads what is available from `from` into `queue`; false on EOF or error.
-  static bool pump_in(int from, std::deque<chunk>& queue, std::chrono::milliseconds delay) {
+  enum class pumped { open, eof, failed };
+  // Reads what is available from `from` into `queue`.
+  static pumped pump_in(int from, std::deque<chunk>& queue, std::chrono::milliseconds delay) {
     char buf[16384];
     for (;;) {
       ssize_t n = ::recv(from, buf, sizeof buf, 0);
@@ -184,8 +226,8 @@ class tcp_proxy {
         queue.push_back(chunk{clock::now() + delay, std::string(buf, static_cast<std::size_t>(n))});
         continue;
       }
-      if (n == 0) return false;
-      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      if (n == 0) return pumped::eof;
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? pumped::open : pumped::failed;
     }
   }
 
@@ -220,25 +262,26 @@ class tcp_proxy {
         if (stop_) return;
         stalled = stalled_;
         delay = delay_;
-        if (cuts_done_ < cuts_requested_) {
-          for (auto& p : pairs_) close_pair(p);
-          cuts_done_ = cuts_requested_;
-          done_.notify_all();
-        }
+        for (auto& f : requests_) f();
+        requests_done_ += requests_.size();
+        requests_.clear();
+        done_.notify_all();
       }
       pairs_.erase(std::remove_if(pairs_.begin(), pairs_.end(), [](const pair& p) { return p.dead; }), pairs_.end());
 
       fds.assign({pollfd{wake_[0], POLLIN, 0}, pollfd{listener_, POLLIN, 0}});
       int timeout = -1;
       for (auto& p : pairs_) {
-        short cin = stalled ? 0 : POLLIN, sin = stalled ? 0 : POLLIN;
+        short cin = stalled || !p.reading_client() ? 0 : POLLIN, sin = stalled ? 0 : POLLIN;
         if (!stalled) {
           timeout = timeout_until(p.to_client, timeout);
           timeout = timeout_until(p.to_server, timeout);
         }
-        if (!stalled && !p.to_client.empty() && p.to_client.front().due <= clock::now()) cin |= POLLOUT;
+        if (!stalled && !p.client_closed && !p.to_client.empty() && p.to_client.front().due <= clock::now())
+          cin |= POLLOUT;
         if (!stalled && !p.to_server.empty() && p.to_server.front().due <= clock::now()) sin |= POLLOUT;
-        fds.push_back(pollfd{p.client, cin, 0});
+        // Not watched at all while not read: a closed client must not wake poll() over and over.
+        fds.push_back(pollfd{cin == 0 ? -1 : p.client, cin, 0});
         fds.push_back(pollfd{p.server, sin, 0});
       }
       if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) return;
@@ -254,10 +297,20 @@ class tcp_proxy {
         const pollfd& s = fds[2 + 2 * i + 1];
         bool ok = true;
         if (!stalled) {
-          if (c.revents & (POLLIN | POLLHUP | POLLERR)) ok = pump_in(p.client, p.to_server, delay) && ok;
-          if (s.revents & (POLLIN | POLLHUP | POLLERR)) ok = pump_in(p.server, p.to_client, delay) && ok;
+          if (p.reading_client() && (c.revents & (POLLIN | POLLHUP | POLLERR))) {
+            const pumped in = pump_in(p.client, p.to_server, delay);
+            ok = in != pumped::failed;
+            p.client_closed = in == pumped::eof;
+          }
+          if (s.revents & (POLLIN | POLLHUP | POLLERR)) {
+            // After the client's FIN the server's replies have nowhere to go; its FIN ends the pair.
+            const pumped in = pump_in(p.server, p.to_client, delay);
+            ok = in == pumped::open && ok;
+            if (p.client_closed) p.to_client.clear();
+          }
           ok = pump_out(p.server, p.to_server) && ok;
-          ok = pump_out(p.client, p.to_client) && ok;
+          if (!p.client_closed) ok = pump_out(p.client, p.to_client) && ok;
+          if (ok && p.client_closed && p.to_server.empty()) ::shutdown(p.server, SHUT_WR);  // repeats harmlessly
         }
         if (!ok) close_pair(p);
       }
@@ -270,13 +323,14 @@ class tcp_proxy {
   int wake_[2] = {-1, -1};
   std::thread thread_;
   std::vector<pair> pairs_;  // owned by the proxy thread (and the destructor after join)
-  std::atomic<unsigned long> accepted_{0};
+  std::atomic<unsigned long> accepted_{0}, held_open_{0};
 
   std::mutex m_;
   std::condition_variable done_;
   bool stop_ = false, stalled_ = false, refusing_ = false;
   std::chrono::milliseconds delay_{0};
-  unsigned long cuts_requested_ = 0, cuts_done_ = 0;
+  std::vector<std::function<void()>> requests_;  // on_loop()
+  unsigned long requests_made_ = 0, requests_done_ = 0;
 };
 
 }  // namespace redislock_test

@@ -24,7 +24,8 @@
 ///                      count, remaining ms of that hold
 ///
 /// Layout fields each kind's script reads (keep in step with the kind's *_scripts.hpp):
-///   mutex      P{N} (string: the holder's token "<object id>:<n>"), PTTL P{N};
+///   mutex      P{N} (string: the holder's token "<object id>:<n>"; a Redlock's key on one of
+///              its masters: "<token>" or "<token>#<round>", reported as its token), PTTL P{N};
 ///              P{N}:queue (members), P{N}:waiters (token -> "<place expires ms>:<lease>");
 ///              P{N}:fence. Counting live waiters reads the whole queue: O(waiters), an
 ///              administrator's call, never on a lock's path.
@@ -98,7 +99,8 @@ local function info()
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
   if kind == 'mutex' then
-    add_holder(r, redis.call('GET', KEYS[1]), 'holder', 1, pttl)
+    -- Up to a '#': a Redlock's value may be "<token>#<round>" (mutex tokens have no '#').
+    add_holder(r, string.match(redis.call('GET', KEYS[1]), '^[^#]*'), 'holder', 1, pttl)
   end
   return r
 end

@@ -165,15 +165,4 @@ return -2
   return s;
 }
 
-/// KEYS: lock. ARGV: token.
-/// Reply: 1 deleted (it was ours); 0 the lock is not ours. A plain compare-and-delete without
-/// the queue hand-off of release(), for locks that keep no wait queue (basic_redlock).
-inline const script& release_owned() {
-  static const script s(R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-)lua");
-  return s;
-}
-
 }  // namespace redislock::detail::mutex_scripts
