@@ -153,6 +153,8 @@ struct cli_test : server_test {
     std::remove(path.c_str());
     return path;
   }
+  /// The pid a command wrote to `path`.
+  static pid_t pid_in(const std::string& path) { return static_cast<pid_t>(std::stol(slurp(path))); }
   static std::string slurp(const std::string& path) {
     std::ifstream f(path);
     return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -359,13 +361,36 @@ TEST_F(cli_test, InterruptedWhileWaitingExitsWithoutRunning) {
   EXPECT_FALSE(exists("redislock:{job}")) << "nobody left to hand the lock to";
 }
 
-// The tool is stopped past its lease (its renewals stop with it), another client takes the
-// lock, and the tool resumes: its next renewal finds the lock gone and the command is stopped.
+// A run whose command writes TERM to `marker` on SIGTERM and exits 5 (lease 1.5 s, kill-after 0.5 s).
+std::vector<std::string> records_sigterm(const std::string& marker) {
+  return {"run",    "--lease",
+          "1500ms", "--kill-after",
+          "500ms",  "job",
+          "--",     "sh",
+          "-c",     "trap 'echo TERM > " + marker + "; exit 5' TERM; echo ready; while :; do sleep 0.02; done"};
+}
+
+// The lock is taken from under the tool while its lease is still confirmed (deleted, then
+// taken by another client): its next renewal finds it gone and the command gets SIGTERM.
 TEST_F(cli_test, LostLeaseTerminatesTheCommand) {
   const std::string marker = temp_file("lost");
-  tool t({"run", "--lease", "1500ms", "--kill-after", "500ms", "job", "--", "sh", "-c",
-          "trap 'echo TERM > " + marker + "; exit 5' TERM; echo ready; while :; do sleep 0.02; done"},
-         url());
+  tool t(records_sigterm(marker), url());
+  ASSERT_EQ(t.line(), "ready");
+  admin->command({"DEL", "redislock:{job}"});
+  redislock::mutex other(*pool, "job");
+  ASSERT_TRUE(other.try_lock());
+  EXPECT_EQ(t.wait(), 76) << t.err();
+  EXPECT_EQ(slurp(marker), "TERM\n") << "the command got SIGTERM";
+  EXPECT_NE(t.err().find("lost the lock 'job'"), std::string::npos) << t.err();
+  EXPECT_TRUE(other.still_held()) << "the tool must not release the new holder's lock";
+}
+
+// The tool is stopped past its lease (its renewals stop with it), another client takes the
+// lock, and the tool resumes: the lease may have run out already, so the command gets SIGKILL
+// at once, without SIGTERM and its --kill-after grace (it would run on beside the new holder).
+TEST_F(cli_test, LeaseThatMayHaveRunOutKillsTheCommandWithoutGrace) {
+  const std::string marker = temp_file("late");
+  tool t(records_sigterm(marker), url());
   ASSERT_EQ(t.line(), "ready");
   t.signal(SIGSTOP);
   ASSERT_TRUE(redislock_test::eventually([&] { return !exists("redislock:{job}"); }, bound)) << "lease never ran out";
@@ -373,8 +398,8 @@ TEST_F(cli_test, LostLeaseTerminatesTheCommand) {
   ASSERT_TRUE(other.try_lock());
   t.signal(SIGCONT);
   EXPECT_EQ(t.wait(), 76) << t.err();
-  EXPECT_EQ(slurp(marker), "TERM\n") << "the command got SIGTERM";
-  EXPECT_NE(t.err().find("lost the lock 'job'"), std::string::npos) << t.err();
+  EXPECT_EQ(slurp(marker), "") << "the command got SIGTERM and ran on after its lease could have run out";
+  EXPECT_NE(t.err().find("SIGKILL"), std::string::npos) << t.err();
   EXPECT_TRUE(other.still_held()) << "the tool must not release the new holder's lock";
 }
 
@@ -410,7 +435,7 @@ TEST_F(cli_test, KilledToolTakesItsCommandAlongAndTheLeaseRunsOut) {
           "echo $$ > " + pid_file + "; echo ready; while :; do sleep 0.02; done"},
          url());
   ASSERT_EQ(t.line(), "ready");
-  const pid_t command = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  const pid_t command = pid_in(pid_file);
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, command, 0));
   ASSERT_GE(pidfd, 0);
   t.signal(SIGKILL);
@@ -434,6 +459,31 @@ bool running(pid_t pid) {
   return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z' && text[paren + 2] != 'X';
 }
 
+// The state letter of `pid` in /proc (R, S, T stopped, Z, ...), '?' when it is gone.
+char state_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return '?';
+  const auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
+}
+
+// The first child of `pid`'s main thread (the tool's keeper process), 0 when none.
+pid_t first_child_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t child = 0;
+  return in >> child ? child : 0;
+}
+
+// A shell command that prints, for each pid, "dead" or "running" (as `running` above).
+std::string report_states(const std::vector<pid_t>& pids) {
+  std::string list;
+  for (const pid_t p : pids) list += " " + std::to_string(p);
+  return "for p in" + list +
+         "; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "
+         "case \"$s\" in ''|Z|X) echo dead;; *) echo running;; esac; done";
+}
+
 // Renewals stop being confirmed (the server is reached through a proxy that goes silent):
 // the command, which ignores SIGTERM, with a child that does too and one that left for a
 // session of its own, is dead before its lease can run out, so before a second run, queued
@@ -452,11 +502,7 @@ TEST_F(cli_test, UnconfirmedRenewalsStopTheCommandBeforeTheLeaseCanRunOut) {
   }
   proxy.set_stalled(true);  // nothing more reaches the server, nothing comes back
   // The second run's command reports, as it starts, whether any of the first's processes runs.
-  const std::string check = "for p in " + std::to_string(shell) + " " + std::to_string(child) + " " +
-                            std::to_string(away) +
-                            "; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "
-                            "case \"$s\" in ''|Z|X) echo dead;; *) echo running;; esac; done";
-  tool second({"run", "--wait", "20s", "job", "--", "sh", "-c", check}, url());
+  tool second({"run", "--wait", "20s", "job", "--", "sh", "-c", report_states({shell, child, away})}, url());
   EXPECT_EQ(second.wait(), 0) << second.err();
   EXPECT_EQ(second.out(), "dead\ndead\ndead\n") << "the first run's command still ran when the second one's started";
   EXPECT_EQ(first.wait(), 76) << first.err();
@@ -466,6 +512,30 @@ TEST_F(cli_test, UnconfirmedRenewalsStopTheCommandBeforeTheLeaseCanRunOut) {
   EXPECT_FALSE(running(away));
 }
 
+// The command ends on its own just as its stop comes due (renewals unconfirmed), before its
+// keeper reaped it (the keeper is held stopped here to widen that moment): the command was not
+// stopped, so its own status is the tool's, not 76.
+TEST_F(cli_test, CommandThatEndedAsItsStopCameDueKeepsItsStatus) {
+  redislock_test::tcp_proxy proxy(server->port());
+  const std::string pid_file = temp_file("ended_pid"), go = temp_file("ended_go");
+  tool t({"run", "--lease", "2s", "--kill-after", "500ms", "job", "--", "sh", "-c",
+          "echo $$ > " + pid_file + "; echo ready; while [ ! -e " + go + " ]; do sleep 0.02; done; exit 3"},
+         proxy.uri());
+  ASSERT_EQ(t.line(), "ready");
+  const pid_t command = pid_in(pid_file);
+  const pid_t keeper = first_child_of(t.pid());
+  ASSERT_GT(keeper, 0);
+  ASSERT_EQ(::kill(keeper, SIGSTOP), 0);
+  const std::shared_ptr<void> resume(nullptr, [keeper](void*) { ::kill(keeper, SIGCONT); });
+  ASSERT_TRUE(redislock_test::eventually([&] { return state_of(keeper) == 'T'; }, bound));
+  std::ofstream(go) << "go\n";
+  ASSERT_TRUE(redislock_test::eventually([&] { return state_of(command) == 'Z'; }, bound));
+  proxy.set_stalled(true);  // renewals go unconfirmed: the stop comes due in 1.3 s
+  EXPECT_NE(t.err_line().find("not confirmed"), std::string::npos);
+  ::kill(keeper, SIGCONT);
+  EXPECT_EQ(t.wait(), 3) << t.err();
+}
+
 TEST_F(cli_test, KillAfterThatLeavesNoTimeBeforeTheLeaseEndsIsRefused) {
   const long long before = connections();
   for (const auto& args : std::vector<std::vector<std::string>>{
@@ -473,13 +543,16 @@ TEST_F(cli_test, KillAfterThatLeavesNoTimeBeforeTheLeaseEndsIsRefused) {
            {"run", "--lease", "2s", "--kill-after", "900ms", "job", "--", "true"},
            {"run", "--lease", "300ms", "job", "--", "true"},
            {"run", "--lease", "300ms", "--on-lost", "kill", "job", "--", "true"},
+           // the margin grows with the lease (200 ms + 0.1 %: 300 ms for 100 s)
+           {"run", "--lease", "100s", "--kill-after", "49800ms", "job", "--", "true"},
        }) {
     const result r = run(args);
     EXPECT_EQ(r.status, 2) << args[2] << " " << args[4] << ": " << r.err;
     EXPECT_NE(r.err.find("lease"), std::string::npos) << r.err;
   }
   EXPECT_EQ(connections(), before) << "refused before any connection";
-  EXPECT_EQ(run({"run", "--lease", "2s", "--kill-after", "800ms", "job", "--", "true"}).status, 0);
+  EXPECT_EQ(run({"run", "--lease", "2s", "--kill-after", "798ms", "job", "--", "true"}).status, 0);
+  EXPECT_EQ(run({"run", "--lease", "100s", "--kill-after", "49700ms", "job", "--", "true"}).status, 0);
   EXPECT_EQ(run({"run", "--lease", "300ms", "--on-lost", "ignore", "job", "--", "true"}).status, 0);
   EXPECT_EQ(run({"run", "--lease", "5s", "job", "--", "true"}).status, 0) << "the default --kill-after fits";
 }
@@ -513,6 +586,65 @@ TEST_F(cli_test, LockIsHeldUntilTheLastProcessOfTheCommandExits) {
   EXPECT_EQ(run({"status", "job"}).status, 1) << "released once the last process exited";
 }
 
+// Only the keeper (a fork of redislock, also named redislock) is killed with SIGKILL: the
+// tool kills and reaps every process COMMAND started, the one in a session of its own
+// included, before it releases the lock; a second run, queued on the server, finds none
+// running as its command starts.
+TEST_F(cli_test, KilledKeeperLeavesNoProcessOfTheCommandRunningOnceTheLockIsFree) {
+  const std::string pids = temp_file("keeper_pids");
+  tool first({"run", "--lease", "1s", "job", "--", "sh", "-c",
+              "setsid sleep 41 & echo $! > " + pids + "; echo ready; sleep 42"},
+             url());
+  ASSERT_EQ(first.line(), "ready");
+  const pid_t away = pid_in(pids);
+  const pid_t keeper = first_child_of(first.pid());
+  ASSERT_GT(keeper, 0);
+  tool second({"run", "--wait", "20s", "job", "--", "sh", "-c", report_states({away})}, url());
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{job}:queue"})->integer == 1;
+      },
+      bound));
+  ASSERT_EQ(::kill(keeper, SIGKILL), 0);
+  EXPECT_EQ(second.wait(), 0) << second.err();
+  EXPECT_EQ(second.out(), "dead\n") << "the lock was free while a process of the first run's command ran";
+  EXPECT_EQ(first.wait(), 128 + SIGKILL) << first.err();
+  EXPECT_FALSE(running(away));
+  if (running(away)) ::kill(away, SIGKILL);
+}
+
+// Ctrl-Z (SIGTSTP), SIGTTIN and SIGTTOU sent to the tool suspend COMMAND (SIGSTOP to its
+// process group) while the tool runs on and keeps renewing the lease; SIGCONT resumes COMMAND.
+TEST_F(cli_test, SuspendingTheToolSuspendsTheCommandAndTheLeaseIsStillRenewed) {
+  const std::string pid_file = temp_file("suspend_pid");
+  // One process that forks nothing: a shell waiting for a vfork()ed child stopped before its
+  // exec shows as D, not T.
+  // A lease that leaves a loaded machine's renewals time (SIGTERM comes when half of it went
+  // unconfirmed); the check waits for one renewal each time.
+  tool t({"run", "--lease", "3s", "job", "--", "sh", "-c", "echo $$ > " + pid_file + "; echo ready; exec sleep 30"},
+         url());
+  ASSERT_EQ(t.line(), "ready");
+  const pid_t command = pid_in(pid_file);
+  auto lease_end = [&] { return admin->command({"PEXPIRETIME", "redislock:{job}"})->integer; };
+  for (const int sig : {SIGTSTP, SIGTTIN, SIGTTOU}) {
+    t.signal(sig);
+    ASSERT_TRUE(redislock_test::eventually([&] { return state_of(command) == 'T'; }, 5s))
+        << "signal " << sig << ": the command was not suspended (state " << state_of(command)
+        << "); the tool: " << t.wait(0ms) << " " << t.err();
+    EXPECT_NE(state_of(t.pid()), 'T') << "signal " << sig << ": the tool stopped itself";
+    const long long suspended_at = lease_end();
+    ASSERT_GT(suspended_at, 0);
+    EXPECT_TRUE(redislock_test::eventually([&] { return lease_end() > suspended_at; }, 5s))
+        << "signal " << sig << ": the lease was not renewed while the command was suspended";
+    t.signal(SIGCONT);
+    ASSERT_TRUE(redislock_test::eventually([&] { return state_of(command) != 'T'; }, 5s))
+        << "signal " << sig << ": SIGCONT did not resume the command";
+  }
+  t.signal(SIGTERM);
+  EXPECT_EQ(t.wait(), 128 + SIGTERM) << t.err();
+  EXPECT_FALSE(exists("redislock:{job}"));
+}
+
 // A command given a file capability loses PR_SET_PDEATHSIG at its execve; it must still not
 // outlive a redislock killed with SIGKILL (it would run on without the lock).
 TEST_F(cli_test, KilledToolTakesACommandWithFileCapabilitiesAlong) {
@@ -533,7 +665,7 @@ TEST_F(cli_test, KilledToolTakesACommandWithFileCapabilitiesAlong) {
           "echo $$ > " + pid_file + "; echo ready; exec " + capsleep + " 30"},
          url(), "/dev/null", wrapper);
   ASSERT_EQ(t.line(), "ready") << t.err();
-  const pid_t command = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  const pid_t command = pid_in(pid_file);
   const std::string exe = "/proc/" + std::to_string(command) + "/exe";
   ASSERT_TRUE(redislock_test::eventually(
       [&] {

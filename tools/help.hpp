@@ -81,8 +81,14 @@ DESCRIPTION
                                 writer (a shared hold gets the latest writer's token)
       REDISLOCK_LEASE_MS        the lease in milliseconds
 
-    SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group
-    (processes that left the group do not get them).
+    SIGINT, SIGTERM and SIGHUP sent to redislock are forwarded to COMMAND's process group,
+    each followed by SIGCONT so that a suspended COMMAND acts on it (processes that left the
+    group do not get them). redislock itself does not stop: SIGTSTP (Ctrl-Z), SIGTTIN and
+    SIGTTOU sent to it suspend COMMAND's process group (SIGSTOP) while redislock runs on and
+    keeps renewing the lease, so the lock stays held; SIGCONT sent to redislock resumes
+    COMMAND's group. A shell therefore does not see the job as stopped: resume COMMAND with
+    "kill -CONT" to redislock's pid, or end it with Ctrl-C. While redislock still waits for
+    the lock these signals are ignored. SIGSTOP stops redislock itself (it cannot be caught).
     Interrupted while still waiting for the lock, redislock exits with 128+N. Since COMMAND
     has its own process group it is not the terminal's foreground job: it may write to the
     terminal, but a COMMAND that reads from it is stopped (SIGTTIN); give it input by a pipe
@@ -92,38 +98,54 @@ STOPPING COMMAND BEFORE THE LEASE CAN RUN OUT
     Let C be the time, on redislock's monotonic clock, at which it sent the last renewal (or
     the acquisition) that the server confirmed. The server keeps the lock until C + lease
     (a little later: it set the lease on receipt), and then lets it go if no later renewal
-    reached it, so a waiting run may start then. When renewals are not confirmed
-    (Redis unreachable or silent, redislock starved of CPU), redislock stops COMMAND before
-    then, by --on-lost:
-      term    SIGTERM to COMMAND's process group at C + lease - kill-after - 200ms, and
-              SIGKILL --kill-after later (at C + lease - 200ms) to that group and to every
+    reached it, so a waiting run may start then. Let M, the margin, be 200ms + 0.1% of the
+    lease (200ms for the signal's delivery and the processes' exit, 0.1% for a server clock
+    that runs faster than redislock's: NTP slews a clock by at most 0.05%). When renewals are
+    not confirmed (Redis unreachable or silent, redislock starved of CPU), redislock stops
+    COMMAND before C + lease, by --on-lost:
+      term    SIGTERM to COMMAND's process group at C + lease - kill-after - M, and
+              SIGKILL --kill-after later (at C + lease - M) to that group and to every
               process COMMAND started
-      kill    SIGKILL at C + lease - 200ms
+      kill    SIGKILL at C + lease - M
       ignore  nothing: COMMAND runs on; a line on stderr once the lease is found lost
+    SIGKILL never comes later than C + lease - M. When redislock acts late (it was stopped or
+    starved of CPU) and less than --kill-after is left before then, SIGTERM's grace is
+    shortened to what is left; when nothing is left, SIGKILL comes at once, without SIGTERM.
     A lease found lost outright (the lock broken by an administrator, or taken) is acted on
-    at once: SIGTERM now and SIGKILL --kill-after later (kill: SIGKILL now). A line goes to
-    stderr; redislock waits until every process of COMMAND's has exited, releases what it
-    still holds, and exits with 76.
-    The 200ms margin is for the signal's delivery and the processes' exit. SIGTERM waits until
-    half the lease went unconfirmed (a renewal is due at a third of it, and is retried), so
-    with term or kill, --kill-after + 200ms must not exceed half the lease; a --kill-after or
-    a --lease that does not fit is refused (exit status 2) before anything is sent.
+    at once, which is at its next renewal (within a third of the lease): SIGTERM, and SIGKILL
+    --kill-after later but no later than C + lease - M (kill: SIGKILL at once). Another
+    holder may already run then: COMMAND overlaps with it for at most that detection time
+    plus the grace, never past where this run's own lease would have ended. Breaking a lock
+    is an administrator's choice; where SIGTERM's grace is too long, use --on-lost kill, and
+    fence the writes. A line goes to stderr; redislock waits until every process of
+    COMMAND's has exited, releases what it still holds, and exits with 76 (with COMMAND's own
+    status when COMMAND had ended by itself before it was to be stopped).
+    SIGTERM waits until half the lease went unconfirmed (a renewal is due at a third of it,
+    and is retried), so with term or kill, --kill-after + M must not exceed half the lease; a
+    --kill-after or a --lease that does not fit is refused (exit status 2) before anything is
+    sent.
     Not covered: redislock or the whole machine frozen past the deadline (a suspended VM,
     SIGSTOP), a process that takes longer than the margin to die after SIGKILL (uninterruptible
-    sleep, such as a hung NFS mount), a Redis server whose clock jumps forward, and writes
-    COMMAND sent that are still on their way. Fencing covers all of them: pass
-    $REDISLOCK_FENCING_TOKEN to the storage you write, so that it rejects a late writer.
+    sleep, such as a hung NFS mount), a Redis server whose clock jumps forward or runs faster
+    than by 0.1%, and writes COMMAND sent that are still on their way. Fencing covers all of
+    them: pass $REDISLOCK_FENCING_TOKEN to the storage you write, so that it rejects a late
+    writer.
 
     If redislock itself dies (kill -9, a crash), its helper process (between redislock and
     COMMAND; in a process group of its own, blocking every signal but SIGKILL, not
     set-user-ID, without capabilities) sees it at once and SIGKILLs COMMAND's process group
     and every process COMMAND started, set-user-ID commands and commands with file
     capabilities included (the kernel's PR_SET_PDEATHSIG does not survive their exec). The
-    lock is not released: its lease runs out, as nothing renews it. Not covered: a process
-    that changed its real user ID (su, sudo: redislock's user may not signal it, nor do
-    --on-lost and the forwarded signals reach it), and redislock and its helper both killed
-    with SIGKILL (then the kernel SIGKILLs COMMAND, unless it is set-user-ID or has file
-    capabilities, and nothing reaches the processes COMMAND started).
+    lock is not released: its lease runs out, as nothing renews it. If the helper alone is
+    killed (it is a fork of redislock, also named redislock: pgrep -n redislock finds it),
+    the processes it had come to redislock (a child subreaper too), which SIGKILLs COMMAND's
+    process group and every process COMMAND started, waits until none is left (at most 5 s),
+    releases the lock and exits with 137 (128 + SIGKILL); if some remain, or redislock could
+    not become a child subreaper, it says so and exits without releasing: the lease runs out.
+    Not covered: a process that changed its real user ID (su, sudo: redislock's user may not
+    signal it, nor do --on-lost and the forwarded signals reach it), and redislock and its
+    helper both killed with SIGKILL (then the kernel SIGKILLs COMMAND, unless it is
+    set-user-ID or has file capabilities, and nothing reaches the processes COMMAND started).
 
 OPTIONS
     --wait DUR                 give up after waiting DUR for the lock (default: wait forever)
@@ -150,8 +172,9 @@ OPTIONS
                                ignore only the message; COMMAND runs on and its status is
                                       redislock's
     --kill-after DUR           with --on-lost term: SIGKILL this long after SIGTERM; at most
-                               half the lease minus 200ms (default 10s, or that when less:
-                               9.8s with a 20s lease, 2.3s with 5s)
+                               half the lease minus the margin, 200ms + 0.1% of the lease
+                               (default 10s, or that when less: 9.78s with a 20s lease,
+                               2.295s with 5s)
     --url, --prefix, --timeout see "redislock --help"
 
 EXIT STATUS

@@ -152,15 +152,16 @@ struct run_options {
   std::vector<std::string> command;
 };
 
-// With --on-lost term or kill, SIGKILL must come stop_margin before the lease can run out, and
-// SIGTERM must not come before a renewal had its chance: renewals go out every lease/3, so
-// SIGTERM waits until half the lease has passed unconfirmed. Hence kill_after + stop_margin
-// <= lease/2 (with kill, stop_margin <= lease/2). Without --kill-after: 10 s, or what fits.
+// With --on-lost term or kill, SIGKILL must come stop_margin(lease) before the lease can run
+// out, and SIGTERM must not come before a renewal had its chance: renewals go out every
+// lease/3, so SIGTERM waits until half the lease has passed unconfirmed. Hence kill_after +
+// margin <= lease/2 (with kill, margin <= lease/2). Without --kill-after: 10 s, or what fits.
 void fit_kill_after(stop_policy& stop, const std::optional<std::chrono::milliseconds>& given,
                     std::chrono::milliseconds lease) {
   using std::chrono::milliseconds;
   const milliseconds half = lease / 2;
-  const milliseconds fits = half - stop_margin;
+  stop.margin = stop_margin(lease);
+  const milliseconds fits = half - stop.margin;
   if (stop.action == on_lost_action::ignore) {
     stop.kill_after = given.value_or(milliseconds(10000));
     return;
@@ -168,17 +169,18 @@ void fit_kill_after(stop_policy& stop, const std::optional<std::chrono::millisec
   auto ms = [](milliseconds d) { return std::to_string(d.count()) + " ms"; };
   if (fits.count() < 0)
     throw usage_error("--lease " + ms(lease) + " is too short to stop COMMAND before the lease can run out: with " +
-                      "--on-lost term or kill it must be at least " + ms(2 * stop_margin) + " (SIGKILL comes " +
-                      ms(stop_margin) + " before the lease's end, and not before half of it)");
+                      "--on-lost term or kill it must be at least 400 ms (SIGKILL comes " + ms(stop.margin) +
+                      " before the lease's end, and not before half of it)");
   if (stop.action == on_lost_action::kill) {
     stop.kill_after = milliseconds(0);  // SIGKILL without SIGTERM
     return;
   }
   if (given && *given > fits)
-    throw usage_error("--kill-after " + ms(*given) + " does not fit in --lease " + ms(lease) +
-                      ": SIGTERM comes once half the lease went unconfirmed and SIGKILL " + ms(stop_margin) +
-                      " before the lease's end, so --kill-after may be at most lease/2 - " + ms(stop_margin) + " = " +
-                      ms(fits) + " (or give a longer --lease)");
+    throw usage_error(
+        "--kill-after " + ms(*given) + " does not fit in --lease " + ms(lease) +
+        ": SIGTERM comes once half the lease went unconfirmed and SIGKILL " + ms(stop.margin) +
+        " (200 ms + 0.1 % of the lease) before the lease's end, so --kill-after may be at most lease/2 - " +
+        ms(stop.margin) + " = " + ms(fits) + " (or give a longer --lease)");
   stop.kill_after = given.value_or(std::min(milliseconds(10000), fits));
 }
 
@@ -331,6 +333,10 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
   }
   child_outcome out = supervise(
       child, o.name, sigfd, lost, o.stop, [&] { return hold.confirmed_until(); }, say);
+  if (!out.release) {  // processes of COMMAND's may run on: the lease runs out, nobody is handed the lock now
+    std::fflush(nullptr);
+    std::_Exit(out.status);
+  }
   redislock::release_status released = redislock::release_status::failed;
   try {
     released = hold.unlock_and_report();

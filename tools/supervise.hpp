@@ -17,7 +17,10 @@
 // set-user-ID and keeps no capability, so unlike PR_SET_PDEATHSIG (cleared by the kernel when
 // COMMAND execs a set-user-ID binary or one with file capabilities) this covers every COMMAND
 // that redislock's user may signal.
+// redislock is a child subreaper too: when the keeper alone is killed, what it had (COMMAND,
+// the orphans) comes to redislock, which kills and reaps all of it before the lock is released.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,6 +38,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <utility>
 #include <string>
@@ -49,15 +53,22 @@ constexpr int exit_code_lost_parent = 125;
 /// The keeper could not fork COMMAND.
 constexpr int exit_cannot_start = 126;
 
-/// The signals redislock forwards to COMMAND.
+/// The signals that end COMMAND when redislock forwards them (and end a redislock still
+/// waiting for the lock).
 inline bool forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
-/// Blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD in the calling thread (call it before any thread
-/// starts, so all inherit the mask) and returns a signalfd that reads them.
+/// The job-control signals: redislock does not stop (its renewals would stop with it while
+/// COMMAND, in a group of its own, runs on); it suspends COMMAND instead.
+inline bool suspends(int sig) { return sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU; }
+
+/// Blocks SIGINT, SIGTERM, SIGHUP, SIGCHLD and the job-control signals (SIGTSTP, SIGTTIN,
+/// SIGTTOU, SIGCONT) in the calling thread (call it before any thread starts, so all inherit
+/// the mask) and returns a signalfd that reads them. A blocked stop signal does not stop the
+/// process; SIGCONT still continues it (a SIGSTOP, which cannot be blocked).
 inline int block_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
@@ -131,8 +142,15 @@ inline std::string find_command(const std::string& command, int& error) {
 struct spawned {
   pid_t keeper = -1;
   pid_t group = -1;
-  int kill_switch = -1;  ///< write end: close() = SIGKILL to every process COMMAND started
-  int error = 0;         ///< errno when COMMAND could not be started (then nothing runs)
+  int kill_switch = -1;     ///< write end: close() = SIGKILL to every process COMMAND started
+  int error = 0;            ///< errno when COMMAND could not be started (then nothing runs)
+  bool subreaper = false;   ///< redislock is a child subreaper: a dead keeper's orphans come to it
+  bool group_gone = false;  ///< COMMAND's group was found empty: not signalled again (reusable id)
+
+  /// sig to COMMAND's process group, unless it was found empty.
+  void signal_group(int sig) {
+    if (!group_gone && ::kill(-group, sig) != 0 && errno == ESRCH) group_gone = true;
+  }
 };
 
 namespace keeper_detail {
@@ -254,6 +272,9 @@ inline spawned spawn_supervised(const std::vector<std::string>& argv, const std:
     ::close(report[1]);
     return out;
   }
+  // Before the fork: the keeper's children come to redislock whenever the keeper is killed
+  // (see supervise()). Not inherited by the fork.
+  out.subreaper = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
   const pid_t keeper = ::fork();
   if (keeper == 0) {
     sigset_t all;  // only SIGKILL ends the keeper (SIGCHLD is read from a signalfd)
@@ -325,28 +346,96 @@ inline spawned spawn_supervised(const std::vector<std::string>& argv, const std:
 
 enum class on_lost_action { term, kill, ignore };
 
-/// SIGKILL comes this long before the lease can run out, at the latest: time for the signal to
-/// be delivered and the processes to exit (and for redislock's own wake-up).
-constexpr std::chrono::milliseconds stop_margin{200};
+/// SIGKILL comes this long before the lease can run out, at the latest: 200 ms for the
+/// signal's delivery, the processes' exit and redislock's own wake-up, plus 0.1 % of the lease
+/// for the server's clock running faster than ours (NTP slews a clock by up to 0.05 %).
+inline std::chrono::milliseconds stop_margin(std::chrono::milliseconds lease) {
+  return std::chrono::milliseconds(200) + lease / 1000;
+}
 
 /// What `run` does when its lease is lost or may run out.
 struct stop_policy {
   on_lost_action action = on_lost_action::term;
   std::chrono::milliseconds kill_after{0};  ///< SIGTERM to SIGKILL, with action term
+  std::chrono::milliseconds margin{200};    ///< stop_margin(lease)
 };
 
 /// How COMMAND ended and whether the lease was lost (or COMMAND stopped for fear of it).
 struct child_outcome {
   int status = 0;  ///< exit status, 128+N for signal N
   bool lost = false;
+  bool release = true;  ///< false: processes of COMMAND's may run on; leave the lock to its lease
 };
 
+/// The children of thread `tid` of process `pid` (its main thread: tid = pid) from /proc,
+/// added to `pids`; false when they cannot be read (no CONFIG_PROC_CHILDREN, or it is gone).
+inline bool children_of(pid_t pid, const std::string& tid, std::vector<pid_t>& pids) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/children");
+  if (!in) return false;
+  for (pid_t p = 0; in >> p;) pids.push_back(p);
+  return in.eof();
+}
+
+/// True when no process of COMMAND's runs any more, though the keeper has not exited yet: each
+/// child of the keeper (COMMAND and the orphans it took in) is a zombie. A child's own children
+/// are handed to the keeper before it turns zombie, so a second look that finds the same
+/// children finds every descendant. False when in doubt.
+inline bool command_has_ended(pid_t keeper) {
+  std::vector<pid_t> before, after;
+  const std::string main_thread = std::to_string(keeper);  // the keeper has no other thread
+  if (!children_of(keeper, main_thread, before)) return false;
+  for (const pid_t p : before) {
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text)) return false;
+    const auto paren = text.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= text.size() || (text[paren + 2] != 'Z' && text[paren + 2] != 'X'))
+      return false;
+  }
+  return children_of(keeper, main_thread, after) && after == before;
+}
+
+/// The children of every thread of this process (from /proc; empty without CONFIG_PROC_CHILDREN).
+inline std::vector<pid_t> own_children() {
+  std::vector<pid_t> pids;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return pids;
+  while (const dirent* t = ::readdir(tasks)) {
+    if (t->d_name[0] != '.') (void)children_of(::getpid(), t->d_name, pids);
+  }
+  ::closedir(tasks);
+  return pids;
+}
+
+/// When the keeper was killed: redislock (a child subreaper) has inherited COMMAND and every
+/// orphan; SIGKILLs COMMAND's group and all its own children, round after round (orphans keep
+/// arriving as their parents die), and reaps them, until it has no child left (true) or
+/// `bound` has passed (false: something of COMMAND's may still run).
+inline bool kill_and_reap_everything(spawned& child, std::chrono::milliseconds bound) {
+  const auto give_up = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    int st = 0;
+    pid_t w;
+    while ((w = ::waitpid(-1, &st, WNOHANG)) > 0 || (w < 0 && errno == EINTR)) {
+    }
+    if (w < 0) return true;  // ECHILD: no descendant is left (each has a living ancestor below us)
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    child.signal_group(SIGKILL);
+    for (const pid_t p : own_children()) ::kill(p, SIGKILL);
+    ::poll(nullptr, 0, 20);
+  }
+}
+
 /// Waits until the keeper exits (every process of COMMAND's has): forwards SIGINT/SIGTERM/
-/// SIGHUP to COMMAND's process group, and stops COMMAND (by `policy`) when
+/// SIGHUP to COMMAND's process group (with a SIGCONT, so that a suspended COMMAND acts on it),
+/// SIGTSTP/SIGTTIN/SIGTTOU as SIGSTOP and SIGCONT as it is, and stops COMMAND (by `policy`) when
 ///   - the lease was found lost (`lost` raised): at once;
 ///   - it was not found lost but confirmed_until() (the server's last confirmation of the
-///     lease) comes near: SIGTERM at confirmed_until - stop_margin - kill_after, so that
-///     SIGKILL, kill_after later, comes stop_margin before the lease can run out.
+///     lease) comes near: SIGTERM at confirmed_until - margin - kill_after, so that
+///     SIGKILL, kill_after later, comes `margin` before the lease can run out.
+/// SIGKILL never comes later than confirmed_until - margin: when the loop wakes that late
+/// (redislock stopped or starved), or the lease is found lost with less time left than
+/// kill_after, SIGKILL comes at once without SIGTERM.
 /// report(text) is called with what happened. SIGKILL goes to COMMAND's group and, through the
 /// kill switch, to every process COMMAND left behind.
 template <class ConfirmedUntil, class Report>
@@ -355,35 +444,61 @@ child_outcome supervise(spawned& child, const std::string& name, int sigfd, cons
   using clock = std::chrono::steady_clock;
   using std::chrono::milliseconds;
   child_outcome out;
-  std::optional<clock::time_point> kill_at;
+  std::optional<clock::time_point> kill_at, until;  // until: the last confirmed_until() seen
   bool stopping = false, lost_seen = false;
-  const milliseconds term_lead =
-      stop_margin + (policy.action == on_lost_action::term ? policy.kill_after : milliseconds(0));
+  const bool term = policy.action == on_lost_action::term;
+  const milliseconds term_lead = policy.margin + (term ? policy.kill_after : milliseconds(0));
   auto stop = [&](const std::string& why) {
-    stopping = out.lost = true;
-    if (policy.action == on_lost_action::term) {
-      report(why + "; sending SIGTERM to the command (SIGKILL in " + std::to_string(policy.kill_after.count()) +
-             " ms)");
-      ::kill(-child.group, SIGTERM);
-      kill_at = clock::now() + policy.kill_after;
+    stopping = true;
+    const clock::time_point now = clock::now();
+    kill_at = now + (term ? policy.kill_after : milliseconds(0));
+    if (until && *until - policy.margin < *kill_at) kill_at = std::max(now, *until - policy.margin);
+    if (command_has_ended(child.keeper)) {              // it ended on its own just now: its status stands
+      report(why + "; the command has ended already");  // kill_at stays: if the keeper lingers
+      return;
+    }
+    out.lost = true;
+    const auto grace = std::chrono::duration_cast<milliseconds>(*kill_at - now).count();
+    if (term && grace > 0) {
+      report(why + "; sending SIGTERM to the command (SIGKILL in " + std::to_string(grace) + " ms)");
+      child.signal_group(SIGTERM);
+      child.signal_group(SIGCONT);  // a suspended COMMAND acts on it
     } else {
-      report(why);
-      kill_at = clock::now();
+      report(why +
+             (term ? "; no time is left for SIGTERM and --kill-after before the lease can run out: SIGKILL" : ""));
     }
   };
   for (;;) {
     int st = 0;
     if (::waitpid(child.keeper, &st, WNOHANG) == child.keeper) {
       out.status = keeper_detail::encode(st);
-      if (WIFSIGNALED(st)) ::kill(-child.group, SIGKILL);  // the keeper was killed: COMMAND must not run on
       ::close(child.kill_switch);
       child.kill_switch = -1;
+      if (!WIFSIGNALED(st)) return out;  // it exits by itself only when no process of COMMAND's is left
+      // The keeper was killed: COMMAND must not run on, nor anything it started.
+      if (!child.subreaper) {
+        child.signal_group(SIGKILL);
+        report(
+            "the keeper process was killed, and the processes the command started cannot be found: the lock is "
+            "not released (its lease runs out)");
+        out.release = false;
+      } else if (!kill_and_reap_everything(child, std::chrono::seconds(5))) {
+        report(
+            "the keeper process was killed, and processes the command started did not end after SIGKILL: the "
+            "lock is not released (its lease runs out)");
+        out.release = false;
+      } else {
+        report("the keeper process was killed: the command's processes were killed");
+      }
       return out;
     }
     const clock::time_point now = clock::now();
     std::optional<clock::time_point> term_at;
+    if (policy.action != on_lost_action::ignore) {
+      if (const auto u = confirmed_until()) until = u;
+    }
     if (!stopping && policy.action != on_lost_action::ignore) {
-      if (const auto until = confirmed_until()) term_at = *until - term_lead;
+      if (until) term_at = *until - term_lead;
       if (term_at && now >= *term_at) {
         const auto left = std::chrono::duration_cast<milliseconds>(*term_at + term_lead - now).count();
         stop(left > 0 ? "renewals of the lock '" + name + "' are not confirmed: its lease can run out in " +
@@ -393,8 +508,8 @@ child_outcome supervise(spawned& child, const std::string& name, int sigfd, cons
       }
     }
     if (kill_at && now >= *kill_at) {
-      if (::kill(-child.group, 0) == 0) report("sending SIGKILL to the command's processes");
-      ::kill(-child.group, SIGKILL);
+      if (!child.group_gone && ::kill(-child.group, 0) == 0) report("sending SIGKILL to the command's processes");
+      child.signal_group(SIGKILL);
       if (child.kill_switch >= 0) ::close(child.kill_switch);  // the keeper kills the rest
       child.kill_switch = -1;
       kill_at.reset();
@@ -407,7 +522,7 @@ child_outcome supervise(spawned& child, const std::string& name, int sigfd, cons
       timeout = static_cast<int>(std::min<long long>(std::chrono::ceil<milliseconds>(*wake - now).count(), 3600000));
     pollfd fds[2] = {{sigfd, POLLIN, 0}, {lost.fd(), static_cast<short>(lost_seen ? 0 : POLLIN), 0}};
     if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {  // cannot watch any more: nothing may run on
-      ::kill(-child.group, SIGKILL);
+      child.signal_group(SIGKILL);
       ::close(child.kill_switch);
       child.kill_switch = -1;
       while (::waitpid(child.keeper, &st, 0) < 0 && errno == EINTR) {
@@ -416,8 +531,15 @@ child_outcome supervise(spawned& child, const std::string& name, int sigfd, cons
       out.lost = true;
       return out;
     }
-    while (const int sig = read_signal(sigfd)) {
-      if (forwarded(sig)) ::kill(-child.group, sig);  // SIGCHLD: the waitpid at the loop's top
+    while (const int sig = read_signal(sigfd)) {  // SIGCHLD: the waitpid at the loop's top
+      if (forwarded(sig)) {
+        child.signal_group(sig);
+        child.signal_group(SIGCONT);  // a suspended COMMAND acts on it (as a shell's kill does)
+      } else if (suspends(sig)) {
+        child.signal_group(SIGSTOP);  // COMMAND is suspended; redislock holds and renews the lock
+      } else if (sig == SIGCONT) {
+        child.signal_group(SIGCONT);
+      }
     }
     if (!lost_seen && (fds[1].revents & POLLIN) != 0) {
       lost_seen = true;
