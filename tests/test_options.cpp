@@ -114,6 +114,34 @@ TEST(Errors, ReplyErrorsAreTyped) {
   EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");
 }
 
+// Redis 6 wraps the error of a script's command; its type comes from the command's error.
+TEST(Errors, ARedis6ScriptErrorIsTypedByItsCommandsError) {
+  auto type_of = [](const char* text) -> std::string {
+    try {
+      detail::throw_reply_error(text);
+    } catch (const wrong_type_error& e) {
+      return "wrongtype:" + e.server_message();
+    } catch (const auth_error& e) {
+      return "auth:" + e.server_message();
+    } catch (const reply_error& e) {
+      return "reply:" + e.server_message();
+    }
+    return "none";
+  };
+  const std::string wrong_type =
+      "ERR Error running script (call to f_0afd6381b7bc7e087629b058a114888865e2f312): "
+      "@user_script:1: WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(type_of(wrong_type.c_str()), "wrongtype:" + wrong_type);  // the whole message is kept
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:2: @user_script: 2: "
+                    "The user executing the script can't run this command or subcommand"),
+            "auth:ERR Error running script (call to f_0a9a): @user_script:2: @user_script: 2: "
+            "The user executing the script can't run this command or subcommand");
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer");
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:");
+}
+
 TEST(Errors, HierarchyIsRootedAtError) {
   static_assert(std::is_base_of_v<std::runtime_error, error>);
   static_assert(std::is_base_of_v<connection_error, timeout_error>);
