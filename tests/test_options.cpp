@@ -114,8 +114,9 @@ TEST(Errors, ReplyErrorsAreTyped) {
   EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");
 }
 
-// Redis 6 wraps the error of a script's command; its type comes from the command's error.
-TEST(Errors, ARedis6ScriptErrorIsTypedByItsCommandsError) {
+// A script's command error is typed by that error on every server: Redis 6 wraps it, Redis 8
+// words an ACL denial its own way.
+TEST(Errors, AScriptErrorIsTypedByItsCommandsErrorOnEveryServer) {
   auto type_of = [](const char* text) -> std::string {
     try {
       detail::throw_reply_error(text);
@@ -136,6 +137,10 @@ TEST(Errors, ARedis6ScriptErrorIsTypedByItsCommandsError) {
                     "The user executing the script can't run this command or subcommand"),
             "auth:ERR Error running script (call to f_0a9a): @user_script:2: @user_script: 2: "
             "The user executing the script can't run this command or subcommand");
+  const std::string redis8_acl =
+      "ERR ACL failure in script: User lesser has no permissions to run the 'get' command "
+      "script: 43f2911f06a405b9b9aba280c9c9c72edb3dd8f3, on @user_script:2.";
+  EXPECT_EQ(type_of(redis8_acl.c_str()), "auth:" + redis8_acl);
   EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer"),
             "reply:ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer");
   EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:"),

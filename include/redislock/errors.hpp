@@ -175,10 +175,10 @@ inline std::string_view script_error_cause(std::string_view message) noexcept {
   if (starts_with(cause, "WRONGTYPE")) throw wrong_type_error(std::move(message));
   if (starts_with(cause, "NOAUTH") || starts_with(cause, "WRONGPASS") || starts_with(cause, "NOPERM") ||
       starts_with(cause, "ERR invalid password") || starts_with(cause, "ERR AUTH") ||
-      // An ACL denial inside a script: Redis 7.0 words it as ERR, later versions as NOPERM, Redis
-      // 6 without a code (after its wrapper).
+      // An ACL denial inside a script: Redis 7.0 words it as ERR, 7.2 as NOPERM, 8 as "ACL
+      // failure in script", Redis 6 without a code (after its wrapper).
       starts_with(cause, "ERR The user executing the script can't") ||
-      starts_with(cause, "The user executing the script can't"))
+      starts_with(cause, "The user executing the script can't") || starts_with(cause, "ERR ACL failure in script"))
     throw auth_error(std::move(message));
   if (starts_with(cause, "MOVED ") || starts_with(cause, "ASK ")) throw redirect_error(std::move(message));
   throw reply_error(std::move(message));
