@@ -143,6 +143,9 @@ TEST(Errors, AScriptErrorIsTypedByItsCommandsErrorOnEveryServer) {
   EXPECT_EQ(type_of(redis8_acl.c_str()), "auth:" + redis8_acl);
   EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer"),
             "reply:ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer");
+  // Only the wrapper is taken off: a location in the command's own message stays.
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:4: ERR key a@user_script:5: WRONGTYPE"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:4: ERR key a@user_script:5: WRONGTYPE");
   EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:"),
             "reply:ERR Error running script (call to f_0a9a): @user_script:");
 }

@@ -159,9 +159,9 @@ inline bool starts_with(std::string_view s, std::string_view prefix) noexcept {
 /// "@user_script: <line>: " once more). Redis 7 forwards the command's error code first.
 inline std::string_view script_error_cause(std::string_view message) noexcept {
   if (!starts_with(message, "ERR Error running script (call to ")) return message;
-  constexpr std::string_view location = "@user_script:";
-  for (std::size_t at = message.find(location); at != std::string_view::npos; at = message.find(location)) {
-    const std::size_t end = message.find(": ", at + location.size());
+  for (std::size_t at = message.find("@user_script:"); at != std::string_view::npos;
+       at = starts_with(message, "@user_script:") ? 0 : std::string_view::npos) {
+    const std::size_t end = message.find(": ", at + 13);  // past "@user_script:" and the line
     if (end == std::string_view::npos) break;
     message.remove_prefix(end + 2);
   }
@@ -175,12 +175,12 @@ inline std::string_view script_error_cause(std::string_view message) noexcept {
   if (starts_with(cause, "WRONGTYPE")) throw wrong_type_error(std::move(message));
   if (starts_with(cause, "NOAUTH") || starts_with(cause, "WRONGPASS") || starts_with(cause, "NOPERM") ||
       starts_with(cause, "ERR invalid password") || starts_with(cause, "ERR AUTH") ||
-      // An ACL denial inside a script: Redis 7.0 words it as ERR, 7.2 as NOPERM, 8 as "ACL
-      // failure in script", Redis 6 without a code (after its wrapper).
+      // An ACL denial inside a script: Redis 7.0 words it as ERR, later 7.x as NOPERM, Redis 8
+      // and Valkey 9 as "ACL failure in script", Redis 6 without a code (after its wrapper).
       starts_with(cause, "ERR The user executing the script can't") ||
       starts_with(cause, "The user executing the script can't") || starts_with(cause, "ERR ACL failure in script"))
     throw auth_error(std::move(message));
-  if (starts_with(cause, "MOVED ") || starts_with(cause, "ASK ")) throw redirect_error(std::move(message));
+  if (starts_with(message, "MOVED ") || starts_with(message, "ASK ")) throw redirect_error(std::move(message));
   throw reply_error(std::move(message));
 }
 
