@@ -77,8 +77,9 @@ server_bin() {
   [ "$prog" = valkey ] && ln -s valkey-server "$tmp/out/bin/redis-sentinel"
   "$tmp/out/bin/redis-server" --version > "$tmp/out/VERSION"
   echo "$(($(date +%s) - started)) s on $jobs jobs, $(date -u +%FT%TZ)" > "$tmp/out/BUILD_TIME"
-  rm -rf "$dir"
-  mv "$tmp/out" "$dir"
+  # Atomic: another run that finished the same build first keeps its copy (mv -T refuses to
+  # replace a non-empty directory).
+  mv -T "$tmp/out" "$dir" 2> /dev/null || [ -x "$dir/bin/redis-server" ]
   echo "=== servers: $name built in $(cat "$dir/BUILD_TIME"): $(cat "$dir/VERSION")" >&2
   echo "$dir/bin"
 }
