@@ -1,6 +1,7 @@
 // A server that may evict keys with a TTL can delete a held lock: a client finds out on its
 // first connection (client::eviction()) and warns once through client_options::on_warning.
 #include "redis_server.hpp"
+#include "server_version.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 using namespace redislock;
+using redislock_test::acl_channel_rules;
 using redislock_test::redis_server;
 
 namespace {
@@ -74,8 +76,10 @@ TEST(Eviction, ASafeServerGivesNoWarning) {
 TEST(Eviction, AUserWithoutConfigRightsStillLocksAndTheRiskIsUnknown) {
   redis_server server({"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"});
   connection admin = server.admin();
-  admin.command(
-      {"ACL", "SETUSER", "app", "reset", "on", ">app-pw", "~redislock:*", "&redislock:*", "+@all", "-config"});
+  std::vector<std::string> acl = {"ACL",     "SETUSER",      "app",   "reset",  "on",
+                                  ">app-pw", "~redislock:*", "+@all", "-config"};
+  for (const std::string& rule : acl_channel_rules(admin, "redislock:*")) acl.push_back(rule);
+  admin.command(std::vector<std::string_view>(acl.begin(), acl.end()));
   warnings w;
   client_options o = w.options(server);
   o.connection.user = "app";

@@ -35,7 +35,9 @@ struct HashTags : ::testing::Test {
     server = new redislock_test::redis_server(
         {"--cluster-enabled", "yes", "--cluster-config-file", *dir + "/nodes.conf", "--dir", *dir});
     connection admin = server->admin();
-    admin.command({"CLUSTER", "ADDSLOTSRANGE", "0", "16383"});
+    std::vector<std::string> addslots = {"CLUSTER", "ADDSLOTS"};  // every server (ADDSLOTSRANGE: Redis 7)
+    for (int slot = 0; slot < 16384; ++slot) addslots.push_back(std::to_string(slot));
+    admin.command(std::vector<std::string_view>(addslots.begin(), addslots.end()));
     const bool ok = redislock_test::eventually(
         [&] {
           reply_ptr r = admin.command({"CLUSTER", "INFO"});

@@ -114,6 +114,42 @@ TEST(Errors, ReplyErrorsAreTyped) {
   EXPECT_EQ(kind("ERR unknown command"), "reply:ERR unknown command");
 }
 
+// A script's command error is typed by that error on every server: Redis 6 wraps it, Redis 8
+// words an ACL denial its own way.
+TEST(Errors, AScriptErrorIsTypedByItsCommandsErrorOnEveryServer) {
+  auto type_of = [](const char* text) -> std::string {
+    try {
+      detail::throw_reply_error(text);
+    } catch (const wrong_type_error& e) {
+      return "wrongtype:" + e.server_message();
+    } catch (const auth_error& e) {
+      return "auth:" + e.server_message();
+    } catch (const reply_error& e) {
+      return "reply:" + e.server_message();
+    }
+    return "none";
+  };
+  const std::string wrong_type =
+      "ERR Error running script (call to f_0afd6381b7bc7e087629b058a114888865e2f312): "
+      "@user_script:1: WRONGTYPE Operation against a key holding the wrong kind of value";
+  EXPECT_EQ(type_of(wrong_type.c_str()), "wrongtype:" + wrong_type);  // the whole message is kept
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:2: @user_script: 2: "
+                    "The user executing the script can't run this command or subcommand"),
+            "auth:ERR Error running script (call to f_0a9a): @user_script:2: @user_script: 2: "
+            "The user executing the script can't run this command or subcommand");
+  const std::string redis8_acl =
+      "ERR ACL failure in script: User lesser has no permissions to run the 'get' command "
+      "script: 43f2911f06a405b9b9aba280c9c9c72edb3dd8f3, on @user_script:2.";
+  EXPECT_EQ(type_of(redis8_acl.c_str()), "auth:" + redis8_acl);
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:3: ERR value is not an integer");
+  // Only the wrapper is taken off: a location in the command's own message stays.
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:4: ERR key a@user_script:5: WRONGTYPE"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:4: ERR key a@user_script:5: WRONGTYPE");
+  EXPECT_EQ(type_of("ERR Error running script (call to f_0a9a): @user_script:"),
+            "reply:ERR Error running script (call to f_0a9a): @user_script:");
+}
+
 TEST(Errors, HierarchyIsRootedAtError) {
   static_assert(std::is_base_of_v<std::runtime_error, error>);
   static_assert(std::is_base_of_v<connection_error, timeout_error>);

@@ -195,6 +195,27 @@ TEST_F(sentinel_test, wrong_service_name_is_a_discovery_error_within_the_timeout
   EXPECT_LT(ms_since(t0), 1000);
 }
 
+// Sentinel has ACL users since Redis 6.2: a sentinel_user on an older Sentinel is refused at
+// first use with server_version_error naming the version, not a generic discovery failure.
+TEST_F(sentinel_test, a_sentinel_user_needs_sentinel_6_2) {
+  auto o = options();
+  o.sentinel_user = "nosuchuser";
+  o.retries = 0;
+  redislock::sentinel_client c(o);
+  if (redislock_test::server_binary_version() >= 60200) {  // a user it does not know: bad credentials
+    EXPECT_THROW(c.command({"PING"}), redislock::discovery_error);
+    return;
+  }
+  try {
+    c.command({"PING"});
+    ADD_FAILURE() << "a Sentinel without ACL users accepted a user name";
+  } catch (const redislock::server_version_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("6.2 or later"), std::string::npos) << what;
+    EXPECT_EQ(what.find(sentinel_topology::sentinel_password), std::string::npos) << "password in the message";
+  }
+}
+
 TEST_F(sentinel_test, sentinel_credentials_are_separate_from_the_data_nodes) {
   {  // the data password does not open the sentinels
     auto o = options();
@@ -364,25 +385,28 @@ TEST_F(sentinel_test, the_minimal_acl_of_the_readme_is_enough) {
   // Data nodes (ACLs are not replicated: set on both): the mutex's user plus +role and +wait.
   for (int i = 0; i < 2; ++i) {
     redislock::connection c(topology->node_options(i));
-    c.command({"ACL",          "SETUSER",      "locker",       "reset",          "on",
-               ">locker-pw",   "~redislock:*", "&redislock:*", "-@all",          "+evalsha",
-               "+script|load", "+get",         "+set",         "+del",           "+exists",
-               "+pexpire",     "+pttl",        "+incr",        "+time",          "+zadd",
-               "+zpopmin",     "+zrem",        "+hset",        "+hget",          "+hdel",
-               "+publish",     "+subscribe",   "+unsubscribe", "+pubsub|numsub", "+role",
-               "+wait"});
-  }
-  // Sentinels: only the master's address.
-  for (int i = 0; i < 3; ++i) {
-    redislock::connection c(topology->sentinel_options(i));
-    c.command(
-        {"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all", "+sentinel|get-master-addr-by-name"});
+    std::vector<std::string> acl = {
+        "ACL",      "SETUSER",      "locker",       "reset",          "on",    ">locker-pw", "~redislock:*", "-@all",
+        "+evalsha", "+script|load", "+get",         "+set",           "+del",  "+exists",    "+pexpire",     "+pttl",
+        "+incr",    "+time",        "+zadd",        "+zpopmin",       "+zrem", "+hset",      "+hget",        "+hdel",
+        "+publish", "+subscribe",   "+unsubscribe", "+pubsub|numsub", "+role", "+wait"};
+    for (const std::string& rule : redislock_test::acl_channel_rules(c, "redislock:*")) acl.push_back(rule);
+    c.command(std::vector<std::string_view>(acl.begin(), acl.end()));
   }
   auto o = options();
   o.connection.user = "locker";
   o.connection.password = "locker-pw";
-  o.sentinel_user = "discovery";
-  o.sentinel_password = "discovery-pw";
+  // Sentinels: only the master's address. Sentinel has ACL users since Redis 6.2 (6.0's only
+  // has its requirepass, which options() gives).
+  if (redislock_test::server_binary_version() >= 60200) {
+    for (int i = 0; i < 3; ++i) {
+      redislock::connection c(topology->sentinel_options(i));
+      c.command({"ACL", "SETUSER", "discovery", "reset", "on", ">discovery-pw", "-@all",
+                 "+sentinel|get-master-addr-by-name"});
+    }
+    o.sentinel_user = "discovery";
+    o.sentinel_password = "discovery-pw";
+  }
   o.on_warning = [](const std::string&) {};
   redislock::sentinel_client c(o);
   redislock::lock_options lo;

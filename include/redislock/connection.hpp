@@ -270,8 +270,21 @@ class connection {
       detail::checked(*r);
     };
     if (!options_.password.empty()) {
-      if (options_.user.empty()) run({"AUTH", options_.password});
-      else run({"AUTH", options_.user, options_.password});
+      if (options_.user.empty()) {
+        run({"AUTH", options_.password});
+      } else {
+        try {
+          run({"AUTH", options_.user, options_.password});
+        } catch (const reply_error& e) {
+          // Before ACL users AUTH takes the password alone (Redis 6.0; a Sentinel 6.2).
+          const std::string& m = e.server_message();
+          if (m.find("wrong number of arguments") == std::string::npos) throw;
+          throw server_version_error(m, "connection to " + options_.endpoint() +
+                                            ": a user name needs ACL users, Redis 6.0 or later (on a Sentinel, "
+                                            "6.2 or later); the server refused AUTH with a user name: " +
+                                            m);
+        }
+      }
     }
     if (options_.db != 0) {
       std::string db = std::to_string(options_.db);

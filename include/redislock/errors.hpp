@@ -14,6 +14,8 @@
 ///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
 ///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
 ///   │   ├── auth_error        NOAUTH / WRONGPASS / NOPERM
+///   │   ├── server_version_error  the server is too old for what was asked (the message names
+///   │   │                     the version needed)
 ///   │   └── redirect_error    MOVED / ASK (Redis Cluster)
 ///   ├── lock_error            ownership misuse (unlocking or extending a lock not held)
 ///   └── replication_error     lock_options::min_replicas not reached: the hold was released
@@ -59,6 +61,8 @@ class reply_error : public error {
  public:
   explicit reply_error(std::string server_message)
       : error("redis error reply: " + server_message), server_message_(std::move(server_message)) {}
+  reply_error(std::string server_message, const std::string& what)
+      : error(what), server_message_(std::move(server_message)) {}
   const std::string& server_message() const noexcept { return server_message_; }
 
  private:
@@ -78,6 +82,14 @@ class wrong_type_error : public reply_error {
 class auth_error : public reply_error {
  public:
   using reply_error::reply_error;
+};
+
+/// The server refused something it does not have yet: what() names the server version needed,
+/// server_message() is the server's refusal. Retrying does not help; upgrading the server does.
+class server_version_error : public reply_error {
+ public:
+  server_version_error(std::string server_message, const std::string& needed)
+      : reply_error(std::move(server_message), needed) {}
 };
 
 /// MOVED or ASK from a Redis Cluster node: the key's slot lives elsewhere.
@@ -142,15 +154,31 @@ inline bool starts_with(std::string_view s, std::string_view prefix) noexcept {
   return s.substr(0, prefix.size()) == prefix;
 }
 
+/// The error a script's command raised, out of Redis 6's wrapper around it: "ERR Error running
+/// script (call to f_<sha1>): @user_script:<line>: <the command's error>" (an ACL denial adds
+/// "@user_script: <line>: " once more). Redis 7 forwards the command's error code first.
+inline std::string_view script_error_cause(std::string_view message) noexcept {
+  if (!starts_with(message, "ERR Error running script (call to ")) return message;
+  for (std::size_t at = message.find("@user_script:"); at != std::string_view::npos;
+       at = starts_with(message, "@user_script:") ? 0 : std::string_view::npos) {
+    const std::size_t end = message.find(": ", at + 13);  // past "@user_script:" and the line
+    if (end == std::string_view::npos) break;
+    message.remove_prefix(end + 2);
+  }
+  return message;
+}
+
 /// The one place where a server error reply becomes a typed exception.
 [[noreturn]] inline void throw_reply_error(std::string message) {
-  if (starts_with(message, "NOSCRIPT")) throw noscript_error(std::move(message));
-  // Inside a script Redis 7 forwards the original error code first.
-  if (starts_with(message, "WRONGTYPE")) throw wrong_type_error(std::move(message));
-  if (starts_with(message, "NOAUTH") || starts_with(message, "WRONGPASS") || starts_with(message, "NOPERM") ||
-      starts_with(message, "ERR invalid password") || starts_with(message, "ERR AUTH") ||
-      // An ACL denial inside a script: Redis 7.0 words it as ERR, later versions as NOPERM.
-      starts_with(message, "ERR The user executing the script can't"))
+  const std::string_view cause = script_error_cause(message);
+  if (starts_with(cause, "NOSCRIPT")) throw noscript_error(std::move(message));
+  if (starts_with(cause, "WRONGTYPE")) throw wrong_type_error(std::move(message));
+  if (starts_with(cause, "NOAUTH") || starts_with(cause, "WRONGPASS") || starts_with(cause, "NOPERM") ||
+      starts_with(cause, "ERR invalid password") || starts_with(cause, "ERR AUTH") ||
+      // An ACL denial inside a script: Redis 7.0 words it as ERR, later 7.x as NOPERM, Redis 8
+      // and Valkey 9 as "ACL failure in script", Redis 6 without a code (after its wrapper).
+      starts_with(cause, "ERR The user executing the script can't") ||
+      starts_with(cause, "The user executing the script can't") || starts_with(cause, "ERR ACL failure in script"))
     throw auth_error(std::move(message));
   if (starts_with(message, "MOVED ") || starts_with(message, "ASK ")) throw redirect_error(std::move(message));
   throw reply_error(std::move(message));

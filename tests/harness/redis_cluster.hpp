@@ -52,7 +52,7 @@ class redis_cluster {
     if (create.wait_for(std::chrono::seconds(60)) != 0)
       throw std::runtime_error("redis_cluster: redis-cli --cluster create failed");
     if (!wait_until_stable(std::chrono::seconds(30)))
-      throw std::runtime_error("redis_cluster: cluster_state did not become ok");
+      throw std::runtime_error("redis_cluster: not stable within 30 s: " + unstable_because_);
   }
   ~redis_cluster() {
     for (auto& n : nodes_) n->stop();
@@ -256,8 +256,11 @@ class redis_cluster {
         if (reference_masters.empty()) reference_masters = masters;
         else if (masters != reference_masters)
           return at + "masters' epochs " + masters + ", node 0: " + reference_masters;
+        // In slot order: Redis 6.0 lists the ranges in each node's own order.
+        auto ranges = redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1");
+        std::sort(ranges.begin(), ranges.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
         std::string map;
-        for (const auto& range : redislock::detail::parse_cluster_slots(*c.command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
+        for (const auto& range : ranges)
           map +=
               std::to_string(range.first) + "-" + std::to_string(range.last) + "@" + std::to_string(range.port) + ";";
         if (map.empty()) return at + "no slots";

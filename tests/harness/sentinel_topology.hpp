@@ -5,6 +5,7 @@
 // polled with a bounded deadline.
 
 #include "redis_server.hpp"
+#include "server_version.hpp"
 #include "redis_stats.hpp"
 
 #include <redislock/connection.hpp>
@@ -33,23 +34,22 @@ class sentinel_topology {
     nodes_[0] = std::make_unique<redis_server>(data_args({}));
     nodes_[1] =
         std::make_unique<redis_server>(data_args({"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())}));
-    const std::string conf = "sentinel monitor " + std::string(service) + " 127.0.0.1 " +
-                             std::to_string(nodes_[0]->port()) +
-                             " 2\n"
-                             "sentinel auth-pass " +
-                             std::string(service) + " " + data_password +
-                             "\n"
-                             "sentinel down-after-milliseconds " +
-                             std::string(service) +
-                             " 500\n"
-                             "sentinel failover-timeout " +
-                             std::string(service) +
-                             " 2000\n"
-                             "sentinel sentinel-pass " +
-                             std::string(sentinel_password) +
-                             "\n"
-                             "requirepass " +
-                             std::string(sentinel_password) + "\n";
+    std::string conf = "sentinel monitor " + std::string(service) + " 127.0.0.1 " + std::to_string(nodes_[0]->port()) +
+                       " 2\n"
+                       "sentinel auth-pass " +
+                       std::string(service) + " " + data_password +
+                       "\n"
+                       "sentinel down-after-milliseconds " +
+                       std::string(service) +
+                       " 500\n"
+                       "sentinel failover-timeout " +
+                       std::string(service) +
+                       " 2000\n"
+                       "requirepass " +
+                       std::string(sentinel_password) + "\n";
+    // Sentinels authenticate to each other with sentinel-pass since Redis 6.2, with their own
+    // requirepass before (6.0 does not know the option).
+    if (server_binary_version() >= 60200) conf += "sentinel sentinel-pass " + std::string(sentinel_password) + "\n";
     for (int i = 0; i < 3; ++i) sentinels_.push_back(std::make_unique<redis_server>(server_config{{}, true, conf}));
     if (!wait_healthy(std::chrono::seconds(30))) throw std::runtime_error("sentinel_topology: not ready within 30 s");
   }

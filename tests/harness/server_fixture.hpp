@@ -4,6 +4,7 @@
 
 #include "redis_keys.hpp"
 #include "redis_server.hpp"
+#include "server_version.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -38,6 +39,8 @@ struct server_test : ::testing::Test {
     return admin->command({"PUBSUB", "NUMSUB", channel})->element[1]->integer;
   }
   long long evalsha() { return command_calls(*admin, "evalsha"); }
+  /// The server's version (major * 10000 + minor * 100 + patch; see server_version.hpp).
+  int version() { return server_version(*admin); }
   void reset_stats() { admin->command({"CONFIG", "RESETSTAT"}); }
   inline static redis_server* server = nullptr;
   std::unique_ptr<redislock::client> pool;

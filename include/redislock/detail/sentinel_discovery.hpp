@@ -8,6 +8,7 @@
 #include <redislock/reply.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,7 @@ inline master_address ask_sentinels(const std::vector<sentinel_endpoint>& sentin
   base.unix_path.clear();
   base.db = 0;
   std::string failures;
+  std::optional<server_version_error> too_old;  // thrown when no sentinel answered
   const std::size_t n = sentinels.size();
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = (first + k) % n;
@@ -67,11 +69,15 @@ inline master_address ask_sentinels(const std::vector<sentinel_endpoint>& sentin
       answered = i;
       return a;
     } catch (const invalid_argument&) {
-      throw;                    // the options cannot work with any sentinel (e.g. TLS without TLS support)
+      throw;  // the options cannot work with any sentinel (e.g. TLS without TLS support)
+    } catch (const server_version_error& e) {
+      if (!too_old) too_old = e;
+      failures += "; " + base.endpoint() + ": " + e.what();
     } catch (const error& e) {  // connection_error, auth_error, reply_error
       failures += "; " + base.endpoint() + ": " + e.what();
     }
   }
+  if (too_old) throw *too_old;  // the options need newer sentinels: waiting will not help
   throw discovery_error("sentinel: no sentinel named the master of '" + service + "'" + failures);
 }
 
