@@ -1,0 +1,139 @@
+#pragma once
+// What a model run records, and the invariants checked on it after the run.
+//
+// All times are one process's CLOCK_MONOTONIC (steady_clock, ns), which every thread shares and
+// the servers' expiry runs at (same machine). A hold is *certainly valid* from the end of the
+// call that acquired it until the earliest of:
+//   - the start of the call that released it (unlock, destruction),
+//   - certain_until = (start of the acquiring call) + lease - margin, moved by each extend(L)
+//     that returned true to (start of that extend) + L - margin: the server set PX after the
+//     call began, so its key lives at least that long. An extend whose outcome is unknown
+//     (an error) may still run later, so it can only lower the bound (min with start + L).
+//     With auto_renew the watchdog may reset the key to the configured lease at any time, so
+//     the bound stays at the acquisition's,
+//   - the start of a force_release() of its name by anyone (the administrator revoked it).
+// Within that interval the server certainly had the hold; two such intervals of one name that
+// overlap (writers, or a writer and a reader) mean the server had two holders at once.
+
+#include "history.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace redislock_model {
+
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct record {
+  op o;
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::string outcome;  // "true", "false", "skip", "error:<type>", a release status
+  long long value = -1;  // remaining ms, fencing token
+  int hold = -1;         // the hold this op ran in (or began / ended)
+};
+
+struct hold {
+  int id = 0, thread = 0, name = 0;
+  bool write = true, auto_renew = false;
+  std::int64_t acquire_start_ns = 0, acquired_ns = 0;
+  std::int64_t certain_until_ns = 0;
+  std::int64_t end_ns = LLONG_MAX;  // start of the call that ended it
+  std::string owner;
+  int first_op = -1, last_op = -1;  // op indices in the thread's list
+};
+
+struct fence_record {
+  int hold = 0, thread = 0, index = 0;
+  std::uint64_t token = 0;
+  std::int64_t start_ns = 0, end_ns = 0;
+};
+
+/// A window in which a fault may take keys away: force_release (on one name) or a Redlock
+/// master's data loss (until a lease after its restart).
+struct revocation {
+  int name = -1;  // -1: every name
+  std::int64_t from_ns = 0, until_ns = LLONG_MAX;
+};
+
+struct finding {
+  std::string invariant;  // overlap, optimism, fence, deadline, early_loss, leak, crash
+  std::string detail;
+};
+
+struct run_log {
+  std::vector<record> records;
+  std::vector<hold> holds;
+  std::vector<fence_record> fences;
+  std::vector<revocation> revocations;
+  std::vector<finding> findings;
+  std::map<std::string, int> faults_by_kind;
+  long long max_overrun_ms = 0;  // the largest call time beyond its deadline
+};
+
+inline double ms_of(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+/// Whether a revocation of `name` touched [from, to].
+inline bool revoked(const run_log& log, int name, std::int64_t from, std::int64_t to) {
+  for (const auto& r : log.revocations)
+    if ((r.name < 0 || r.name == name) && r.from_ns <= to && r.until_ns >= from) return true;
+  return false;
+}
+
+/// The end of a hold's certainly-valid interval.
+inline std::int64_t certain_end(const run_log& log, const hold& h) {
+  std::int64_t end = std::min(h.end_ns, h.certain_until_ns);
+  for (const auto& r : log.revocations)
+    if ((r.name < 0 || r.name == h.name) && r.until_ns >= h.acquire_start_ns) end = std::min(end, std::max(r.from_ns, h.acquired_ns));
+  return end;
+}
+
+inline std::string describe_hold(const hold& h, std::int64_t t0, std::int64_t end) {
+  char b[320];
+  std::snprintf(b, sizeof b, "hold#%d t%d n%d %s ops %d..%d acquired %.1f..%.1f ms, certainly valid until %.1f ms%s",
+                h.id, h.thread, h.name, h.write ? "write" : "read", h.first_op, h.last_op, ms_of(h.acquire_start_ns - t0),
+                ms_of(h.acquired_ns - t0), ms_of(end - t0), h.auto_renew ? " (auto_renew)" : "");
+  return b;
+}
+
+/// Invariant 1: no two certainly-valid holds of one name overlap (one of them writing).
+inline void check_overlaps(run_log& log, std::int64_t t0) {
+  for (std::size_t i = 0; i < log.holds.size(); ++i)
+    for (std::size_t j = i + 1; j < log.holds.size(); ++j) {
+      const hold &a = log.holds[i], &b = log.holds[j];
+      if (a.name != b.name || (!a.write && !b.write)) continue;
+      const std::int64_t ae = certain_end(log, a), be = certain_end(log, b);
+      const std::int64_t from = std::max(a.acquired_ns, b.acquired_ns), to = std::min(ae, be);
+      if (from >= to) continue;
+      char b2[64];
+      std::snprintf(b2, sizeof b2, " overlap %.1f ms", ms_of(to - from));
+      log.findings.push_back({"overlap", describe_hold(a, t0, ae) + " and " + describe_hold(b, t0, be) + b2});
+    }
+}
+
+/// Invariant 3: fencing tokens drawn in certainly-valid holds increase with time.
+inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
+  if (data_loss) return;  // Redlock: tokens are promised only while no master loses its data
+  for (const auto& f1 : log.fences)
+    for (const auto& f2 : log.fences) {
+      if (f1.hold == f2.hold || f1.end_ns >= f2.start_ns) continue;
+      const hold &h1 = log.holds[static_cast<std::size_t>(f1.hold)], &h2 = log.holds[static_cast<std::size_t>(f2.hold)];
+      if (h1.name != h2.name || f1.end_ns >= certain_end(log, h1) || f2.end_ns >= certain_end(log, h2)) continue;
+      if (f2.token > f1.token) continue;
+      char b[256];
+      std::snprintf(b, sizeof b, "t%d.%d got token %llu at %.1f ms after t%d.%d got %llu at %.1f ms (name n%d)", f2.thread,
+                    f2.index, (unsigned long long)f2.token, ms_of(f2.start_ns - t0), f1.thread, f1.index,
+                    (unsigned long long)f1.token, ms_of(f1.end_ns - t0), h1.name);
+      log.findings.push_back({"fence", b});
+    }
+}
+
+}  // namespace redislock_model
