@@ -8,8 +8,8 @@
 #      prefix in the build tree; every test, the consumers included, and the bench smoke run
 #      (its uncontended cases include the TLS-vs-TCP cycle). Skipped, saying so, when
 #      the tarball is absent (a user's clone has none).
-# Sanitizer builds skip the consumer/example tests and run shorter torture scenarios; line
-# tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
+# Sanitizer builds skip the consumer/example tests and run shorter torture scenarios and
+# model-checker runs; line tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
 # -O1 (3.1 against 6.2 min on 2 cores), and its tests took as long (2.8 against 2.7 min: they
 # wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (it slows -O0 code far
 # more). The hiredis1 variant runs the tests that exercise hiredis itself (connections,
@@ -36,7 +36,8 @@ slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lo
 sanitized() {  # <dir> <sanitizers> <optimisation>
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$3 -g1 -DNDEBUG" \
     -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_BUILD_EXAMPLES=OFF \
-    -DREDISLOCK_TEST_CONSUMERS=OFF -DREDISLOCK_SANITIZE="$2" -DREDISLOCK_TORTURE_SECONDS=8
+    -DREDISLOCK_TEST_CONSUMERS=OFF -DREDISLOCK_SANITIZE="$2" -DREDISLOCK_TORTURE_SECONDS=8 \
+    -DREDISLOCK_MODEL_SECONDS=15
   cmake --build "$1" -j "$jobs"
 }
 

@@ -36,7 +36,7 @@ inline std::int64_t now_ns() {
 struct record {
   op o;
   std::int64_t start_ns = 0, end_ns = 0;
-  std::string outcome;  // "true", "false", "skip", "error:<type>", a release status
+  std::string outcome;   // "true", "false", "skip", "error:<type>", a release status
   long long value = -1;  // remaining ms, fencing token
   int hold = -1;         // the hold this op ran in (or began / ended)
 };
@@ -92,15 +92,17 @@ inline bool revoked(const run_log& log, int name, std::int64_t from, std::int64_
 inline std::int64_t certain_end(const run_log& log, const hold& h) {
   std::int64_t end = std::min(h.end_ns, h.certain_until_ns);
   for (const auto& r : log.revocations)
-    if ((r.name < 0 || r.name == h.name) && r.until_ns >= h.acquire_start_ns) end = std::min(end, std::max(r.from_ns, h.acquired_ns));
+    if ((r.name < 0 || r.name == h.name) && r.until_ns >= h.acquire_start_ns)
+      end = std::min(end, std::max(r.from_ns, h.acquired_ns));
   return end;
 }
 
 inline std::string describe_hold(const hold& h, std::int64_t t0, std::int64_t end) {
   char b[320];
   std::snprintf(b, sizeof b, "hold#%d t%d n%d %s ops %d..%d acquired %.1f..%.1f ms, certainly valid until %.1f ms%s",
-                h.id, h.thread, h.name, h.write ? "write" : "read", h.first_op, h.last_op, ms_of(h.acquire_start_ns - t0),
-                ms_of(h.acquired_ns - t0), ms_of(end - t0), h.auto_renew ? " (auto_renew)" : "");
+                h.id, h.thread, h.name, h.write ? "write" : "read", h.first_op, h.last_op,
+                ms_of(h.acquire_start_ns - t0), ms_of(h.acquired_ns - t0), ms_of(end - t0),
+                h.auto_renew ? " (auto_renew)" : "");
   return b;
 }
 
@@ -129,8 +131,8 @@ inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
       if (h1.name != h2.name || f1.end_ns >= certain_end(log, h1) || f2.end_ns >= certain_end(log, h2)) continue;
       if (f2.token > f1.token) continue;
       char b[256];
-      std::snprintf(b, sizeof b, "t%d.%d got token %llu at %.1f ms after t%d.%d got %llu at %.1f ms (name n%d)", f2.thread,
-                    f2.index, (unsigned long long)f2.token, ms_of(f2.start_ns - t0), f1.thread, f1.index,
+      std::snprintf(b, sizeof b, "t%d.%d got token %llu at %.1f ms after t%d.%d got %llu at %.1f ms (name n%d)",
+                    f2.thread, f2.index, (unsigned long long)f2.token, ms_of(f2.start_ns - t0), f1.thread, f1.index,
                     (unsigned long long)f1.token, ms_of(f1.end_ns - t0), h1.name);
       log.findings.push_back({"fence", b});
     }

@@ -54,8 +54,8 @@ struct fault {
   int index = 0;
   fault_kind kind = fault_kind::delay;
   long at_ms = 0, duration_ms = 0;
-  int thread = 0;  // proxy faults: whose proxies
-  int dir = 3;     // 1 to_server, 2 to_client, 3 both
+  int thread = 0;       // proxy faults: whose proxies
+  int dir = 3;          // 1 to_server, 2 to_client, 3 both
   unsigned subset = 0;  // Redlock: masters (bit i = master i); single server: ignored
   long arg_ms = 0;      // delay / jitter / sleep
 };
@@ -94,9 +94,12 @@ inline const char* to_string(fault_kind k) {
 
 inline std::string describe(const op& o) {
   std::ostringstream s;
+  if (o.index < 0) return "t" + std::to_string(o.thread) + ".end destroy n" + std::to_string(o.name);
   s << "t" << o.thread << "." << o.index << " " << to_string(o.kind) << " n" << o.name;
   if (o.kind == op_kind::acquire) {
-    s << (o.mode == acquire_mode::try_once ? " try_lock" : o.mode == acquire_mode::block ? " lock" : " try_lock_for")
+    s << (o.mode == acquire_mode::try_once ? " try_lock"
+          : o.mode == acquire_mode::block  ? " lock"
+                                           : " try_lock_for")
       << (o.write ? " write" : " read");
     if (o.mode == acquire_mode::try_for) s << " " << o.arg_ms << "ms";
   } else if (o.kind == op_kind::recreate) {
@@ -111,7 +114,9 @@ inline std::string describe(const fault& f) {
   std::ostringstream s;
   s << "f" << f.index << " " << to_string(f.kind) << " at=" << f.at_ms << "ms for=" << f.duration_ms << "ms";
   switch (f.kind) {
-    case fault_kind::delay: s << " thread=" << f.thread << " delay=" << f.arg_ms << "ms jitter=" << f.arg_ms << "ms"; break;
+    case fault_kind::delay:
+      s << " thread=" << f.thread << " delay=" << f.arg_ms << "ms jitter=" << f.arg_ms << "ms";
+      break;
     case fault_kind::stall:
     case fault_kind::black_hole:
       s << " thread=" << f.thread << " dir=" << (f.dir == 1 ? "to_server" : f.dir == 2 ? "to_client" : "both");
@@ -120,14 +125,25 @@ inline std::string describe(const fault& f) {
     case fault_kind::cut_after_request:
     case fault_kind::refuse: s << " thread=" << f.thread; break;
     case fault_kind::partition: s << " thread=" << f.thread << " servers=0x" << std::hex << f.subset << std::dec; break;
-    case fault_kind::debug_sleep: s << " sleep=" << f.arg_ms << "ms servers=0x" << std::hex << f.subset << std::dec; break;
+    case fault_kind::debug_sleep:
+      s << " sleep=" << f.arg_ms << "ms servers=0x" << std::hex << f.subset << std::dec;
+      break;
     default: s << " servers=0x" << std::hex << f.subset << std::dec;
   }
   return s.str();
 }
 
 /// Which kinds a history may put on a name.
-enum class kind { mutex, fair_mutex, reentrant, shared, redlock, broken_stealing, broken_optimistic, broken_redlock_extend };
+enum class kind {
+  mutex,
+  fair_mutex,
+  reentrant,
+  shared,
+  redlock,
+  broken_stealing,
+  broken_optimistic,
+  broken_redlock_extend
+};
 
 inline const char* to_string(kind k) {
   switch (k) {
@@ -224,7 +240,9 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
           const long m = pick(0, 99);
           // lock() only when this thread holds nothing (no deadlock across names).
           const bool holds_any = std::any_of(depth.begin(), depth.end(), [](int x) { return x > 0; });
-          o.mode = m < 40 ? acquire_mode::try_once : (m < 90 || holds_any) ? acquire_mode::try_for : acquire_mode::block;
+          o.mode = m < 40                  ? acquire_mode::try_once
+                   : (m < 90 || holds_any) ? acquire_mode::try_for
+                                           : acquire_mode::block;
           o.arg_ms = pick(0, lease);
           o.write = k != kind::shared || chance(40);
           ++d;
@@ -260,9 +278,15 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
   // Faults: a new one every ~half a lease over the run, each lasting up to a lease (a stall,
   // partition or black hole then outlives command timeouts and, sometimes, leases).
   const int servers = shape.redlock ? shape.masters : 1;
-  std::vector<fault_kind> menu = {fault_kind::delay,       fault_kind::stall,     fault_kind::black_hole,
-                                  fault_kind::cut,         fault_kind::cut_after_request, fault_kind::refuse,
-                                  fault_kind::partition,   fault_kind::client_kill,       fault_kind::debug_sleep,
+  std::vector<fault_kind> menu = {fault_kind::delay,
+                                  fault_kind::stall,
+                                  fault_kind::black_hole,
+                                  fault_kind::cut,
+                                  fault_kind::cut_after_request,
+                                  fault_kind::refuse,
+                                  fault_kind::partition,
+                                  fault_kind::client_kill,
+                                  fault_kind::debug_sleep,
                                   fault_kind::script_flush};
   if (shape.redlock) menu.push_back(fault_kind::master_restart);
   long at = pick(0, lease / 2);

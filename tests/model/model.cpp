@@ -5,6 +5,7 @@
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
 //                           broken_optimistic|broken_redlock_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
+//                   [--stop-on-finding] [--verbose]
 //   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
 //
 // Each run generates a history from its seed (history.hpp): per thread a list of operations on
@@ -74,6 +75,7 @@ struct config {
   std::set<std::string> keep;
   bool keep_given = false;
   bool verbose = false;
+  bool stop_on_finding = false;  // end the series at the first failing seed (once shrunk)
   milliseconds connect_timeout{200}, command_timeout{200};
 };
 
@@ -118,6 +120,7 @@ config parse(int argc, char** argv) {
     else if (a == "--reruns") c.reruns = std::stoi(value());
     else if (a == "--replay") c.replay = true;
     else if (a == "--verbose") c.verbose = true;
+    else if (a == "--stop-on-finding") c.stop_on_finding = true;
     else if (a == "--keep") {
       c.keep_given = true;
       std::stringstream s(value());
@@ -186,7 +189,11 @@ std::string type_of(const std::exception& e) {
 class run {
  public:
   run(const config& cfg, servers& srv, const history& h, std::uint64_t seed)
-      : cfg_(cfg), srv_(srv), h_(h), seed_(seed), lease_ns_(cfg.shape.lease_ms * 1000000LL),
+      : cfg_(cfg),
+        srv_(srv),
+        h_(h),
+        seed_(seed),
+        lease_ns_(cfg.shape.lease_ms * 1000000LL),
         margin_ns_(lease_ns_ / 100 + 2000000LL) {
     kinds_ = kinds_for(cfg, seed);
     const std::size_t n = h.threads.size();
@@ -195,7 +202,8 @@ class run {
     observers_.resize(n);
     for (std::size_t t = 0; t < n; ++t)
       for (std::size_t s = 0; s < srv.list.size(); ++s) {
-        proxies_[t].push_back(std::make_unique<tcp_proxy>(srv.list[s]->port(), static_cast<unsigned>(seed * 31 + t * 7 + s)));
+        proxies_[t].push_back(
+            std::make_unique<tcp_proxy>(srv.list[s]->port(), static_cast<unsigned>(seed * 31 + t * 7 + s)));
         redislock::client_options o;
         o.connection = srv.list[s]->options();
         o.connection.port = proxies_[t].back()->port();
@@ -278,7 +286,7 @@ class run {
       if (!slots[n].s) continue;
       op o;
       o.thread = static_cast<int>(t);
-      o.index = static_cast<int>(h_.threads[t].size());
+      o.index = -1;  // printed as "end"
       o.kind = op_kind::recreate;
       o.name = static_cast<int>(n);
       destroy(o, slots[n]);
@@ -307,7 +315,7 @@ class run {
     std::lock_guard<std::mutex> g(m_);
     hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
     h.end_ns = r.start_ns;
-    h.last_op = r.o.index;
+    if (r.o.index >= 0) h.last_op = r.o.index;
     r.hold = sl.hold;
     sl.hold = -1;
   }
@@ -340,8 +348,9 @@ class run {
       h = log_.holds[static_cast<std::size_t>(sl.hold)];
     }
     if (r.end_ns >= h.certain_until_ns || revoked(log_copy_revocations(), h.name, h.acquire_start_ns, r.end_ns)) return;
-    add_finding("early_loss", describe(r.o) + " " + what + " at " + at(r.end_ns) + ", before the hold's certain bound " +
-                                  at(h.certain_until_ns) + " (" + describe_hold(h, t0_, h.certain_until_ns) + ")");
+    add_finding("early_loss", describe(r.o) + " " + what + " at " + at(r.end_ns) +
+                                  ", before the hold's certain bound " + at(h.certain_until_ns) + " (" +
+                                  describe_hold(h, t0_, h.certain_until_ns) + ")");
   }
 
   run_log log_copy_revocations() {
@@ -401,9 +410,15 @@ class run {
           r.outcome = ok ? "true" : "false";
           break;
         }
-        case op_kind::fencing_token: r.value = static_cast<long long>(s->fencing_token()); r.outcome = "token"; break;
+        case op_kind::fencing_token:
+          r.value = static_cast<long long>(s->fencing_token());
+          r.outcome = "token";
+          break;
         case op_kind::still_held: r.outcome = s->still_held() ? "true" : "false"; break;
-        case op_kind::remaining: r.value = s->remaining().count(); r.outcome = "remaining"; break;
+        case op_kind::remaining:
+          r.value = s->remaining().count();
+          r.outcome = "remaining";
+          break;
         case op_kind::unlock: r.outcome = redislock::to_string(s->unlock()); break;
         case op_kind::pause:
           std::this_thread::sleep_for(milliseconds(o.arg_ms));
@@ -469,7 +484,8 @@ class run {
     if (o.kind == op_kind::unlock && r.outcome == "lease_expired") early_loss(r, sl, "found the lease expired");
     if (o.kind == op_kind::fencing_token && r.outcome == "token" && sl.hold >= 0) {
       std::lock_guard<std::mutex> g(m_);
-      log_.fences.push_back({sl.hold, static_cast<int>(t), o.index, static_cast<std::uint64_t>(r.value), r.start_ns, r.end_ns});
+      log_.fences.push_back(
+          {sl.hold, static_cast<int>(t), o.index, static_cast<std::uint64_t>(r.value), r.start_ns, r.end_ns});
     }
     if (o.kind == op_kind::remaining && r.value > 0 && s->owns() && !s->lost()) check_optimism(t, r, sl, *s, k);
     r.hold = sl.hold >= 0 ? sl.hold : r.hold;
@@ -522,7 +538,8 @@ class run {
         server_ms = left[left.size() / 2];  // what a majority has at least
         for (long long l : left) seen += std::to_string(l) + " ";
       } else {
-        const redislock::lock_info info = redislock::inspect(*observers_[t].front(), name_of(r.o.name), options_for(k, false));
+        const redislock::lock_info info =
+            redislock::inspect(*observers_[t].front(), name_of(r.o.name), options_for(k, false));
         for (const auto& holder : info.holders)
           if (holder.owner == owner && (holder.role == "reader") == !s.writing())
             server_ms = holder.remaining.count() < 0 ? LLONG_MAX : holder.remaining.count();
@@ -543,8 +560,9 @@ class run {
       if (revoked(log_, r.o.name, h.acquire_start_ns, observed)) return;
     }
     add_finding("optimism", describe(r.o) + " reported " + std::to_string(r.value) + " ms at " + at(r.end_ns) +
-                                ", the server had " + std::to_string(server_ms) + " ms (" + seen + ") at " + at(observed) +
-                                ", eps " + std::to_string(eps_ms) + " ms; " + describe_hold(h, t0_, h.certain_until_ns));
+                                ", the server had " + std::to_string(server_ms) + " ms (" + seen + ") at " +
+                                at(observed) + ", eps " + std::to_string(eps_ms) + " ms; " +
+                                describe_hold(h, t0_, h.certain_until_ns));
   }
 
   // ---- the faults -----------------------------------------------------------------------
@@ -586,30 +604,42 @@ class run {
       switch (f.kind) {
         case fault_kind::delay:
           for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(f.arg_ms), milliseconds(f.arg_ms));
-          undo = [this, f] { for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(0)); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(0));
+          };
           break;
         case fault_kind::stall:
           for (auto* p : proxies_of(f, false)) p->set_stalled(true, static_cast<d>(f.dir));
-          undo = [this, f] { for (auto* p : proxies_of(f, false)) p->set_stalled(false, d::both); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_stalled(false, d::both);
+          };
           break;
         case fault_kind::black_hole:
           for (auto* p : proxies_of(f, false)) p->set_black_hole(true, static_cast<d>(f.dir));
-          undo = [this, f] { for (auto* p : proxies_of(f, false)) p->set_black_hole(false, d::both); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_black_hole(false, d::both);
+          };
           break;
         case fault_kind::cut:
           for (auto* p : proxies_of(f, false)) p->cut_all();
           break;
         case fault_kind::cut_after_request:
           for (auto* p : proxies_of(f, false)) p->set_cut_after_request(true);
-          undo = [this, f] { for (auto* p : proxies_of(f, false)) p->set_cut_after_request(false); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_cut_after_request(false);
+          };
           break;
         case fault_kind::refuse:
           for (auto* p : proxies_of(f, false)) p->set_refusing(true);
-          undo = [this, f] { for (auto* p : proxies_of(f, false)) p->set_refusing(false); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_refusing(false);
+          };
           break;
         case fault_kind::partition:
           for (auto* p : proxies_of(f, true)) p->partition(true);
-          undo = [this, f] { for (auto* p : proxies_of(f, true)) p->partition(false); };
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, true)) p->partition(false);
+          };
           break;
         case fault_kind::client_kill:
           on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
@@ -726,8 +756,8 @@ std::set<std::string> invariants_of(const run_log& log) {
 void print_records(const outcome& o) {
   for (const auto& r : o.log.records) {
     if (r.outcome == "skip") continue;
-    std::printf("    %8.1f..%8.1f ms  %-40s %s%s\n", ms_of(r.start_ns - o.t0), ms_of(r.end_ns - o.t0), describe(r.o).c_str(),
-                r.outcome.c_str(), r.value >= 0 ? (" " + std::to_string(r.value)).c_str() : "");
+    std::printf("    %8.1f..%8.1f ms  %-40s %s%s\n", ms_of(r.start_ns - o.t0), ms_of(r.end_ns - o.t0),
+                describe(r.o).c_str(), r.outcome.c_str(), r.value >= 0 ? (" " + std::to_string(r.value)).c_str() : "");
   }
 }
 
@@ -751,8 +781,9 @@ std::string summary(const config& cfg, std::uint64_t seed, const history& h, con
                 "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
                 "faults=%d (%s) max_overrun_ms=%lld findings=%zu%s %s",
                 (unsigned long long)seed, cfg.redlock ? "redlock" : "single", kinds.c_str(), h.threads.size(),
-                h.op_count(), executed, skipped, log.holds.size(), fault_count, faults.empty() ? "none" : faults.c_str(),
-                log.max_overrun_ms, log.findings.size(), findings.c_str(), log.findings.empty() ? "PASS" : "FAIL");
+                h.op_count(), executed, skipped, log.holds.size(), fault_count,
+                faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms, log.findings.size(), findings.c_str(),
+                log.findings.empty() ? "PASS" : "FAIL");
   return b;
 }
 
@@ -777,7 +808,8 @@ history shrink(const config& cfg, servers& srv, const history& full, std::uint64
     return out;
   };
   // Coarse steps first: every fault, then each thread's whole list.
-  if (auto c = without([](const std::string& i) { return i[0] == 'f'; }); c.size() < items.size() && fails(c)) items = c;
+  if (auto c = without([](const std::string& i) { return i[0] == 'f'; }); c.size() < items.size() && fails(c))
+    items = c;
   for (std::size_t t = 0; t < full.threads.size() && steady::now() < budget_end; ++t) {
     const std::string prefix = "t" + std::to_string(t) + ".";
     auto c = without([&](const std::string& i) { return i.rfind(prefix, 0) == 0; });
@@ -803,6 +835,14 @@ history shrink(const config& cfg, servers& srv, const history& full, std::uint64
     }
   }
   return full.keep(std::set<std::string>(items.begin(), items.end()));
+}
+
+// The invariant a failing run is shrunk for: safety first (two holders), then the rest.
+std::string first_by_priority(const run_log& log) {
+  const auto found = invariants_of(log);
+  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "deadline", "contract", "leak"})
+    if (found.count(i)) return i;
+  return log.findings.front().invariant;
 }
 
 std::string keep_argument(const history& h) {
@@ -841,7 +881,7 @@ int main(int argc, char** argv) {
       if (o.log.findings.empty()) continue;
       ++failed;
       if (cfg.replay || cfg.shrink_seconds <= 0) continue;
-      const std::string invariant = o.log.findings.front().invariant;
+      const std::string invariant = first_by_priority(o.log);
       int shrink_runs = 0;
       const history small = shrink(cfg, srv, h, seed, invariant, shrink_runs);
       std::printf("model: shrunk seed %llu (%s) from %zu ops + %zu faults to %zu ops + %zu faults in %d reruns:\n%s",
@@ -850,7 +890,8 @@ int main(int argc, char** argv) {
       std::string args;
       for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
-        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep") {
+        if (s == "--stop-on-finding" || s == "--verbose") continue;
+        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds") {
           ++a;
           continue;
         }
@@ -859,6 +900,7 @@ int main(int argc, char** argv) {
       std::printf("model: replay with: redislock_model%s --seed %llu --replay --keep %s\n", args.c_str(),
                   (unsigned long long)seed, keep_argument(small).c_str());
       std::fflush(stdout);
+      if (cfg.stop_on_finding) break;
     }
     std::string faults;
     for (const auto& [k, n] : all_faults) faults += (faults.empty() ? "" : " ") + k + "=" + std::to_string(n);

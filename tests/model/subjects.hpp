@@ -86,7 +86,8 @@ inline std::string exclusive_subject<redislock::redlock>::owner() const {
 
 class reentrant_subject final : public subject {
  public:
-  reentrant_subject(redislock::client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
+  reentrant_subject(redislock::client& c, const std::string& name, const redislock::lock_options& o)
+      : lock_(c, name, o) {}
   bool acquire(acquire_mode mode, milliseconds timeout, bool) override { return acquire_with(lock_, mode, timeout); }
   bool extend(milliseconds lease) override { return lock_.extend(lease); }
   std::uint64_t fencing_token() override { return lock_.fencing_token(); }
