@@ -26,7 +26,7 @@ using direction = tcp_proxy::direction;
 
 namespace {
 
-constexpr milliseconds silence{300};  // how long "no reply" is watched for
+constexpr milliseconds silence{300};    // how long "no reply" is watched for
 constexpr milliseconds patience{5000};  // bound on every expected reply
 
 /// A blocking-free RESP client on one socket: sends raw commands, reads whole lines.
