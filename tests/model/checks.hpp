@@ -47,6 +47,10 @@ struct hold {
   std::int64_t acquire_start_ns = 0, acquired_ns = 0;
   std::int64_t certain_until_ns = 0;
   std::int64_t end_ns = LLONG_MAX;  // start of the call that ended it
+  // Until when the server may still have had it: the end of a release that answered
+  // "released", else the end of the call that ended it + the longest lease it was given.
+  std::int64_t busy_until_ns = LLONG_MAX;
+  long longest_lease_ms = 0;
   std::string owner;
   int first_op = -1, last_op = -1;  // op indices in the thread's list
 };
@@ -69,14 +73,27 @@ struct finding {
   std::string detail;
 };
 
+/// A time during which the name may be taken or blocked without any recorded hold: after a
+/// fault (a late request may take it, a lost release leaves it until the lease runs out), or
+/// an acquire or release whose outcome is unknown.
+struct busy_window {
+  int name = -1;  // -1: every name
+  std::int64_t from_ns = 0, until_ns = 0;
+  int thread = -1;              // whose call it is (-1: a fault)
+  bool writer_waiting = false;  // a write acquire in progress: blocks new readers of a shared lock
+};
+
 struct run_log {
   std::vector<record> records;
   std::vector<hold> holds;
   std::vector<fence_record> fences;
   std::vector<revocation> revocations;
+  std::vector<busy_window> busy;
   std::vector<finding> findings;
   std::map<std::string, int> faults_by_kind;
   long long max_overrun_ms = 0;  // the largest call time beyond its deadline
+  std::string max_overrun_op;    // which call that was
+  int waits_checked = 0;         // waits the liveness check looked at (free stretches in them)
 };
 
 inline double ms_of(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -136,6 +153,42 @@ inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
                     (unsigned long long)f1.token, ms_of(f1.end_ns - t0), h1.name);
       log.findings.push_back({"fence", b});
     }
+}
+
+/// Invariant 5 (liveness): a waiter (try_lock_for that returned false, or a lock() call) is
+/// never kept waiting longer than `bound_ns` while the name was free: no other hold could be on
+/// the server (see hold::busy_until_ns), no acquire or release of unknown outcome was pending,
+/// no writer was waiting ahead of a reader, and no fault was active or recent (busy_window).
+inline void check_liveness(run_log& log, std::int64_t t0, std::int64_t bound_ns) {
+  for (const auto& r : log.records) {
+    if (r.o.kind != op_kind::acquire || r.o.mode == acquire_mode::try_once || r.outcome == "skip") continue;
+    if (r.o.mode == acquire_mode::try_for && r.outcome != "false") continue;
+    std::vector<std::pair<std::int64_t, std::int64_t>> busy;
+    for (const auto& h : log.holds)
+      if (h.name == r.o.name && (h.thread != r.o.thread || h.end_ns <= r.start_ns) && (h.write || r.o.write))
+        busy.emplace_back(h.acquire_start_ns, h.busy_until_ns);
+    for (const auto& b : log.busy)
+      if ((b.name < 0 || b.name == r.o.name) && (!b.writer_waiting || (!r.o.write && b.thread != r.o.thread)))
+        busy.emplace_back(b.from_ns, b.until_ns);
+    std::sort(busy.begin(), busy.end());
+    std::int64_t free_from = r.start_ns, longest = 0, longest_at = 0;
+    for (const auto& [from, until] : busy) {
+      if (from > free_from && from - free_from > longest)
+        longest = std::min(from, r.end_ns) - free_from, longest_at = free_from;
+      free_from = std::max(free_from, until);
+      if (free_from >= r.end_ns) break;
+    }
+    if (free_from < r.end_ns && r.end_ns - free_from > longest) longest = r.end_ns - free_from, longest_at = free_from;
+    if (longest > 0) ++log.waits_checked;
+    if (longest <= bound_ns) continue;
+    char b[320];
+    std::snprintf(
+        b, sizeof b,
+        "%s ran %.1f..%.1f ms (%s): the name was free for %.1f ms from %.1f ms, no fault active, bound %.1f ms",
+        describe(r.o).c_str(), ms_of(r.start_ns - t0), ms_of(r.end_ns - t0), r.outcome.c_str(), ms_of(longest),
+        ms_of(longest_at - t0), ms_of(bound_ns));
+    log.findings.push_back({"liveness", b});
+  }
 }
 
 }  // namespace redislock_model

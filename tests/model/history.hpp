@@ -142,6 +142,7 @@ enum class kind {
   redlock,
   broken_stealing,
   broken_optimistic,
+  broken_deaf,
   broken_redlock_extend
 };
 
@@ -154,6 +155,7 @@ inline const char* to_string(kind k) {
     case kind::redlock: return "redlock";
     case kind::broken_stealing: return "broken_stealing";
     case kind::broken_optimistic: return "broken_optimistic";
+    case kind::broken_deaf: return "broken_deaf";
     case kind::broken_redlock_extend: return "broken_redlock_extend";
   }
   return "?";
@@ -243,7 +245,7 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
           o.mode = m < 40                  ? acquire_mode::try_once
                    : (m < 90 || holds_any) ? acquire_mode::try_for
                                            : acquire_mode::block;
-          o.arg_ms = pick(0, lease);
+          o.arg_ms = pick(0, 2 * lease);
           o.write = k != kind::shared || chance(40);
           ++d;
           expected_ms += o.mode == acquire_mode::try_once ? 2 : o.arg_ms / 3;

@@ -3,7 +3,7 @@
 //   redislock_model [--topology single|redlock] [--seed N] [--runs K] [--seconds S]
 //                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
-//                           broken_optimistic|broken_redlock_extend]
+//                           broken_optimistic|broken_deaf|broken_redlock_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
 //                   [--stop-on-finding] [--verbose]
 //   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
@@ -86,7 +86,7 @@ struct config {
 
 kind kind_named(const std::string& s) {
   for (kind k : {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::broken_stealing,
-                 kind::broken_optimistic, kind::broken_redlock_extend})
+                 kind::broken_optimistic, kind::broken_deaf, kind::broken_redlock_extend})
     if (s == to_string(k)) return k;
   usage("unknown kind " + s);
 }
@@ -233,6 +233,9 @@ class run {
     proxies_.clear();  // late requests still queued in a proxy are dropped with it
     check_overlaps(log_, t0_);
     check_fences(log_, t0_, data_loss_);
+    // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
+    // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
+    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
     check_leaks();
     return log_;
   }
@@ -245,7 +248,10 @@ class run {
     o.lease = milliseconds(cfg_.shape.lease_ms);
     o.key_prefix = "model:";
     o.auto_renew = auto_renew;
-    if (!is_redlock(k)) o.wait_lease = milliseconds(300);
+    if (!is_redlock(k)) {
+      o.wait_lease = milliseconds(wait_lease_ms);
+      o.recheck_interval = milliseconds(recheck_ms);  // the liveness bound's main term
+    }
     return o;
   }
 
@@ -315,6 +321,7 @@ class run {
     std::lock_guard<std::mutex> g(m_);
     hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
     h.end_ns = r.start_ns;
+    h.busy_until_ns = r.outcome == "released" ? r.end_ns : r.end_ns + h.longest_lease_ms * 1000000LL;
     if (r.o.index >= 0) h.last_op = r.o.index;
     r.hold = sl.hold;
     sl.hold = -1;
@@ -331,7 +338,10 @@ class run {
     const long long over = took_ms - limit_ms;
     {
       std::lock_guard<std::mutex> g(m_);
-      log_.max_overrun_ms = std::max(log_.max_overrun_ms, over);
+      if (over > log_.max_overrun_ms) {
+        log_.max_overrun_ms = over;
+        log_.max_overrun_op = describe(r.o) + " " + r.outcome;
+      }
     }
     const long slack = cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count();
     if (over > slack)
@@ -445,6 +455,10 @@ class run {
       }
     } catch (const std::exception& e) {
       r.outcome = "error:" + type_of(e);
+      if (o.kind == op_kind::acquire) {  // it may hold the name, or a place in its queue, for a while
+        std::lock_guard<std::mutex> g(m_);
+        log_.busy.push_back({o.name, r.start_ns, now_ns() + aftermath_ns(), static_cast<int>(t), false});
+      }
       if (o.kind == op_kind::extend && sl.hold >= 0) {  // may still run: the bound can only drop
         std::lock_guard<std::mutex> g(m_);
         hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
@@ -452,6 +466,15 @@ class run {
       }
     }
     r.end_ns = now_ns();
+    if (o.kind == op_kind::extend && sl.hold >= 0) {
+      std::lock_guard<std::mutex> g(m_);
+      hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
+      h.longest_lease_ms = std::max(h.longest_lease_ms, o.arg_ms);
+    }
+    if (o.kind == op_kind::acquire && o.write && k == kind::shared && o.mode != acquire_mode::try_once) {
+      std::lock_guard<std::mutex> g(m_);  // a queued writer holds new readers back
+      log_.busy.push_back({o.name, r.start_ns, r.end_ns, static_cast<int>(t), true});
+    }
     if (o.kind == op_kind::force_release) {
       std::lock_guard<std::mutex> g(m_);
       for (auto& rv : log_.revocations)
@@ -502,6 +525,7 @@ class run {
     h.acquire_start_ns = r.start_ns;
     h.acquired_ns = r.end_ns;
     h.certain_until_ns = r.start_ns + lease_ns_ - margin_ns_;
+    h.longest_lease_ms = cfg_.shape.lease_ms;
     h.first_op = h.last_op = o.index;
     try {
       h.owner = s.owner();
@@ -598,6 +622,7 @@ class run {
   void fault_body() {
     for (const fault& f : h_.faults) {
       if (!wait_until(t0_ + f.at_ms * 1000000LL)) return;
+      const std::int64_t started = now_ns();
       using d = tcp_proxy::direction;
       const milliseconds len(f.duration_ms);
       std::function<void()> undo;
@@ -677,6 +702,8 @@ class run {
         wait_until(now_ns() + len.count() * 1000000LL);
         undo();
       }
+      std::lock_guard<std::mutex> g(m_);
+      log_.busy.push_back({-1, started, now_ns() + aftermath_ns(), -1, false});
     }
   }
 
@@ -716,6 +743,13 @@ class run {
     }
   }
 
+  // After a fault or a call of unknown outcome: a late request may take the name for a lease
+  // (extends: up to 3 leases), or leave a place in its queue for wait_lease.
+  std::int64_t aftermath_ns() const {
+    return (3 * cfg_.shape.lease_ms + wait_lease_ms + cfg_.command_timeout.count()) * 1000000LL;
+  }
+
+  static constexpr long wait_lease_ms = 300, recheck_ms = 100;  // Redlock: retry_max is 100 ms too
   const config& cfg_;
   servers& srv_;
   const history& h_;
@@ -776,14 +810,14 @@ std::string summary(const config& cfg, std::uint64_t seed, const history& h, con
   for (const auto& f : log.findings) ++by[f.invariant];
   std::string findings;
   for (const auto& [k, n] : by) findings += " " + k + "=" + std::to_string(n);
-  char b[1024];
+  char b[1536];
   std::snprintf(b, sizeof b,
                 "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
-                "faults=%d (%s) max_overrun_ms=%lld findings=%zu%s %s",
+                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d findings=%zu%s %s",
                 (unsigned long long)seed, cfg.redlock ? "redlock" : "single", kinds.c_str(), h.threads.size(),
                 h.op_count(), executed, skipped, log.holds.size(), fault_count,
-                faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms, log.findings.size(), findings.c_str(),
-                log.findings.empty() ? "PASS" : "FAIL");
+                faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms, log.max_overrun_op.c_str(),
+                log.waits_checked, log.findings.size(), findings.c_str(), log.findings.empty() ? "PASS" : "FAIL");
   return b;
 }
 
@@ -840,7 +874,7 @@ history shrink(const config& cfg, servers& srv, const history& full, std::uint64
 // The invariant a failing run is shrunk for: safety first (two holders), then the rest.
 std::string first_by_priority(const run_log& log) {
   const auto found = invariants_of(log);
-  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "deadline", "contract", "leak"})
+  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "deadline", "liveness", "contract", "leak"})
     if (found.count(i)) return i;
   return log.findings.front().invariant;
 }

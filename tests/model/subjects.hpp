@@ -4,6 +4,7 @@
 // checker's self-tests, deliberately broken kinds (test-only code) that it must catch:
 //   broken_stealing        try_lock() sometimes "succeeds" without asking the server;
 //   broken_optimistic      remaining_lease() reports more than the server has left;
+//   broken_deaf            try_lock_for() never acquires, even a free name;
 //   broken_redlock_extend  validity() after a shorter extend keeps the longer validity of
 //                          before (the max() that basic_redlock::extend_hold once had).
 
@@ -16,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The mutex's owner token, for the observer (the friend the library leaves for tests).
@@ -174,6 +176,18 @@ class optimistic_subject final : public exclusive_subject<redislock::mutex> {
   milliseconds bonus_;
 };
 
+/// Test-only: a mutex whose waits never acquire (try_lock_for sleeps out its timeout), as a
+/// waiter that missed every release notice would: the liveness check must catch it.
+class deaf_subject final : public exclusive_subject<redislock::mutex> {
+ public:
+  using exclusive_subject::exclusive_subject;
+  bool acquire(acquire_mode mode, milliseconds timeout, bool write) override {
+    if (mode != acquire_mode::try_for) return exclusive_subject::acquire(mode, timeout, write);
+    std::this_thread::sleep_for(timeout);
+    return false;
+  }
+};
+
 /// Test-only: Redlock whose validity after a successful extend is the larger of the old and the
 /// new one, as basic_redlock::extend_hold's max() had it: a shorter extend then leaves the
 /// client believing in more validity than the masters' keys have.
@@ -217,6 +231,7 @@ inline std::unique_ptr<subject> make_subject(kind k, const clients& cs, const st
     case kind::redlock: return std::make_unique<exclusive_subject<redislock::redlock>>(cs, name, o);
     case kind::broken_stealing: return std::make_unique<stealing_subject>(c, name, o, seed);
     case kind::broken_optimistic: return std::make_unique<optimistic_subject>(c, name, o);
+    case kind::broken_deaf: return std::make_unique<deaf_subject>(c, name, o);
     case kind::broken_redlock_extend: return std::make_unique<redlock_extend_max_subject>(cs, name, o);
   }
   return nullptr;
