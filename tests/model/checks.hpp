@@ -69,8 +69,14 @@ struct revocation {
 };
 
 struct finding {
-  std::string invariant;  // overlap, optimism, fence, deadline, early_loss, leak, crash
+  std::string invariant;  // overlap, optimism, fence, deadline, early_loss, liveness, contract, leak, crash
   std::string detail;
+  std::int64_t from_ns = 0, to_ns = 0;  // deadline: the call (the faults active in it are listed)
+};
+
+struct applied_fault {
+  std::string what;  // describe(fault)
+  std::int64_t from_ns = 0, to_ns = 0;
 };
 
 /// A time during which the name may be taken or blocked without any recorded hold: after a
@@ -89,6 +95,7 @@ struct run_log {
   std::vector<fence_record> fences;
   std::vector<revocation> revocations;
   std::vector<busy_window> busy;
+  std::vector<applied_fault> applied;
   std::vector<finding> findings;
   std::map<std::string, int> faults_by_kind;
   long long max_overrun_ms = 0;  // the largest call time beyond its deadline

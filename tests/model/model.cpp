@@ -235,6 +235,7 @@ class run {
     check_fences(log_, t0_, data_loss_);
     // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
     // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
+    name_faults_in_calls();
     check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
     check_leaks();
     return log_;
@@ -344,10 +345,14 @@ class run {
       }
     }
     const long slack = cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count();
-    if (over > slack)
-      add_finding("deadline", describe(r.o) + " took " + std::to_string(took_ms) + " ms, allowed " +
-                                  std::to_string(limit_ms) + " + slack " + std::to_string(slack) + " ms (started at " +
-                                  at(r.start_ns) + ", " + r.outcome + ")");
+    if (over > slack) {
+      std::lock_guard<std::mutex> g(m_);
+      log_.findings.push_back({"deadline",
+                               describe(r.o) + " took " + std::to_string(took_ms) + " ms, allowed " +
+                                   std::to_string(limit_ms) + " + slack " + std::to_string(slack) + " ms (" +
+                                   at(r.start_ns) + ".." + at(r.end_ns) + ", " + r.outcome + ")",
+                               r.start_ns, r.end_ns});
+    }
   }
 
   void early_loss(const record& r, const slot& sl, const char* what) {
@@ -704,10 +709,23 @@ class run {
       }
       std::lock_guard<std::mutex> g(m_);
       log_.busy.push_back({-1, started, now_ns() + aftermath_ns(), -1, false});
+      log_.applied.push_back({describe(f), started, now_ns()});
     }
   }
 
   // ---- after the run --------------------------------------------------------------------
+
+  // A deadline finding lists the faults applied while its call ran (times from the run's start).
+  void name_faults_in_calls() {
+    for (auto& f : log_.findings) {
+      if (f.invariant != "deadline") continue;
+      std::string in;
+      for (const auto& a : log_.applied)
+        if (a.from_ns <= f.to_ns && a.to_ns >= f.from_ns)
+          in += "; " + a.what + " applied " + at(a.from_ns) + ".." + at(a.to_ns);
+      f.detail += in.empty() ? "; no fault applied meanwhile" : in;
+    }
+  }
 
   std::vector<std::string> keys_on(std::size_t s) {
     auto c = srv_.admin(s);
