@@ -2,18 +2,22 @@
 // What a model run records, and the invariants checked on it after the run.
 //
 // All times are one process's CLOCK_MONOTONIC (steady_clock, ns), which every thread shares and
-// the servers' expiry runs at (same machine). A hold is *certainly valid* from the end of the
-// call that acquired it until the earliest of:
-//   - the start of the call that released it (unlock, destruction),
-//   - certain_until = (start of the acquiring call) + lease - margin, moved by each extend(L)
-//     that returned true to (start of that extend) + L - margin: the server set PX after the
-//     call began, so its key lives at least that long. An extend whose outcome is unknown
-//     (an error) may still run later, so it can only lower the bound (min with start + L).
-//     With auto_renew the watchdog may reset the key to the configured lease at any time, so
-//     the bound stays at the acquisition's,
-//   - the start of a force_release() of its name by anyone (the administrator revoked it).
-// Within that interval the server certainly had the hold; two such intervals of one name that
-// overlap (writers, or a writer and a reader) mean the server had two holders at once.
+// the servers' expiry runs at (same machine). A hold is *certainly valid* (the server certainly
+// has it) during each interval [end of a call, start of that call + L - margin] where the call
+// returned success and set the lease to L: the acquisition (L = the lease), each extend(L) that
+// returned true, each nested acquisition (reentrant: it refreshes the lease). The server ran
+// the call at some time in [start, end] and kept the key at least L from then. The intervals
+// need not join: a hold whose lease ran out can be taken again by its own nested acquisition or
+// extend, after someone else held the name in between. They are cut
+//   - at the start of the call that released it (unlock, destruction),
+//   - at the start of a force_release() of its name by anyone (the administrator revoked it),
+//   - at start + L - margin of each later call that set the lease to L (an extend, a nested
+//     acquisition): a shorter lease replaces a longer one; and of every extend whose outcome
+//     is unknown (an error), also for the intervals after it: it may still run later.
+// With auto_renew an extend's interval uses the configured lease, not L: the watchdog may renew
+// to that lease right after it.
+// Two certainly-valid intervals of one name that overlap (writers, or a writer and a reader)
+// mean the server had two holders at once.
 
 #include "history.hpp"
 
@@ -23,6 +27,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -45,7 +50,15 @@ struct hold {
   int id = 0, thread = 0, name = 0;
   bool write = true, auto_renew = false;
   std::int64_t acquire_start_ns = 0, acquired_ns = 0;
-  std::int64_t certain_until_ns = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> certain;  // see above, before the cuts
+  // Every call that set the lease to L (extend, nested acquisition) lowers the expiry of what was
+  // certain before it to start + L - margin; one of unknown outcome may run later: it caps
+  // every interval that ends after its start.
+  struct cap {
+    std::int64_t start_ns = 0, end_ns = 0, bound_ns = 0;
+    bool later_too = false;  // the outcome is unknown
+  };
+  std::vector<cap> caps;
   std::int64_t end_ns = LLONG_MAX;  // start of the call that ended it
   // Until when the server may still have had it: the end of a release that answered
   // "released", else the end of the call that ended it + the longest lease it was given.
@@ -112,21 +125,39 @@ inline bool revoked(const run_log& log, int name, std::int64_t from, std::int64_
   return false;
 }
 
-/// The end of a hold's certainly-valid interval.
-inline std::int64_t certain_end(const run_log& log, const hold& h) {
-  std::int64_t end = std::min(h.end_ns, h.certain_until_ns);
+/// A hold's certainly-valid intervals, cut as described at the top.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> certain_intervals(const run_log& log, const hold& h) {
+  std::int64_t end = h.end_ns;
   for (const auto& r : log.revocations)
-    if ((r.name < 0 || r.name == h.name) && r.until_ns >= h.acquire_start_ns)
-      end = std::min(end, std::max(r.from_ns, h.acquired_ns));
-  return end;
+    if ((r.name < 0 || r.name == h.name) && r.until_ns >= h.acquire_start_ns) end = std::min(end, r.from_ns);
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (auto [from, to] : h.certain) {
+    to = std::min(to, end);
+    for (const auto& c : h.caps)
+      if (c.start_ns < to && (c.later_too || from <= c.end_ns)) to = std::min(to, c.bound_ns);
+    if (from < to) out.emplace_back(from, to);
+  }
+  return out;
 }
 
-inline std::string describe_hold(const hold& h, std::int64_t t0, std::int64_t end) {
+/// Whether [from, to] lies inside one certainly-valid interval of `h`.
+inline bool certainly_held(const run_log& log, const hold& h, std::int64_t from, std::int64_t to) {
+  for (const auto& [a, b] : certain_intervals(log, h))
+    if (a <= from && to <= b) return true;
+  return false;
+}
+
+inline std::string describe_hold(const run_log& log, const hold& h, std::int64_t t0) {
+  std::string spans;
+  for (const auto& [a, b] : certain_intervals(log, h)) {
+    char s[64];
+    std::snprintf(s, sizeof s, "%s%.1f..%.1f", spans.empty() ? "" : ", ", ms_of(a - t0), ms_of(b - t0));
+    spans += s;
+  }
   char b[320];
-  std::snprintf(b, sizeof b, "hold#%d t%d n%d %s ops %d..%d acquired %.1f..%.1f ms, certainly valid until %.1f ms%s",
-                h.id, h.thread, h.name, h.write ? "write" : "read", h.first_op, h.last_op,
-                ms_of(h.acquire_start_ns - t0), ms_of(h.acquired_ns - t0), ms_of(end - t0),
-                h.auto_renew ? " (auto_renew)" : "");
+  std::snprintf(b, sizeof b, "hold#%d t%d n%d %s ops %d..%d acquired %.1f..%.1f ms, certainly valid in [%s] ms%s", h.id,
+                h.thread, h.name, h.write ? "write" : "read", h.first_op, h.last_op, ms_of(h.acquire_start_ns - t0),
+                ms_of(h.acquired_ns - t0), spans.c_str(), h.auto_renew ? " (auto_renew)" : "");
   return b;
 }
 
@@ -136,12 +167,14 @@ inline void check_overlaps(run_log& log, std::int64_t t0) {
     for (std::size_t j = i + 1; j < log.holds.size(); ++j) {
       const hold &a = log.holds[i], &b = log.holds[j];
       if (a.name != b.name || (!a.write && !b.write)) continue;
-      const std::int64_t ae = certain_end(log, a), be = certain_end(log, b);
-      const std::int64_t from = std::max(a.acquired_ns, b.acquired_ns), to = std::min(ae, be);
-      if (from >= to) continue;
+      std::int64_t longest = 0;
+      for (const auto& [a1, a2] : certain_intervals(log, a))
+        for (const auto& [b1, b2] : certain_intervals(log, b))
+          longest = std::max(longest, std::min(a2, b2) - std::max(a1, b1));
+      if (longest <= 0) continue;
       char b2[64];
-      std::snprintf(b2, sizeof b2, " overlap %.1f ms", ms_of(to - from));
-      log.findings.push_back({"overlap", describe_hold(a, t0, ae) + " and " + describe_hold(b, t0, be) + b2});
+      std::snprintf(b2, sizeof b2, " overlap %.1f ms", ms_of(longest));
+      log.findings.push_back({"overlap", describe_hold(log, a, t0) + " and " + describe_hold(log, b, t0) + b2});
     }
 }
 
@@ -152,7 +185,9 @@ inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
     for (const auto& f2 : log.fences) {
       if (f1.hold == f2.hold || f1.end_ns >= f2.start_ns) continue;
       const hold &h1 = log.holds[static_cast<std::size_t>(f1.hold)], &h2 = log.holds[static_cast<std::size_t>(f2.hold)];
-      if (h1.name != h2.name || f1.end_ns >= certain_end(log, h1) || f2.end_ns >= certain_end(log, h2)) continue;
+      if (h1.name != h2.name || !certainly_held(log, h1, f1.start_ns, f1.end_ns) ||
+          !certainly_held(log, h2, f2.start_ns, f2.end_ns))
+        continue;
       if (f2.token > f1.token) continue;
       char b[256];
       std::snprintf(b, sizeof b, "t%d.%d got token %llu at %.1f ms after t%d.%d got %llu at %.1f ms (name n%d)",
