@@ -5,7 +5,7 @@
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
 //                           broken_optimistic|broken_deaf|broken_redlock_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
-//                   [--stop-on-finding] [--verbose]
+//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120]
 //   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
 //
 // Each run generates a history from its seed (history.hpp): per thread a list of operations on
@@ -75,7 +75,8 @@ struct config {
   std::set<std::string> keep;
   bool keep_given = false;
   bool verbose = false;
-  bool stop_on_finding = false;  // end the series at the first failing seed (once shrunk)
+  bool stop_on_finding = false;      // end the series at the first failing seed (once shrunk)
+  double run_timeout_seconds = 120;  // a run taking longer hung: the process ends (exit 3)
   milliseconds connect_timeout{200}, command_timeout{200};
 };
 
@@ -121,6 +122,7 @@ config parse(int argc, char** argv) {
     else if (a == "--replay") c.replay = true;
     else if (a == "--verbose") c.verbose = true;
     else if (a == "--stop-on-finding") c.stop_on_finding = true;
+    else if (a == "--run-timeout-seconds") c.run_timeout_seconds = std::stod(value());
     else if (a == "--keep") {
       c.keep_given = true;
       std::stringstream s(value());
@@ -220,6 +222,7 @@ class run {
 
   run_log& execute() {
     t0_ = now_ns();
+    current_.assign(h_.threads.size(), "starting");
     std::vector<std::thread> threads;
     for (std::size_t t = 0; t < h_.threads.size(); ++t) threads.emplace_back([this, t] { thread_body(t); });
     std::thread faults([this] { fault_body(); });
@@ -287,10 +290,26 @@ class run {
 
   void thread_body(std::size_t t) {
     std::vector<slot> slots(static_cast<std::size_t>(cfg_.shape.names));
-    for (const op& o : h_.threads[t]) {
+    for (op o : h_.threads[t]) {
       slot& sl = slots[static_cast<std::size_t>(o.name)];
       if (!sl.s && o.kind != op_kind::force_release) sl.s = make(t, o.name, false);
+      // lock() only while this thread holds nothing: two threads each holding one name (with
+      // auto_renew) and waiting for the other's would wait forever. A shortened history (or a
+      // run that went otherwise than the generator expected) may ask for it: wait bounded then.
+      const bool holds = std::any_of(slots.begin(), slots.end(), [](const slot& x) { return x.s && x.s->owns(); });
+      if (o.kind == op_kind::acquire && o.mode == acquire_mode::block && holds) {
+        o.mode = acquire_mode::try_for;
+        o.arg_ms = 2 * cfg_.shape.lease_ms;
+      }
+      {
+        std::lock_guard<std::mutex> g(m_);
+        current_[t] = describe(o);
+      }
       step(t, o, sl);
+    }
+    {
+      std::lock_guard<std::mutex> g(m_);
+      current_[t] = "ending";
     }
     // The end: every object destroyed (which releases what it holds).
     for (std::size_t n = 0; n < slots.size(); ++n) {
@@ -369,14 +388,24 @@ class run {
 
   // Gaps in which this process was not scheduled (a loaded machine): a 5 ms sleep that took
   // over 25 ms. Calls and waits are not blamed for them.
+  // It also ends the process when the run hangs (a call that never returns), naming the calls
+  // in progress: a hang is a finding too, and must not stall CI.
   void heartbeat_body() {
     std::int64_t last = now_ns();
+    const std::int64_t hung_at = last + static_cast<std::int64_t>(cfg_.run_timeout_seconds * 1e9);
     std::unique_lock<std::mutex> g(m_);
     while (!done_) {
       cv_.wait_for(g, milliseconds(5));
       const std::int64_t now = now_ns();
       if (now - last > 25000000LL) starved_.emplace_back(last, now);
       last = now;
+      if (now < hung_at) continue;
+      std::printf("model: seed %llu: the run hung (over %.0f s); calls in progress:\n", (unsigned long long)seed_,
+                  cfg_.run_timeout_seconds);
+      for (std::size_t t = 0; t < current_.size(); ++t) std::printf("  t%zu: %s\n", t, current_[t].c_str());
+      std::printf("model: finding hang FAIL\n");
+      std::fflush(stdout);
+      std::_Exit(3);
     }
   }
 
@@ -825,6 +854,7 @@ class run {
   std::condition_variable cv_;
   bool done_ = false, data_loss_ = false;
   std::vector<std::pair<record, long>> deadlines_;              // calls and their limits
+  std::vector<std::string> current_;                            // each thread's call in progress
   std::vector<std::pair<std::int64_t, std::int64_t>> starved_;  // heartbeat gaps
   run_log log_;
 };
