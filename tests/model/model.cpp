@@ -391,7 +391,7 @@ class run {
   // It also ends the process when the run hangs (a call that never returns), naming the calls
   // in progress: a hang is a finding too, and must not stall CI.
   void heartbeat_body() {
-    std::int64_t last = now_ns();
+    std::int64_t last = t0_;  // from the run's start: this thread may itself start late
     const std::int64_t hung_at = last + static_cast<std::int64_t>(cfg_.run_timeout_seconds * 1e9);
     std::unique_lock<std::mutex> g(m_);
     while (!done_) {
