@@ -14,8 +14,8 @@
 #      the harness at the other server (REDISLOCK_REDIS_SERVER, REDISLOCK_REDIS_CLI; the
 #      sentinel is the server binary with --sentinel). Skipped, saying so, when the server's
 #      tarball is absent (set REDISLOCK_SERVER_TARBALLS).
-# Sanitizer builds skip the consumer/example tests and run shorter torture scenarios; line
-# tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
+# Sanitizer builds skip the consumer/example tests and run shorter torture scenarios and
+# model-checker runs; line tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
 # -O1 (3.1 against 6.2 min on 2 cores), and its tests took as long (2.8 against 2.7 min: they
 # wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (it slows -O0 code far
 # more). The hiredis1 variant runs the tests that exercise hiredis itself (connections,
@@ -44,7 +44,8 @@ slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lo
 sanitized() {  # <dir> <sanitizers> <optimisation>
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$3 -g1 -DNDEBUG" \
     -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_BUILD_EXAMPLES=OFF \
-    -DREDISLOCK_TEST_CONSUMERS=OFF -DREDISLOCK_SANITIZE="$2" -DREDISLOCK_TORTURE_SECONDS=8
+    -DREDISLOCK_TEST_CONSUMERS=OFF -DREDISLOCK_SANITIZE="$2" -DREDISLOCK_TORTURE_SECONDS=8 \
+    -DREDISLOCK_MODEL_SECONDS=15
   cmake --build "$1" -j "$jobs"
 }
 

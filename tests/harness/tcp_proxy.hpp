@@ -1,16 +1,24 @@
 #pragma once
 // A loopback TCP proxy for fault injection: accepts on a free 127.0.0.1 port and forwards each
-// connection to 127.0.0.1:<target_port>. While running it can
-//   - delay every forwarded chunk (latency),
-//   - stall (stop forwarding; bytes stay queued until resumed),
-//   - hold the connections open now (their client->server bytes wait until released; later
-//     connections pass),
+// connection to 127.0.0.1:<target_port>. Faults apply per direction (to_server: the requests,
+// to_client: the replies, or both) while they are set:
+//   - delay every forwarded chunk by a fixed time plus a uniform jitter (order is kept),
+//   - stall: bytes are read and queued but not forwarded until resumed (a request then runs
+//     late, possibly after its caller gave up and closed the connection: what was queued for
+//     the server is still delivered, then the connection is closed),
+//   - black-hole: bytes are read and dropped (the sender's TCP sees them acknowledged);
+//     both directions at once is a partition (partition(true)): connections, new ones
+//     included, stay open and silent;
+// and on every connection:
 //   - cut all open connections (both sides see a reset),
-//   - refuse new connections (accepted and reset at once).
-// A client that closes its side (FIN) still gets what it sent before delivered to the server,
-// then the proxy closes its side towards the server (FIN) and drops the server's replies, as
-// TCP does. One thread multiplexes everything with poll(); a self-pipe wakes it for commands.
-// The destructor stops the thread and closes every socket.
+//   - cut after the request (set_cut_after_request): each request is forwarded to the server,
+//     then the client's side is reset and the server's closed: the command runs, its reply is lost,
+//   - refuse new connections (accepted and reset at once),
+//   - hold the connections open now (hold_open): their requests wait in the proxy until
+//     release_held(), while connections opened later pass (a command delivered after a later
+//     one on a fresh connection, as a stalled network path delivers it).
+// One thread multiplexes everything with poll(); a self-pipe wakes it for commands. The
+// destructor stops the thread and closes every socket.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,9 +33,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -38,8 +46,12 @@ namespace redislock_test {
 class tcp_proxy {
  public:
   using clock = std::chrono::steady_clock;
+  using ms = std::chrono::milliseconds;
 
-  explicit tcp_proxy(int target_port) : target_port_(target_port) {
+  /// Which way a fault applies: requests (client to server), replies (server to client), or both.
+  enum class direction { to_server = 1, to_client = 2, both = 3 };
+
+  explicit tcp_proxy(int target_port, unsigned seed = 1) : target_port_(target_port), rng_(seed) {
     listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_in a = loopback(0);
     socklen_t len = sizeof a;
@@ -74,64 +86,79 @@ class tcp_proxy {
   int port() const { return port_; }
   std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
-  /// Every chunk read from either side is forwarded `d` later (0: at once).
-  void set_delay(std::chrono::milliseconds d) {
-    command([&] { delay_ = d; });
+  /// Every chunk read in `dir` is forwarded `d` plus a uniform [0, jitter] later (0: at once).
+  /// Chunks keep their order: a chunk is never due before the one queued ahead of it.
+  void set_delay(ms d, ms jitter = ms(0), direction dir = direction::both) {
+    command([&] { each(dir, [&](rules& r) { r.delay = d, r.jitter = jitter; }); });
   }
-  /// Stops (true) or resumes (false) forwarding; accepted connections stay open.
-  void set_stalled(bool stalled) {
-    command([&] { stalled_ = stalled; });
+  /// Stops (true) or resumes (false) forwarding in `dir`; what arrives meanwhile is queued.
+  void set_stalled(bool stalled, direction dir = direction::both) {
+    command([&] { each(dir, [&](rules& r) { r.stalled = stalled; }); });
+  }
+  /// Drops (true) every byte read in `dir` from now on, or forwards again (false).
+  void set_black_hole(bool on, direction dir = direction::both) {
+    command([&] { each(dir, [&](rules& r) { r.black_hole = on; }); });
+  }
+  /// A partition of this proxy's client from its server: both directions black-holed.
+  void partition(bool on) { set_black_hole(on, direction::both); }
+  /// While true, every request is forwarded and its connection then cut: reply lost, command run.
+  void set_cut_after_request(bool on) {
+    command([&] { cut_after_request_ = on; });
   }
   /// New connections are reset right after accept while true.
   void set_refusing(bool refusing) {
     command([&] { refusing_ = refusing; });
   }
+  /// Lifts every fault (delay, stall, black hole, cut after request, refusing).
+  void heal() {
+    command([&] {
+      up_ = down_ = rules{};
+      cut_after_request_ = refusing_ = false;
+    });
+  }
 
   /// Resets every open connection; returns once the proxy thread has done it (bounded).
   void cut_all() {
-    on_loop([this] {
-      for (auto& p : pairs_) close_pair(p);
-    });
+    std::unique_lock<std::mutex> g(m_);
+    const unsigned long want = ++cuts_requested_;
+    g.unlock();
+    wake();
+    g.lock();
+    done_.wait_for(g, std::chrono::seconds(10), [&] { return cuts_done_ >= want || stop_; });
   }
 
-  /// Holds every connection open now: what its client sends waits (unread, in the proxy's
-  /// socket) until release_held(), even after the client closed it (as in a stalled network
-  /// path). Connections accepted later are not held. Returns once in force (bounded).
-  void hold_open() {
-    on_loop([this] {
-      for (auto& p : pairs_) {
-        if (p.held) continue;
-        p.held = true;
-        ++held_open_;
-      }
-    });
-  }
-  /// Forwards what the held connections queued meanwhile (see hold_open()).
-  void release_held() {
-    on_loop([this] {
-      for (auto& p : pairs_) p.released = true;
-    });
-  }
-  /// Connections held by hold_open() that are still open: after release_held(), 0 once each
-  /// was closed on both sides (a client that had closed it: its bytes reached the server,
-  /// which then closed it in turn, so Redis ran every command in them).
-  unsigned long held_open() const { return held_open_.load(); }
+  /// Holds the connections open now: what their clients send next is queued, not forwarded,
+  /// until release_held(); connections opened later are not held. Returns once applied.
+  void hold_open() { on_loop(holds_requested_, holds_done_); }
+  /// Forwards what the held connections queued (then closes those whose client has gone).
+  void release_held() { on_loop(releases_requested_, releases_done_); }
+  /// Held connections still open (released ones count until they close).
+  int held_open() const { return held_open_.load(); }
 
   /// Connections accepted so far (for tests that check the library went through the proxy).
   unsigned long accepted() const { return accepted_.load(); }
+  /// Requests forwarded and then cut by set_cut_after_request (each one reached the server).
+  unsigned long cut_after_request_count() const { return cut_requests_.load(); }
 
  private:
+  struct rules {
+    ms delay{0}, jitter{0};
+    bool stalled = false, black_hole = false;
+  };
   struct chunk {
     clock::time_point due;
     std::string bytes;
   };
+  // One way of a connection: bytes read from `from`, queued, written to `to`.
+  struct flow {
+    std::deque<chunk> queue;
+    bool source_closed = false;  // EOF from the reading side: flush what is queued, then close
+  };
   struct pair {
     int client = -1, server = -1;
-    std::deque<chunk> to_server, to_client;
+    flow up, down;  // up: client -> server; down: server -> client
     bool dead = false;
     bool held = false, released = false;  // hold_open(), release_held()
-    bool client_closed = false;           // its client sent FIN: forward the rest, then FIN
-    bool reading_client() const { return !client_closed && (!held || released); }
   };
 
   static sockaddr_in loopback(int port) {
@@ -143,12 +170,32 @@ class tcp_proxy {
   }
 
   template <class F>
-  void command(F&& f) {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      f();
-    }
+  void each(direction dir, F&& f) {
+    if (static_cast<int>(dir) & static_cast<int>(direction::to_server)) f(up_);
+    if (static_cast<int>(dir) & static_cast<int>(direction::to_client)) f(down_);
+  }
+
+  // Asks the proxy thread, which owns the connections, to act on them; returns once it has.
+  void on_loop(unsigned long& requested, const unsigned long& done) {
+    std::unique_lock<std::mutex> g(m_);
+    const unsigned long want = ++requested;
+    g.unlock();
     wake();
+    g.lock();
+    done_.wait_for(g, std::chrono::seconds(10), [&] { return done >= want || stop_; });
+  }
+
+  // Applies a change and returns once the proxy thread has picked it up (bounded): bytes sent
+  // after a setter returned are handled under the new rules.
+  template <class F>
+  void command(F&& f) {
+    std::unique_lock<std::mutex> g(m_);
+    f();
+    const unsigned long want = ++changes_;
+    g.unlock();
+    wake();
+    g.lock();
+    done_.wait_for(g, std::chrono::seconds(10), [&] { return changes_seen_ >= want || stop_; });
   }
 
   void wake() {
@@ -162,24 +209,19 @@ class tcp_proxy {
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     ::close(fd);
   }
-  void close_pair(pair& p) {
-    if (p.dead) return;
+  static void close_pair(pair& p) {
     reset_and_close(p.client);
     reset_and_close(p.server);
     p.client = p.server = -1;
     p.dead = true;
-    if (p.held) --held_open_;
   }
-
-  // Runs f on the proxy thread (which owns the connections) and waits for it (bounded).
-  void on_loop(std::function<void()> f) {
-    std::unique_lock<std::mutex> g(m_);
-    const unsigned long want = ++requests_made_;
-    requests_.push_back(std::move(f));
-    g.unlock();
-    wake();
-    g.lock();
-    done_.wait_for(g, std::chrono::seconds(10), [&] { return requests_done_ >= want || stop_; });
+  // The client's side reset, the server's closed in order (FIN): the server still reads and
+  // runs what it received.
+  static void cut_keeping_request(pair& p) {
+    reset_and_close(p.client);
+    if (p.server >= 0) ::close(p.server);
+    p.client = p.server = -1;
+    p.dead = true;
   }
 
   void accept_new() {
@@ -216,73 +258,117 @@ class tcp_proxy {
     }
   }
 
-  enum class pumped { open, eof, failed };
-  // Reads what is available from `from` into `queue`.
-  static pumped pump_in(int from, std::deque<chunk>& queue, std::chrono::milliseconds delay) {
+  // Reads what is available from `from` into `f` (or drops it: black hole); marks the source
+  // closed on EOF. False on a read error.
+  bool pump_in(int from, flow& f, const rules& r) {
     char buf[16384];
     for (;;) {
       ssize_t n = ::recv(from, buf, sizeof buf, 0);
       if (n > 0) {
-        queue.push_back(chunk{clock::now() + delay, std::string(buf, static_cast<std::size_t>(n))});
+        if (r.black_hole) continue;
+        auto due = clock::now() + r.delay;
+        if (r.jitter.count() > 0)
+          due += std::chrono::microseconds(std::uniform_int_distribution<long long>(0, r.jitter.count() * 1000)(rng_));
+        if (!f.queue.empty()) due = std::max(due, f.queue.back().due);
+        f.queue.push_back(chunk{due, std::string(buf, static_cast<std::size_t>(n))});
         continue;
       }
-      if (n == 0) return pumped::eof;
-      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? pumped::open : pumped::failed;
+      if (n == 0) {
+        f.source_closed = true;
+        return true;
+      }
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     }
   }
 
-  // Writes the chunks that are due; false on error.
-  static bool pump_out(int to, std::deque<chunk>& queue) {
+  // Writes the chunks of `f` that are due; false on error. `wrote` counts whole chunks sent.
+  static bool pump_out(int to, flow& f, int& wrote) {
     const auto now = clock::now();
-    while (!queue.empty() && queue.front().due <= now) {
-      chunk& c = queue.front();
+    while (!f.queue.empty() && f.queue.front().due <= now) {
+      chunk& c = f.queue.front();
       ssize_t n = ::send(to, c.bytes.data(), c.bytes.size(), MSG_NOSIGNAL);
       if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
       c.bytes.erase(0, static_cast<std::size_t>(n));
       if (!c.bytes.empty()) return true;  // socket buffer full
-      queue.pop_front();
+      f.queue.pop_front();
+      ++wrote;
     }
     return true;
   }
 
   static int timeout_until(const std::deque<chunk>& q, int current) {
     if (q.empty()) return current;
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(q.front().due - clock::now()).count();
-    int t = static_cast<int>(std::max<long long>(ms, 0));
+    auto left = std::chrono::ceil<ms>(q.front().due - clock::now()).count();
+    int t = static_cast<int>(std::max<long long>(left, 0));
     return current < 0 ? t : std::min(current, t);
+  }
+  static bool holding(const pair& p) { return p.held && !p.released; }
+  static bool due_now(const flow& f) { return !f.queue.empty() && f.queue.front().due <= clock::now(); }
+
+  // One way of one connection after poll: read, then forward what is due (unless stalled).
+  bool step(int from, int to, short from_events, flow& f, const rules& r, int& wrote) {
+    bool ok = true;
+    if (!f.source_closed && (from_events & (POLLIN | POLLHUP | POLLERR))) ok = pump_in(from, f, r);
+    if (ok && !r.stalled) ok = pump_out(to, f, wrote);
+    return ok;
   }
 
   void loop() {
     std::vector<pollfd> fds;
     for (;;) {
-      bool stalled;
-      std::chrono::milliseconds delay;
+      rules up, down;
+      bool cut_after_request;
       {
         std::lock_guard<std::mutex> g(m_);
         if (stop_) return;
-        stalled = stalled_;
-        delay = delay_;
-        for (auto& f : requests_) f();
-        requests_done_ += requests_.size();
-        requests_.clear();
-        done_.notify_all();
+        up = up_;
+        down = down_;
+        cut_after_request = cut_after_request_;
+        if (changes_seen_ < changes_) {
+          changes_seen_ = changes_;
+          done_.notify_all();
+        }
+        if (cuts_done_ < cuts_requested_) {
+          for (auto& p : pairs_) close_pair(p);
+          cuts_done_ = cuts_requested_;
+          done_.notify_all();
+        }
+        if (holds_done_ < holds_requested_) {
+          for (auto& p : pairs_)
+            if (!p.dead && !p.held) {
+              p.held = true;
+              ++held_open_;
+            }
+          holds_done_ = holds_requested_;
+          done_.notify_all();
+        }
+        if (releases_done_ < releases_requested_) {
+          for (auto& p : pairs_) p.released = true;
+          releases_done_ = releases_requested_;
+          done_.notify_all();
+        }
       }
-      pairs_.erase(std::remove_if(pairs_.begin(), pairs_.end(), [](const pair& p) { return p.dead; }), pairs_.end());
+      pairs_.erase(std::remove_if(pairs_.begin(), pairs_.end(),
+                                  [this](const pair& p) {
+                                    if (p.dead && p.held) --held_open_;
+                                    return p.dead;
+                                  }),
+                   pairs_.end());
 
       fds.assign({pollfd{wake_[0], POLLIN, 0}, pollfd{listener_, POLLIN, 0}});
       int timeout = -1;
       for (auto& p : pairs_) {
-        short cin = stalled || !p.reading_client() ? 0 : POLLIN, sin = stalled ? 0 : POLLIN;
-        if (!stalled) {
-          timeout = timeout_until(p.to_client, timeout);
-          timeout = timeout_until(p.to_server, timeout);
+        short cev = p.up.source_closed ? 0 : POLLIN, sev = p.down.source_closed ? 0 : POLLIN;
+        if (!up.stalled && !holding(p)) {
+          timeout = timeout_until(p.up.queue, timeout);
+          if (due_now(p.up)) sev |= POLLOUT;
         }
-        if (!stalled && !p.client_closed && !p.to_client.empty() && p.to_client.front().due <= clock::now())
-          cin |= POLLOUT;
-        if (!stalled && !p.to_server.empty() && p.to_server.front().due <= clock::now()) sin |= POLLOUT;
-        // Not watched at all while not read: a closed client must not wake poll() over and over.
-        fds.push_back(pollfd{cin == 0 ? -1 : p.client, cin, 0});
-        fds.push_back(pollfd{p.server, sin, 0});
+        if (!down.stalled) {
+          timeout = timeout_until(p.down.queue, timeout);
+          if (due_now(p.down)) cev |= POLLOUT;
+        }
+        fds.push_back(pollfd{p.client, cev, 0});
+        fds.push_back(pollfd{p.server, sev, 0});
       }
       if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) return;
       if (fds[0].revents & POLLIN) {
@@ -293,26 +379,27 @@ class tcp_proxy {
       if (fds[1].revents & POLLIN) accept_new();
       for (std::size_t i = 0; i < pairs_.size() && 2 + 2 * i + 1 < fds.size(); ++i) {
         pair& p = pairs_[i];
-        const pollfd& c = fds[2 + 2 * i];
-        const pollfd& s = fds[2 + 2 * i + 1];
-        bool ok = true;
-        if (!stalled) {
-          if (p.reading_client() && (c.revents & (POLLIN | POLLHUP | POLLERR))) {
-            const pumped in = pump_in(p.client, p.to_server, delay);
-            ok = in != pumped::failed;
-            p.client_closed = in == pumped::eof;
-          }
-          if (s.revents & (POLLIN | POLLHUP | POLLERR)) {
-            // After the client's FIN the server's replies have nowhere to go; its FIN ends the pair.
-            const pumped in = pump_in(p.server, p.to_client, delay);
-            ok = in == pumped::open && ok;
-            if (p.client_closed) p.to_client.clear();
-          }
-          ok = pump_out(p.server, p.to_server) && ok;
-          if (!p.client_closed) ok = pump_out(p.client, p.to_client) && ok;
-          if (ok && p.client_closed && p.to_server.empty()) ::shutdown(p.server, SHUT_WR);  // repeats harmlessly
+        const short cev = fds[2 + 2 * i].revents, sev = fds[2 + 2 * i + 1].revents;
+        int requests = 0, replies = 0;
+        // A side already at EOF that now reports an error or hang-up: nothing more can pass.
+        const bool broken = ((cev & (POLLERR | POLLHUP)) && p.up.source_closed) ||
+                            ((sev & (POLLERR | POLLHUP)) && p.down.source_closed);
+        rules up_of_pair = up;
+        up_of_pair.stalled = up.stalled || holding(p);
+        const bool ok = !broken && step(p.client, p.server, cev, p.up, up_of_pair, requests) &&
+                        step(p.server, p.client, sev, p.down, down, replies);
+        if (!ok) {
+          close_pair(p);
+        } else if (cut_after_request && requests > 0) {
+          ++cut_requests_;
+          cut_keeping_request(p);
+        } else if ((p.up.source_closed && p.up.queue.empty()) || (p.down.source_closed && p.down.queue.empty())) {
+          // One side hung up and what it sent has been delivered (or dropped, black-holed); a
+          // stalled way keeps the pair until it is resumed or cut.
+          cut_keeping_request(p);
+        } else if ((cev | sev) & POLLNVAL) {
+          close_pair(p);
         }
-        if (!ok) close_pair(p);
       }
     }
   }
@@ -323,14 +410,16 @@ class tcp_proxy {
   int wake_[2] = {-1, -1};
   std::thread thread_;
   std::vector<pair> pairs_;  // owned by the proxy thread (and the destructor after join)
-  std::atomic<unsigned long> accepted_{0}, held_open_{0};
+  std::mt19937 rng_;         // the jitter's (proxy thread only)
+  std::atomic<unsigned long> accepted_{0}, cut_requests_{0};
+  std::atomic<int> held_open_{0};
 
   std::mutex m_;
   std::condition_variable done_;
-  bool stop_ = false, stalled_ = false, refusing_ = false;
-  std::chrono::milliseconds delay_{0};
-  std::vector<std::function<void()>> requests_;  // on_loop()
-  unsigned long requests_made_ = 0, requests_done_ = 0;
+  bool stop_ = false, refusing_ = false, cut_after_request_ = false;
+  rules up_, down_;
+  unsigned long cuts_requested_ = 0, cuts_done_ = 0, changes_ = 0, changes_seen_ = 0;
+  unsigned long holds_requested_ = 0, holds_done_ = 0, releases_requested_ = 0, releases_done_ = 0;
 };
 
 }  // namespace redislock_test

@@ -1,0 +1,1044 @@
+// redislock_model — a randomized, seeded property checker for redislock's locks.
+//
+//   redislock_model [--topology single|redlock] [--seed N] [--runs K] [--seconds S]
+//                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
+//                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
+//                           broken_optimistic|broken_deaf|broken_redlock_extend]
+//                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
+//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120]
+//   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
+//
+// Each run generates a history from its seed (history.hpp): per thread a list of operations on
+// --names lock names (each name one kind, drawn from the seed unless --kind), and a list of
+// faults. It starts the servers once (single: one redis-server; redlock: 3 masters), and per run
+// gives each thread its own client(s) behind its own fault-injecting proxy (one per server:
+// harness/tcp_proxy.hpp), runs the threads and the fault thread together, records every call
+// (start, end, outcome), then checks the invariants (checks.hpp; README text in the report):
+//   overlap     no two certainly-valid holds of one name overlap (exclusive; reader vs writer);
+//   optimism    remaining_lease()/validity() = r of a hold with owns_lock() && !lost(): an
+//               independent direct connection, right after, finds at least r - eps left on the
+//               server (Redlock: on a majority), eps = time from the call's start to the end of
+//               the look + 2 ms; else the hold is lost() by then, or revoked (force_release,
+//               master data loss);
+//   early_loss  the server never answers "not yours" (extend false, still_held false,
+//               release lease_expired) to a hold before its certain bound ends;
+//   fence       tokens of certainly-valid holds of one name increase with time;
+//   deadline    every call returns within its deadline (try_lock_for) + slack, every other
+//               call (but lock()) within the slack: connect + command timeout + --slack-ms;
+//   leak        after the run every key has an expiry, and within 3 leases + wait_lease all
+//               are gone but the fencing counters.
+// A run prints its seed and one summary line; a failing run is shrunk (drop faults, threads,
+// then ops, delta debugging; each candidate rerun up to --reruns times, since thread timing
+// differs from run to run) and its shortest failing history printed with the command that
+// replays it. Exit status: 0 when every run passed.
+#include "checks.hpp"
+#include "history.hpp"
+#include "redis_server.hpp"
+#include "subjects.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock_model;
+using redislock_test::redis_server;
+using redislock_test::tcp_proxy;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct config {
+  bool redlock = false;
+  std::uint64_t seed = 0;
+  bool seed_given = false;
+  int runs = 1;
+  double seconds = 0;  // 0: no time budget (--runs only)
+  history_shape shape;
+  std::string forced_kind;
+  long slack_ms = 150;
+  double shrink_seconds = 120;
+  int reruns = 3;
+  bool replay = false;
+  std::set<std::string> keep;
+  bool keep_given = false;
+  bool verbose = false;
+  bool stop_on_finding = false;      // end the series at the first failing seed (once shrunk)
+  double run_timeout_seconds = 120;  // a run taking longer hung: the process ends (exit 3)
+  milliseconds connect_timeout{200}, command_timeout{200};
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "redislock_model: %s\nsee the comment at the top of tests/model/model.cpp\n", why.c_str());
+  std::exit(2);
+}
+
+kind kind_named(const std::string& s) {
+  for (kind k : {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::broken_stealing,
+                 kind::broken_optimistic, kind::broken_deaf, kind::broken_redlock_extend})
+    if (s == to_string(k)) return k;
+  usage("unknown kind " + s);
+}
+
+config parse(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--topology") {
+      const std::string t = value();
+      if (t != "single" && t != "redlock") usage("topology must be single or redlock");
+      c.redlock = t == "redlock";
+    } else if (a == "--seed") {
+      c.seed = std::stoull(value());
+      c.seed_given = true;
+    } else if (a == "--runs") c.runs = std::stoi(value());
+    else if (a == "--seconds") c.seconds = std::stod(value());
+    else if (a == "--threads") c.shape.threads = std::stoi(value());
+    else if (a == "--names") c.shape.names = std::stoi(value());
+    else if (a == "--ops") c.shape.ops = std::stoi(value());
+    else if (a == "--lease-ms") c.shape.lease_ms = std::stol(value());
+    else if (a == "--no-faults") c.shape.faults = false;
+    else if (a == "--kind") c.forced_kind = value();
+    else if (a == "--no-extend-shorter") c.shape.extend_shorter = false;
+    else if (a == "--slack-ms") c.slack_ms = std::stol(value());
+    else if (a == "--shrink-seconds") c.shrink_seconds = std::stod(value());
+    else if (a == "--reruns") c.reruns = std::stoi(value());
+    else if (a == "--replay") c.replay = true;
+    else if (a == "--verbose") c.verbose = true;
+    else if (a == "--stop-on-finding") c.stop_on_finding = true;
+    else if (a == "--run-timeout-seconds") c.run_timeout_seconds = std::stod(value());
+    else if (a == "--keep") {
+      c.keep_given = true;
+      std::stringstream s(value());
+      for (std::string item; std::getline(s, item, ',');)
+        if (!item.empty()) c.keep.insert(item);
+    } else usage("unknown argument " + a);
+  }
+  if (c.shape.threads < 1 || c.shape.threads > 16 || c.shape.names < 1 || c.shape.names > 8 || c.shape.ops < 1 ||
+      c.shape.lease_ms < 100 || c.runs < 1)
+    usage("bad --threads/--names/--ops/--lease-ms/--runs");
+  if (!c.forced_kind.empty() && is_redlock(kind_named(c.forced_kind)) != c.redlock)
+    usage("kind " + c.forced_kind + " needs --topology " + (c.redlock ? "single" : "redlock"));
+  if (c.replay && !c.seed_given) usage("--replay needs --seed");
+  if (!c.seed_given) c.seed = std::random_device{}() % 1000000;
+  c.shape.redlock = c.redlock;
+  c.shape.restart_delay_ms = c.shape.lease_ms + c.shape.lease_ms / 10;  // README, "Redlock": at least a lease
+  return c;
+}
+
+/// The kinds of the names of `seed`'s run (forced, or drawn from the seed).
+std::vector<kind> kinds_for(const config& c, std::uint64_t seed) {
+  std::vector<kind> out;
+  std::mt19937_64 rng(seed * 7919 + 17);
+  const std::vector<kind> single = {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared};
+  for (int n = 0; n < c.shape.names; ++n) {
+    if (!c.forced_kind.empty()) out.push_back(kind_named(c.forced_kind));
+    else if (c.redlock) out.push_back(kind::redlock);
+    else out.push_back(single[std::uniform_int_distribution<std::size_t>(0, single.size() - 1)(rng)]);
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::string name_of(int n) { return "n" + std::to_string(n); }
+
+// ---------------------------------------------------------------------------------------------
+// The servers (kept across runs) and one run's proxies, clients, threads and faults.
+
+class servers {
+ public:
+  explicit servers(int count) {
+    for (int i = 0; i < count; ++i)
+      list.push_back(std::make_unique<redis_server>(std::vector<std::string>{"--enable-debug-command", "yes"}));
+  }
+  redislock::connection admin(std::size_t i, milliseconds timeout = milliseconds(5000)) const {
+    redislock::connection_options o = list[i]->options();
+    o.command_timeout = timeout;
+    return redislock::connection(o);
+  }
+  std::vector<std::unique_ptr<redis_server>> list;
+};
+
+std::string type_of(const std::exception& e) {
+  if (dynamic_cast<const redislock::timeout_error*>(&e)) return "timeout_error";
+  if (dynamic_cast<const redislock::connection_error*>(&e)) return "connection_error";
+  if (dynamic_cast<const redislock::lock_error*>(&e)) return "lock_error";
+  if (dynamic_cast<const redislock::invalid_argument*>(&e)) return "invalid_argument";
+  if (dynamic_cast<const redislock::reply_error*>(&e)) return "reply_error";
+  if (dynamic_cast<const redislock::error*>(&e)) return "error";
+  return std::string("std::exception(") + e.what() + ")";
+}
+
+class run {
+ public:
+  run(const config& cfg, servers& srv, const history& h, std::uint64_t seed)
+      : cfg_(cfg),
+        srv_(srv),
+        h_(h),
+        seed_(seed),
+        lease_ns_(cfg.shape.lease_ms * 1000000LL),
+        margin_ns_(lease_ns_ / 100 + 2000000LL) {
+    kinds_ = kinds_for(cfg, seed);
+    const std::size_t n = h.threads.size();
+    proxies_.resize(n);
+    clients_.resize(n);
+    observers_.resize(n);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t s = 0; s < srv.list.size(); ++s) {
+        proxies_[t].push_back(
+            std::make_unique<tcp_proxy>(srv.list[s]->port(), static_cast<unsigned>(seed * 31 + t * 7 + s)));
+        redislock::client_options o;
+        o.connection = srv.list[s]->options();
+        o.connection.port = proxies_[t].back()->port();
+        o.connection.connect_timeout = cfg.connect_timeout;
+        o.connection.command_timeout = cfg.command_timeout;
+        o.pool_wait_timeout = cfg.command_timeout;
+        clients_[t].push_back(std::make_unique<redislock::client>(o));
+        redislock::client_options direct;
+        direct.connection = srv.list[s]->options();
+        direct.connection.command_timeout = milliseconds(3000);
+        observers_[t].push_back(std::make_unique<redislock::client>(direct));
+      }
+  }
+
+  run_log& execute() {
+    t0_ = now_ns();
+    current_.assign(h_.threads.size(), "starting");
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < h_.threads.size(); ++t) threads.emplace_back([this, t] { thread_body(t); });
+    std::thread faults([this] { fault_body(); });
+    std::thread heartbeat([this] { heartbeat_body(); });
+    for (auto& t : threads) t.join();
+    {
+      std::lock_guard<std::mutex> g(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    faults.join();
+    heartbeat.join();
+    judge_deadlines();
+    for (const auto& [a, b] : starved_) log_.busy.push_back({-1, a, b, -1, false});  // no waiter could act
+    proxies_.clear();  // late requests still queued in a proxy are dropped with it
+    check_overlaps(log_, t0_);
+    check_fences(log_, t0_, data_loss_);
+    // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
+    // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
+    name_faults_in_calls();
+    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
+    check_leaks();
+    return log_;
+  }
+
+  std::int64_t t0() const { return t0_; }
+
+ private:
+  redislock::lock_options options_for(kind k, bool auto_renew) const {
+    redislock::lock_options o;
+    o.lease = milliseconds(cfg_.shape.lease_ms);
+    o.key_prefix = "model:";
+    o.auto_renew = auto_renew;
+    if (!is_redlock(k)) {
+      o.wait_lease = milliseconds(wait_lease_ms);
+      o.recheck_interval = milliseconds(recheck_ms);  // the liveness bound's main term
+    }
+    return o;
+  }
+
+  clients clients_of(std::size_t t) {
+    clients cs;
+    for (auto& c : clients_[t]) cs.push_back(*c);
+    return cs;
+  }
+
+  void add_finding(const std::string& invariant, const std::string& detail) {
+    std::lock_guard<std::mutex> g(m_);
+    log_.findings.push_back({invariant, detail});
+  }
+
+  std::string at(std::int64_t ns) const {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", ms_of(ns - t0_));
+    return b;
+  }
+
+  // ---- the threads ----------------------------------------------------------------------
+
+  struct slot {
+    std::unique_ptr<subject> s;
+    bool auto_renew = false;
+    int hold = -1;  // index in log_.holds while held
+  };
+
+  void thread_body(std::size_t t) {
+    std::vector<slot> slots(static_cast<std::size_t>(cfg_.shape.names));
+    for (op o : h_.threads[t]) {
+      slot& sl = slots[static_cast<std::size_t>(o.name)];
+      if (!sl.s && o.kind != op_kind::force_release) sl.s = make(t, o.name, false);
+      // lock() only while this thread holds nothing: two threads each holding one name (with
+      // auto_renew) and waiting for the other's would wait forever. A shortened history (or a
+      // run that went otherwise than the generator expected) may ask for it: wait bounded then.
+      const bool holds = std::any_of(slots.begin(), slots.end(), [](const slot& x) { return x.s && x.s->owns(); });
+      if (o.kind == op_kind::acquire && o.mode == acquire_mode::block && holds) {
+        o.mode = acquire_mode::try_for;
+        o.arg_ms = 2 * cfg_.shape.lease_ms;
+      }
+      {
+        std::lock_guard<std::mutex> g(m_);
+        current_[t] = describe(o);
+      }
+      step(t, o, sl);
+    }
+    {
+      std::lock_guard<std::mutex> g(m_);
+      current_[t] = "ending";
+    }
+    // The end: every object destroyed (which releases what it holds).
+    for (std::size_t n = 0; n < slots.size(); ++n) {
+      if (!slots[n].s) continue;
+      op o;
+      o.thread = static_cast<int>(t);
+      o.index = -1;  // printed as "end"
+      o.kind = op_kind::recreate;
+      o.name = static_cast<int>(n);
+      destroy(o, slots[n]);
+    }
+  }
+
+  std::unique_ptr<subject> make(std::size_t t, int name, bool auto_renew) {
+    const kind k = kinds_[static_cast<std::size_t>(name)];
+    return make_subject(k, clients_of(t), name_of(name), options_for(k, auto_renew),
+                        static_cast<unsigned>(seed_ * 131 + t));
+  }
+
+  void destroy(const op& o, slot& sl) {
+    record r;
+    r.o = o;
+    r.start_ns = now_ns();
+    sl.s.reset();
+    r.end_ns = now_ns();
+    r.outcome = "destroyed";
+    end_hold(sl, r);
+    push(r);
+  }
+
+  void end_hold(slot& sl, record& r) {
+    if (sl.hold < 0) return;
+    std::lock_guard<std::mutex> g(m_);
+    hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
+    h.end_ns = r.start_ns;
+    h.busy_until_ns = r.outcome == "released" ? r.end_ns : r.end_ns + h.longest_lease_ms * 1000000LL;
+    if (r.o.index >= 0) h.last_op = r.o.index;
+    r.hold = sl.hold;
+    sl.hold = -1;
+  }
+
+  void push(const record& r) {
+    std::lock_guard<std::mutex> g(m_);
+    log_.records.push_back(r);
+  }
+
+  // A call that returned `ok` within `limit_ms` past its start (plus the stated slack).
+  void check_deadline(const record& r, long limit_ms) {
+    std::lock_guard<std::mutex> g(m_);
+    deadlines_.push_back({r, limit_ms});
+  }
+
+  // After the run: a call's time beyond its limit, less the time this process was not scheduled
+  // meanwhile (starved: heartbeat gaps), must stay within the slack.
+  void judge_deadlines() {
+    const long slack = cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count();
+    for (const auto& [r, limit_ms] : deadlines_) {
+      const long long took_ms = (r.end_ns - r.start_ns) / 1000000;
+      std::int64_t starved = 0;
+      for (const auto& [a, b] : starved_)
+        starved += std::max<std::int64_t>(0, std::min(b, r.end_ns) - std::max(a, r.start_ns));
+      const long long over = took_ms - limit_ms - starved / 1000000;
+      if (over > log_.max_overrun_ms) {
+        log_.max_overrun_ms = over;
+        log_.max_overrun_op = describe(r.o) + " " + r.outcome;
+      }
+      if (over <= slack) continue;
+      log_.findings.push_back({"deadline",
+                               describe(r.o) + " took " + std::to_string(took_ms) + " ms (" +
+                                   std::to_string(starved / 1000000) + " ms of it starved), allowed " +
+                                   std::to_string(limit_ms) + " + slack " + std::to_string(slack) + " ms (" +
+                                   at(r.start_ns) + ".." + at(r.end_ns) + ", " + r.outcome + ")",
+                               r.start_ns, r.end_ns});
+    }
+  }
+
+  // Gaps in which this process was not scheduled (a loaded machine): a 5 ms sleep that took
+  // over 25 ms. Calls and waits are not blamed for them.
+  // It also ends the process when the run hangs (a call that never returns), naming the calls
+  // in progress: a hang is a finding too, and must not stall CI.
+  void heartbeat_body() {
+    std::int64_t last = t0_;  // from the run's start: this thread may itself start late
+    const std::int64_t hung_at = last + static_cast<std::int64_t>(cfg_.run_timeout_seconds * 1e9);
+    std::unique_lock<std::mutex> g(m_);
+    while (!done_) {
+      cv_.wait_for(g, milliseconds(5));
+      const std::int64_t now = now_ns();
+      if (now - last > 25000000LL) starved_.emplace_back(last, now);
+      last = now;
+      if (now < hung_at) continue;
+      std::printf("model: seed %llu: the run hung (over %.0f s); calls in progress:\n", (unsigned long long)seed_,
+                  cfg_.run_timeout_seconds);
+      for (std::size_t t = 0; t < current_.size(); ++t) std::printf("  t%zu: %s\n", t, current_[t].c_str());
+      std::printf("model: finding hang FAIL\n");
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  }
+
+  // The server answered "not yours" at some time in [start, end] of `r`: never while certain.
+  void early_loss(const record& r, const slot& sl, const char* what) {
+    if (sl.hold < 0) return;
+    std::lock_guard<std::mutex> g(m_);
+    const hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
+    if (!certainly_held(log_, h, r.start_ns, r.end_ns)) return;
+    log_.findings.push_back({"early_loss", describe(r.o) + " " + what + " in " + at(r.start_ns) + ".." + at(r.end_ns) +
+                                               ", inside a certainly-valid interval of " +
+                                               describe_hold(log_, h, t0_)});
+  }
+
+  run_log log_copy_revocations() {
+    std::lock_guard<std::mutex> g(m_);
+    run_log l;
+    l.revocations = log_.revocations;
+    return l;
+  }
+
+  void step(std::size_t t, const op& o, slot& sl) {
+    record r;
+    r.o = o;
+    r.hold = sl.hold;
+    const kind k = kinds_[static_cast<std::size_t>(o.name)];
+    subject* s = sl.s.get();
+    const int depth_before = s ? s->depth() : 0;
+    const bool applies = [&] {
+      switch (o.kind) {
+        case op_kind::acquire: return depth_before == 0 || (k == kind::reentrant && depth_before < 3);
+        case op_kind::extend:
+          // A shorter lease with auto_renew is refused (invalid_argument): checked below, once.
+          return depth_before > 0;
+        case op_kind::fencing_token:
+        case op_kind::still_held:
+        case op_kind::remaining:
+        case op_kind::unlock: return depth_before > 0;
+        case op_kind::pause:
+        case op_kind::force_release:
+        case op_kind::recreate: return true;
+      }
+      return false;
+    }();
+    if (!applies) {
+      r.outcome = "skip";
+      r.start_ns = r.end_ns = now_ns();
+      push(r);
+      return;
+    }
+    if (o.kind == op_kind::recreate) {
+      destroy(o, sl);
+      sl.s = make(t, o.name, o.write);
+      sl.auto_renew = o.write;
+      return;
+    }
+    long limit_ms = 0;
+    r.start_ns = now_ns();
+    try {
+      switch (o.kind) {
+        case op_kind::acquire: {
+          if (o.mode == acquire_mode::try_for) limit_ms = o.arg_ms;
+          const bool ok = s->acquire(o.mode, milliseconds(o.arg_ms), o.write);
+          r.outcome = ok ? "true" : "false";
+          break;
+        }
+        case op_kind::extend: {
+          const bool ok = s->extend(milliseconds(o.arg_ms));
+          r.outcome = ok ? "true" : "false";
+          break;
+        }
+        case op_kind::fencing_token:
+          r.value = static_cast<long long>(s->fencing_token());
+          r.outcome = "token";
+          break;
+        case op_kind::still_held: r.outcome = s->still_held() ? "true" : "false"; break;
+        case op_kind::remaining:
+          r.value = s->remaining().count();
+          r.outcome = "remaining";
+          break;
+        case op_kind::unlock: r.outcome = redislock::to_string(s->unlock()); break;
+        case op_kind::pause:
+          std::this_thread::sleep_for(milliseconds(o.arg_ms));
+          limit_ms = o.arg_ms;
+          r.outcome = "slept";
+          break;
+        case op_kind::force_release: {
+          limit_ms = 2 * cfg_.command_timeout.count();  // up to three round trips
+          {
+            std::lock_guard<std::mutex> g(m_);
+            log_.revocations.push_back({o.name, r.start_ns, LLONG_MAX});
+          }
+          if (is_redlock(k)) {
+            r.outcome = "n/a";  // Redlock has no force_release: delete the key on every master
+            for (auto& c : clients_[t]) c->command({"DEL", "model:{" + name_of(o.name) + "}"});
+          } else {
+            r.outcome = redislock::force_release(*clients_[t].front(), name_of(o.name), options_for(k, false)).held()
+                            ? "removed"
+                            : "free";
+          }
+          break;
+        }
+        case op_kind::recreate: break;
+      }
+    } catch (const std::exception& e) {
+      r.outcome = "error:" + type_of(e);
+      if (o.kind == op_kind::acquire) {  // it may hold the name, or a place in its queue, for a while
+        std::lock_guard<std::mutex> g(m_);
+        log_.busy.push_back({o.name, r.start_ns, now_ns() + aftermath_ns(), static_cast<int>(t), false});
+      }
+      if (o.kind == op_kind::extend && sl.hold >= 0) {  // may still run later: a cap on every interval
+        std::lock_guard<std::mutex> g(m_);
+        log_.holds[static_cast<std::size_t>(sl.hold)].caps.push_back(
+            {r.start_ns, 0, until(r.start_ns, o.arg_ms), true});
+      }
+    }
+    r.end_ns = now_ns();
+    if (o.kind == op_kind::extend && sl.hold >= 0) {
+      std::lock_guard<std::mutex> g(m_);
+      hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
+      h.longest_lease_ms = std::max(h.longest_lease_ms, o.arg_ms);
+    }
+    if (o.kind == op_kind::acquire && o.write && k == kind::shared && o.mode != acquire_mode::try_once) {
+      std::lock_guard<std::mutex> g(m_);  // a queued writer holds new readers back
+      log_.busy.push_back({o.name, r.start_ns, r.end_ns, static_cast<int>(t), true});
+    }
+    if (o.kind == op_kind::force_release) {
+      std::lock_guard<std::mutex> g(m_);
+      for (auto& rv : log_.revocations)
+        if (rv.name == o.name && rv.from_ns == r.start_ns) rv.until_ns = r.end_ns;
+    }
+    if (o.kind != op_kind::acquire || o.mode != acquire_mode::block) check_deadline(r, limit_ms);
+    // The contract: with auto_renew, extend() refuses a lease shorter than the configured one.
+    if (o.kind == op_kind::extend && sl.auto_renew && o.arg_ms < cfg_.shape.lease_ms &&
+        r.outcome != "error:invalid_argument")
+      add_finding("contract", describe(o) + " with auto_renew returned " + r.outcome + ", not invalid_argument");
+
+    const int depth_after = s ? s->depth() : 0;
+    if (depth_before == 0 && depth_after > 0) begin_hold(t, o, r, sl, *s);
+    const bool nested = o.kind == op_kind::acquire && depth_before > 0 && depth_after > depth_before;
+    if (sl.hold >= 0 && ((o.kind == op_kind::extend && r.outcome == "true") || nested)) {
+      // The server set the lease at some time in the call: certainly ours from its end.
+      const long lease_ms = nested || sl.auto_renew ? cfg_.shape.lease_ms : o.arg_ms;
+      std::lock_guard<std::mutex> g(m_);
+      hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
+      h.caps.push_back({r.start_ns, r.end_ns, until(r.start_ns, lease_ms), false});
+      h.certain.emplace_back(r.end_ns, until(r.start_ns, lease_ms));
+    }
+    if (sl.hold >= 0) {
+      std::lock_guard<std::mutex> g(m_);
+      log_.holds[static_cast<std::size_t>(sl.hold)].last_op = o.index;
+    }
+    // The server said "not yours": never before the hold's certain bound.
+    if (!is_redlock(k)) {
+      if (o.kind == op_kind::extend && r.outcome == "false") early_loss(r, sl, "returned false");
+      if (o.kind == op_kind::still_held && r.outcome == "false") early_loss(r, sl, "returned false");
+      if (o.kind == op_kind::remaining && r.value == 0) early_loss(r, sl, "returned 0");
+    } else if (o.kind == op_kind::still_held && r.outcome == "false") {
+      early_loss(r, sl, "returned false");
+    }
+    if (o.kind == op_kind::unlock && r.outcome == "lease_expired") early_loss(r, sl, "found the lease expired");
+    if (o.kind == op_kind::fencing_token && r.outcome == "token" && sl.hold >= 0) {
+      std::lock_guard<std::mutex> g(m_);
+      log_.fences.push_back(
+          {sl.hold, static_cast<int>(t), o.index, static_cast<std::uint64_t>(r.value), r.start_ns, r.end_ns});
+    }
+    if (o.kind == op_kind::remaining && r.value > 0 && s->owns() && !s->lost()) check_optimism(t, r, sl, *s, k);
+    r.hold = sl.hold >= 0 ? sl.hold : r.hold;
+    if (depth_before > 0 && depth_after == 0) end_hold(sl, r);
+    push(r);
+  }
+
+  void begin_hold(std::size_t t, const op& o, record& r, slot& sl, subject& s) {
+    hold h;
+    h.thread = static_cast<int>(t);
+    h.name = o.name;
+    h.write = s.writing();
+    h.auto_renew = sl.auto_renew;
+    h.acquire_start_ns = r.start_ns;
+    h.acquired_ns = r.end_ns;
+    h.certain.emplace_back(r.end_ns, until(r.start_ns, cfg_.shape.lease_ms));
+    h.longest_lease_ms = cfg_.shape.lease_ms;
+    h.first_op = h.last_op = o.index;
+    try {
+      h.owner = s.owner();
+    } catch (...) {
+    }
+    std::lock_guard<std::mutex> g(m_);
+    h.id = static_cast<int>(log_.holds.size());
+    log_.holds.push_back(h);
+    sl.hold = h.id;
+    r.hold = h.id;
+  }
+
+  // The observer's look, again when CLIENT KILL (a fault) closed its connection.
+  template <class F>
+  static auto observe(F&& f) {
+    for (int attempt = 1;; ++attempt) {
+      try {
+        return f();
+      } catch (const redislock::connection_error&) {
+        if (attempt == 3) throw;
+      }
+    }
+  }
+
+  // Invariant 2: the server, read right after on an independent connection, has at least r - eps.
+  void check_optimism(std::size_t t, const record& r, const slot& sl, subject& s, kind k) {
+    const std::string owner = s.owner();
+    long long server_ms = 0;
+    std::string seen;
+    try {
+      if (is_redlock(k)) {
+        // Validity r promises a majority holds our key for r more: count the masters that do.
+        const std::string key = "model:{" + name_of(r.o.name) + "}";
+        std::vector<long long> left;
+        for (auto& c : observers_[t]) {
+          try {
+            const auto v = observe([&] { return c->command({"GET", key}); });
+            const auto p = observe([&] { return c->command({"PTTL", key}); });
+            const bool ours = v->type == REDIS_REPLY_STRING && std::string(v->str, v->len) == owner;
+            left.push_back(ours ? p->integer : 0);
+          } catch (const redislock::connection_error&) {
+            left.push_back(0);  // a master down (restarting): it holds nothing for us
+          }
+        }
+        std::sort(left.rbegin(), left.rend());
+        server_ms = left[left.size() / 2];  // what a majority has at least
+        for (long long l : left) seen += std::to_string(l) + " ";
+      } else {
+        const redislock::lock_info info = observe(
+            [&] { return redislock::inspect(*observers_[t].front(), name_of(r.o.name), options_for(k, false)); });
+        for (const auto& holder : info.holders)
+          if (holder.owner == owner && (holder.role == "reader") == !s.writing())
+            server_ms = holder.remaining.count() < 0 ? LLONG_MAX : holder.remaining.count();
+        seen = std::to_string(info.holders.size()) + " holder(s)";
+      }
+    } catch (const std::exception& e) {
+      add_finding("crash", std::string("observer failed: ") + e.what());
+      return;
+    }
+    const std::int64_t observed = now_ns();
+    const long long eps_ms = (observed - r.start_ns) / 1000000 + 2;
+    if (server_ms >= r.value - eps_ms) return;
+    if (s.lost()) return;  // known lost by now
+    hold h;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      h = log_.holds[static_cast<std::size_t>(sl.hold)];
+      if (revoked(log_, r.o.name, h.acquire_start_ns, observed)) return;
+    }
+    add_finding("optimism", describe(r.o) + " reported " + std::to_string(r.value) + " ms at " + at(r.end_ns) +
+                                ", the server had " + std::to_string(server_ms) + " ms (" + seen + ") at " +
+                                at(observed) + ", eps " + std::to_string(eps_ms) + " ms; " +
+                                describe_hold(log_, h, t0_));
+  }
+
+  // ---- the faults -----------------------------------------------------------------------
+
+  bool wait_until(std::int64_t ns) {
+    std::unique_lock<std::mutex> g(m_);
+    const auto deadline = steady::time_point(std::chrono::nanoseconds(ns));
+    cv_.wait_until(g, deadline, [&] { return done_; });
+    return !done_;
+  }
+
+  std::vector<tcp_proxy*> proxies_of(const fault& f, bool subset) {
+    std::vector<tcp_proxy*> out;
+    auto& ps = proxies_[static_cast<std::size_t>(f.thread) % proxies_.size()];
+    for (std::size_t s = 0; s < ps.size(); ++s)
+      if (!subset || (f.subset >> s) & 1u) out.push_back(ps[s].get());
+    return out;
+  }
+
+  void on_servers(const fault& f, const std::vector<std::string>& command, milliseconds timeout) {
+    for (std::size_t s = 0; s < srv_.list.size(); ++s) {
+      if (srv_.list.size() > 1 && !((f.subset >> s) & 1u)) continue;
+      try {
+        auto c = srv_.admin(s, timeout);
+        std::vector<std::string_view> argv(command.begin(), command.end());
+        c.command(argv);
+      } catch (const redislock::error& e) {
+        add_finding("crash", std::string("fault ") + describe(f) + " failed: " + e.what());
+      }
+    }
+  }
+
+  void fault_body() {
+    for (const fault& f : h_.faults) {
+      if (!wait_until(t0_ + f.at_ms * 1000000LL)) return;
+      const std::int64_t started = now_ns();
+      using d = tcp_proxy::direction;
+      const milliseconds len(f.duration_ms);
+      std::function<void()> undo;
+      switch (f.kind) {
+        case fault_kind::delay:
+          for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(f.arg_ms), milliseconds(f.arg_ms));
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(0));
+          };
+          break;
+        case fault_kind::stall:
+          for (auto* p : proxies_of(f, false)) p->set_stalled(true, static_cast<d>(f.dir));
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_stalled(false, d::both);
+          };
+          break;
+        case fault_kind::black_hole:
+          for (auto* p : proxies_of(f, false)) p->set_black_hole(true, static_cast<d>(f.dir));
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_black_hole(false, d::both);
+          };
+          break;
+        case fault_kind::cut:
+          for (auto* p : proxies_of(f, false)) p->cut_all();
+          break;
+        case fault_kind::cut_after_request:
+          for (auto* p : proxies_of(f, false)) p->set_cut_after_request(true);
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_cut_after_request(false);
+          };
+          break;
+        case fault_kind::refuse:
+          for (auto* p : proxies_of(f, false)) p->set_refusing(true);
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, false)) p->set_refusing(false);
+          };
+          break;
+        case fault_kind::partition:
+          for (auto* p : proxies_of(f, true)) p->partition(true);
+          undo = [this, f] {
+            for (auto* p : proxies_of(f, true)) p->partition(false);
+          };
+          break;
+        case fault_kind::client_kill:
+          on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
+          break;
+        case fault_kind::debug_sleep: {
+          char secs[32];
+          std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(f.arg_ms) / 1000);
+          on_servers(f, {"DEBUG", "SLEEP", secs}, milliseconds(f.arg_ms + 5000));
+          break;
+        }
+        case fault_kind::script_flush: on_servers(f, {"SCRIPT", "FLUSH"}, milliseconds(5000)); break;
+        case fault_kind::master_restart: {
+          std::vector<std::size_t> which;
+          for (std::size_t s = 0; s < srv_.list.size(); ++s)
+            if ((f.subset >> s) & 1u) which.push_back(s);
+          {
+            std::lock_guard<std::mutex> g(m_);
+            data_loss_ = true;
+            log_.revocations.push_back({-1, now_ns(), LLONG_MAX});
+          }
+          for (std::size_t s : which) srv_.list[s]->kill();
+          // Down for the documented delay (at least a lease), even when the run ends meanwhile.
+          std::this_thread::sleep_for(len);
+          for (std::size_t s : which) srv_.list[s]->start_again();
+          std::lock_guard<std::mutex> g(m_);
+          log_.revocations.back().until_ns = now_ns() + lease_ns_;
+          break;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> g(m_);
+        ++log_.faults_by_kind[to_string(f.kind)];
+      }
+      if (undo) {
+        wait_until(now_ns() + len.count() * 1000000LL);
+        undo();
+      }
+      std::lock_guard<std::mutex> g(m_);
+      log_.busy.push_back({-1, started, now_ns() + aftermath_ns(), -1, false});
+      log_.applied.push_back({describe(f), started, now_ns()});
+    }
+  }
+
+  // ---- after the run --------------------------------------------------------------------
+
+  // A deadline finding lists the faults applied while its call ran (times from the run's start).
+  void name_faults_in_calls() {
+    for (auto& f : log_.findings) {
+      if (f.invariant != "deadline") continue;
+      std::string in;
+      for (const auto& a : log_.applied)
+        if (a.from_ns <= f.to_ns && a.to_ns >= f.from_ns)
+          in += "; " + a.what + " applied " + at(a.from_ns) + ".." + at(a.to_ns);
+      f.detail += in.empty() ? "; no fault applied meanwhile" : in;
+    }
+  }
+
+  std::vector<std::string> keys_on(std::size_t s) {
+    auto c = srv_.admin(s);
+    auto r = c.command({"KEYS", "model:*"});
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
+    return out;
+  }
+
+  // Invariant 6: no key without expiry; within 3 leases + wait_lease only fencing counters left.
+  void check_leaks() {
+    try {
+      for (std::size_t s = 0; s < srv_.list.size(); ++s) {
+        auto c = srv_.admin(s);
+        for (const auto& k : keys_on(s))
+          if (!ends_with(k, ":rfence") && c.command({"PTTL", k})->integer == -1)  // Redlock's register never expires
+            log_.findings.push_back({"leak", "key " + k + " on server " + std::to_string(s) + " has no expiry"});
+      }
+      const auto deadline = steady::now() + milliseconds(4 * cfg_.shape.lease_ms + 300 + 1000);
+      std::vector<std::string> left;
+      do {
+        left.clear();
+        for (std::size_t s = 0; s < srv_.list.size(); ++s)
+          for (const auto& k : keys_on(s))
+            if (!ends_with(k, ":fence") && !ends_with(k, ":rfence")) left.push_back(k);
+        if (left.empty()) break;
+        std::this_thread::sleep_for(milliseconds(20));
+      } while (steady::now() < deadline);
+      for (const auto& k : left) log_.findings.push_back({"leak", "key " + k + " outlived every lease"});
+      for (std::size_t s = 0; s < srv_.list.size(); ++s) srv_.admin(s).command({"FLUSHALL"});
+    } catch (const std::exception& e) {
+      log_.findings.push_back({"crash", std::string("leak check failed: ") + e.what()});
+    }
+  }
+
+  // The lower bound on the expiry of a lease of `lease_ms` set by a call started at `start`.
+  std::int64_t until(std::int64_t start, long lease_ms) const { return start + lease_ms * 1000000LL - margin_ns_; }
+
+  // After a fault or a call of unknown outcome: a late request may take the name for a lease
+  // (extends: up to 3 leases), or leave a place in its queue for wait_lease.
+  std::int64_t aftermath_ns() const {
+    return (3 * cfg_.shape.lease_ms + wait_lease_ms + cfg_.command_timeout.count()) * 1000000LL;
+  }
+
+  static constexpr long wait_lease_ms = 300, recheck_ms = 100;  // Redlock: retry_max is 100 ms too
+  const config& cfg_;
+  servers& srv_;
+  const history& h_;
+  std::uint64_t seed_;
+  std::int64_t lease_ns_, margin_ns_;
+  std::vector<kind> kinds_;
+  std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;
+  std::vector<std::vector<std::unique_ptr<redislock::client>>> clients_;
+  std::vector<std::vector<std::unique_ptr<redislock::client>>> observers_;
+  std::int64_t t0_ = 0;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false, data_loss_ = false;
+  std::vector<std::pair<record, long>> deadlines_;              // calls and their limits
+  std::vector<std::string> current_;                            // each thread's call in progress
+  std::vector<std::pair<std::int64_t, std::int64_t>> starved_;  // heartbeat gaps
+  run_log log_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+struct outcome {
+  run_log log;
+  std::int64_t t0 = 0;
+};
+
+outcome run_once(const config& cfg, servers& srv, const history& h, std::uint64_t seed) {
+  run r(cfg, srv, h, seed);
+  outcome o;
+  o.log = r.execute();
+  o.t0 = r.t0();
+  return o;
+}
+
+std::set<std::string> invariants_of(const run_log& log) {
+  std::set<std::string> out;
+  for (const auto& f : log.findings) out.insert(f.invariant);
+  return out;
+}
+
+void print_records(const outcome& o) {
+  for (const auto& a : o.log.applied)
+    std::printf("    %8.1f..%8.1f ms  %s\n", ms_of(a.from_ns - o.t0), ms_of(a.to_ns - o.t0), a.what.c_str());
+  for (const auto& r : o.log.records) {
+    if (r.outcome == "skip") continue;
+    std::printf("    %8.1f..%8.1f ms  %-40s %s%s\n", ms_of(r.start_ns - o.t0), ms_of(r.end_ns - o.t0),
+                describe(r.o).c_str(), r.outcome.c_str(), r.value >= 0 ? (" " + std::to_string(r.value)).c_str() : "");
+  }
+}
+
+std::string summary(const config& cfg, std::uint64_t seed, const history& h, const run_log& log) {
+  std::size_t executed = 0, skipped = 0;
+  for (const auto& r : log.records) (r.outcome == "skip" ? skipped : executed)++;
+  std::string faults;
+  int fault_count = 0;
+  for (const auto& [k, n] : log.faults_by_kind) {
+    faults += (faults.empty() ? "" : " ") + k + "=" + std::to_string(n);
+    fault_count += n;
+  }
+  std::string kinds;
+  for (kind k : kinds_for(cfg, seed)) kinds += (kinds.empty() ? "" : ",") + std::string(to_string(k));
+  std::map<std::string, int> by;
+  for (const auto& f : log.findings) ++by[f.invariant];
+  std::string findings;
+  for (const auto& [k, n] : by) findings += " " + k + "=" + std::to_string(n);
+  char b[1536];
+  std::snprintf(b, sizeof b,
+                "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
+                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d findings=%zu%s %s",
+                (unsigned long long)seed, cfg.redlock ? "redlock" : "single", kinds.c_str(), h.threads.size(),
+                h.op_count(), executed, skipped, log.holds.size(), fault_count,
+                faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms, log.max_overrun_op.c_str(),
+                log.waits_checked, log.findings.size(), findings.c_str(), log.findings.empty() ? "PASS" : "FAIL");
+  return b;
+}
+
+// Delta debugging over the history's items: drop faults, threads, then chunks of ops while a
+// rerun (up to --reruns times: thread timing differs between runs) still finds `invariant`.
+history shrink(const config& cfg, servers& srv, const history& full, std::uint64_t seed, const std::string& invariant,
+               int& runs) {
+  const auto budget_end = steady::now() + std::chrono::duration<double>(cfg.shrink_seconds);
+  auto fails = [&](const std::vector<std::string>& items) {
+    const history h = full.keep(std::set<std::string>(items.begin(), items.end()));
+    for (int i = 0; i < cfg.reruns && steady::now() < budget_end; ++i) {
+      ++runs;
+      if (invariants_of(run_once(cfg, srv, h, seed).log).count(invariant)) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> items = full.items();
+  auto without = [&](auto&& drop) {
+    std::vector<std::string> out;
+    for (const auto& i : items)
+      if (!drop(i)) out.push_back(i);
+    return out;
+  };
+  // Coarse steps first: every fault, then each thread's whole list.
+  if (auto c = without([](const std::string& i) { return i[0] == 'f'; }); c.size() < items.size() && fails(c))
+    items = c;
+  for (std::size_t t = 0; t < full.threads.size() && steady::now() < budget_end; ++t) {
+    const std::string prefix = "t" + std::to_string(t) + ".";
+    auto c = without([&](const std::string& i) { return i.rfind(prefix, 0) == 0; });
+    if (c.size() < items.size() && !c.empty() && fails(c)) items = c;
+  }
+  std::size_t n = 2;
+  while (items.size() >= 2 && steady::now() < budget_end) {
+    const std::size_t chunk = (items.size() + n - 1) / n;
+    bool reduced = false;
+    for (std::size_t start = 0; start < items.size() && steady::now() < budget_end; start += chunk) {
+      std::vector<std::string> c(items.begin(), items.begin() + static_cast<long>(start));
+      c.insert(c.end(), items.begin() + static_cast<long>(std::min(items.size(), start + chunk)), items.end());
+      if (!c.empty() && fails(c)) {
+        items = c;
+        n = std::max<std::size_t>(n - 1, 2);
+        reduced = true;
+        break;
+      }
+    }
+    if (!reduced) {
+      if (n >= items.size()) break;
+      n = std::min(items.size(), 2 * n);
+    }
+  }
+  return full.keep(std::set<std::string>(items.begin(), items.end()));
+}
+
+// The invariant a failing run is shrunk for: safety first (two holders), then the rest.
+std::string first_by_priority(const run_log& log) {
+  const auto found = invariants_of(log);
+  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "deadline", "liveness", "contract", "leak"})
+    if (found.count(i)) return i;
+  return log.findings.front().invariant;
+}
+
+std::string keep_argument(const history& h) {
+  std::string s;
+  for (const auto& i : h.items()) s += (s.empty() ? "" : ",") + i;
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    config cfg = parse(argc, argv);
+    servers srv(cfg.redlock ? cfg.shape.masters : 1);
+    const auto started = steady::now();
+    int failed = 0, runs_done = 0;
+    std::map<std::string, int> all_faults;
+    long long all_ops = 0;
+    for (int i = 0; i < cfg.runs; ++i) {
+      if (cfg.seconds > 0 && i > 0 && steady::now() - started > std::chrono::duration<double>(cfg.seconds)) break;
+      const std::uint64_t seed = cfg.seed + static_cast<std::uint64_t>(i);
+      history_shape shape = cfg.shape;
+      shape.kinds = kinds_for(cfg, seed);
+      history h = generate(seed, shape);
+      if (cfg.keep_given) h = h.keep(cfg.keep);
+      std::printf("model: seed %llu\n", (unsigned long long)seed);
+      std::fflush(stdout);
+      const outcome o = run_once(cfg, srv, h, seed);
+      ++runs_done;
+      all_ops += static_cast<long long>(o.log.records.size());
+      for (const auto& [k, n] : o.log.faults_by_kind) all_faults[k] += n;
+      std::printf("%s\n", summary(cfg, seed, h, o.log).c_str());
+      // A failing run's calls and faults are printed too: a concurrent failure may not recur.
+      if (cfg.replay || cfg.verbose || !o.log.findings.empty()) print_records(o);
+      for (const auto& f : o.log.findings) std::printf("  finding %s: %s\n", f.invariant.c_str(), f.detail.c_str());
+      std::fflush(stdout);
+      if (o.log.findings.empty()) continue;
+      ++failed;
+      if (cfg.replay || cfg.shrink_seconds <= 0) continue;
+      const std::string invariant = first_by_priority(o.log);
+      int shrink_runs = 0;
+      const history small = shrink(cfg, srv, h, seed, invariant, shrink_runs);
+      std::printf("model: shrunk seed %llu (%s) from %zu ops + %zu faults to %zu ops + %zu faults in %d reruns:\n%s",
+                  (unsigned long long)seed, invariant.c_str(), h.op_count(), h.faults.size(), small.op_count(),
+                  small.faults.size(), shrink_runs, small.text().c_str());
+      std::string args;
+      for (int a = 1; a < argc; ++a) {
+        const std::string s = argv[a];
+        if (s == "--stop-on-finding" || s == "--verbose") continue;
+        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds") {
+          ++a;
+          continue;
+        }
+        args += " " + s;
+      }
+      std::printf("model: replay with: redislock_model%s --seed %llu --replay --keep %s\n", args.c_str(),
+                  (unsigned long long)seed, keep_argument(small).c_str());
+      std::fflush(stdout);
+      if (cfg.stop_on_finding) break;
+    }
+    std::string faults;
+    for (const auto& [k, n] : all_faults) faults += (faults.empty() ? "" : " ") + k + "=" + std::to_string(n);
+    std::printf("model: total runs=%d ops=%lld faults=(%s) failed=%d %s\n", runs_done, all_ops,
+                faults.empty() ? "none" : faults.c_str(), failed, failed ? "FAIL" : "PASS");
+    return failed ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redislock_model: %s\n", e.what());
+    return 1;
+  }
+}
