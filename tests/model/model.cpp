@@ -626,7 +626,9 @@ class run {
           try {
             const auto v = observe([&] { return c->command({"GET", key}); });
             const auto p = observe([&] { return c->command({"PTTL", key}); });
-            const bool ours = v->type == REDIS_REPLY_STRING && std::string(v->str, v->len) == owner;
+            // The value is the token, or token#round after an extend (detail/redlock_scripts.hpp).
+            const std::string value = v->type == REDIS_REPLY_STRING ? std::string(v->str, v->len) : std::string();
+            const bool ours = value == owner || value.rfind(owner + "#", 0) == 0;
             left.push_back(ours ? p->integer : 0);
           } catch (const redislock::connection_error&) {
             left.push_back(0);  // a master down (restarting): it holds nothing for us
