@@ -118,14 +118,7 @@ class tcp_proxy {
   }
 
   /// Resets every open connection; returns once the proxy thread has done it (bounded).
-  void cut_all() {
-    std::unique_lock<std::mutex> g(m_);
-    const unsigned long want = ++cuts_requested_;
-    g.unlock();
-    wake();
-    g.lock();
-    done_.wait_for(g, std::chrono::seconds(10), [&] { return cuts_done_ >= want || stop_; });
-  }
+  void cut_all() { on_loop(cuts_requested_, cuts_done_); }
 
   /// Holds the connections open now: what their clients send next is queued, not forwarded,
   /// until release_held(); connections opened later are not held. Returns once applied.

@@ -86,26 +86,16 @@ inline std::string exclusive_subject<redislock::redlock>::owner() const {
   return lock_.token();
 }
 
-class reentrant_subject final : public subject {
- public:
-  reentrant_subject(redislock::client& c, const std::string& name, const redislock::lock_options& o)
-      : lock_(c, name, o) {}
-  bool acquire(acquire_mode mode, milliseconds timeout, bool) override { return acquire_with(lock_, mode, timeout); }
-  bool extend(milliseconds lease) override { return lock_.extend(lease); }
-  std::uint64_t fencing_token() override { return lock_.fencing_token(); }
-  bool still_held() override { return lock_.still_held(); }
-  milliseconds remaining() override { return lock_.remaining_lease(); }
-  redislock::release_status unlock() override {
-    lock_.unlock();
-    return lock_.last_release();
-  }
-  bool owns() const override { return lock_.owns_lock(); }
-  bool lost() const override { return lock_.lost(); }
-  int depth() const override { return static_cast<int>(lock_.hold_count()); }
-  std::string owner() const override { return lock_.owner_id(); }
+template <>
+inline std::string exclusive_subject<redislock::reentrant_mutex>::owner() const {
+  return lock_.owner_id();
+}
 
- private:
-  redislock::reentrant_mutex lock_;
+// The same members; holds nest (hold_count) and belong to the thread (owner_id).
+class reentrant_subject final : public exclusive_subject<redislock::reentrant_mutex> {
+ public:
+  using exclusive_subject::exclusive_subject;
+  int depth() const override { return static_cast<int>(lock_.hold_count()); }
 };
 
 class shared_subject final : public subject {
