@@ -150,6 +150,20 @@ TEST(Errors, AScriptErrorIsTypedByItsCommandsErrorOnEveryServer) {
             "reply:ERR Error running script (call to f_0a9a): @user_script:");
 }
 
+// A write refused inside a script on a node that is no longer the master: Redis 6 wraps the
+// READONLY (with its leading '-') in its script error; Sentinel failover must still see it.
+TEST(Errors, AReadOnlyRefusalInsideAScriptMeansNotTheMasterOnEveryServer) {
+  EXPECT_TRUE(detail::is_not_master_reply("READONLY You can't write against a read only replica."));
+  EXPECT_TRUE(detail::is_not_master_reply(
+      "ERR Error running script (call to f_215e42f6ea5fb5399f567cac1fe39d863779dc0f): @user_script:87: "
+      "@user_script: 87: -READONLY You can't write against a read only replica."));
+  EXPECT_TRUE(
+      detail::is_not_master_reply("ERR Error running script (call to f_1): @user_script:3: -LOADING Redis is loading"));
+  EXPECT_FALSE(detail::is_not_master_reply(
+      "ERR Error running script (call to f_1): @user_script:3: ERR value is not an integer"));
+  EXPECT_FALSE(detail::is_not_master_reply("ERR something about READONLY"));
+}
+
 TEST(Errors, HierarchyIsRootedAtError) {
   static_assert(std::is_base_of_v<std::runtime_error, error>);
   static_assert(std::is_base_of_v<connection_error, timeout_error>);

@@ -88,9 +88,13 @@ inline bool is_master(connection& c) {
 }
 
 /// Error replies after which the command certainly did not run (the node is a replica now,
-/// or a promoted replica is still loading its data set).
+/// or a promoted replica is still loading its data set). Inside a script the refusal is the
+/// script's error: Redis 6 wraps it, with the reply's own '-' ("… @user_script: 87:
+/// -READONLY …"); a script refused a write wrote nothing, a replica runs no write.
 inline bool is_not_master_reply(std::string_view message) noexcept {
-  return starts_with(message, "READONLY") || starts_with(message, "LOADING") || starts_with(message, "MASTERDOWN");
+  std::string_view cause = script_error_cause(message);
+  if (cause.size() != message.size() && starts_with(cause, "-")) cause.remove_prefix(1);
+  return starts_with(cause, "READONLY") || starts_with(cause, "LOADING") || starts_with(cause, "MASTERDOWN");
 }
 
 }  // namespace detail
