@@ -10,7 +10,6 @@
 #include <redislock/cluster_client.hpp>
 #include <redislock/connection.hpp>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -226,18 +225,6 @@ class redis_cluster {
   const std::string& unstable_because() const { return unstable_because_; }
 
  private:
-  // The node's files (nodes.conf, and dump.rdb from a replica's full sync), then the directory.
-  static void remove_flat_directory(const std::string& dir) {
-    if (DIR* d = ::opendir(dir.c_str())) {
-      while (const dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") std::remove((dir + "/" + name).c_str());
-      }
-      ::closedir(d);
-    }
-    ::rmdir(dir.c_str());
-  }
-
   // Why the cluster is not stable yet, or "" when it is (see wait_until_stable()).
   std::string instability() {
     try {
