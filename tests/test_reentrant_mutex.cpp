@@ -783,3 +783,30 @@ TEST_F(ReentrantTest, AnExitedThreadsLeftoverPlaceIsSkipped) {
   admin->command({"DEL", holder.key()});  // let the live waiter finish either way
   ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
 }
+
+// A re-entry after the thread's hold was lost (its lease ran out, or it was forcibly released)
+// must not quietly take the lock again: another owner may have held it in between, so the
+// critical section the outer hold guards was not continuous. The re-entry throws lock_error,
+// marks the hold lost() and changes nothing on the server; the outer holds still need their
+// unlock() (which reports lease_expired).
+TEST_F(ReentrantTest, AReEntryAfterTheHoldWasLostThrowsAndTakesNothing) {
+  for (const bool is_try : {false, true}) {
+    SCOPED_TRACE(is_try ? "try_lock" : "lock");
+    reentrant_mutex m(*pool, is_try ? "lost-reentry-try" : "lost-reentry", lease(seconds(10)));
+    m.lock();
+    admin->command({"DEL", m.key()});  // the lease is gone, as if it had run out
+    if (is_try) {
+      EXPECT_THROW((void)m.try_lock(), lock_error);
+    } else {
+      EXPECT_THROW(m.lock(), lock_error);
+    }
+    EXPECT_TRUE(m.lost());
+    EXPECT_EQ(m.hold_count(), 1);
+    EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "the lost re-entry took the lock again";
+    reentrant_mutex other(*pool, m.name());
+    EXPECT_TRUE(other.try_lock()) << "the name is free for anyone";
+    other.unlock();
+    EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+    EXPECT_FALSE(m.owns_lock());
+  }
+}

@@ -74,8 +74,11 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
 
   // lock(), try_lock(), try_lock_for(), try_lock_until() and unlock() (noexcept; drops one
   // hold of the calling thread) come from detail::timed_lockable. lock() by the thread that
-  // holds the lock succeeds at once: the count goes up and the lease is renewed. A lock kind
-  // clash on the name throws wrong_type_error.
+  // holds the lock succeeds at once: the count goes up and the lease is renewed. A re-entry
+  // (any of them) after the thread's hold was lost (its lease ran out, or force_release)
+  // throws lock_error and marks it lost(): the lock may have had another holder since, so it is
+  // not quietly taken again; the outer holds still need their unlock() (lease_expired). A lock
+  // kind clash on the name throws wrong_type_error.
 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked. The
   /// calling thread's local count drops by one either way. not_held: this thread held
@@ -169,12 +172,23 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     std::shared_ptr<detail::lease_keeper> lease;
   };
 
+  // Thrown by queue_attempt() when a re-entry finds the thread's hold gone (nothing changed).
+  struct hold_gone {};
+
   bool acquire(const detail::deadline& d) {
     hold h = owners_.mine();
     const std::string owner = owners_.owner_id();
     const std::string count = std::to_string(h.count + 1);
     detail::steady::time_point sent;  // the lease starts no earlier
-    if (!wait_for_lock(d, owner, count, h.count == 0, sent)) return false;
+    try {
+      if (!wait_for_lock(d, owner, count, h.count == 0, sent)) return false;
+    } catch (const hold_gone&) {
+      // Someone else may have held the lock since: the outer hold's critical section was not
+      // continuous, so the re-entry must not make it look so.
+      h.lease->mark_lost();
+      throw lock_error("redislock: re-entry into lock '" + name_ +
+                       "' refused: this thread's hold was lost (its lease ran out or it was force-released)");
+    }
     const bool outermost = ++h.count == 1;
     if (outermost) {
       h.fence = 0;  // drawn on demand (fencing_token())
@@ -251,6 +265,8 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
           client_, channel, d,
           detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &w.channel);
+    } catch (const hold_gone&) {
+      throw;  // a re-entry's first attempt: nothing was queued or changed
     } catch (...) {
       if (queued) leave_after_failure(owner, count, fresh, w);
       throw;
@@ -278,9 +294,10 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
         // We are failing: a hand-off that reached us meanwhile is passed on.
         if (!queue_attempt(owner, count, "leave", w, sent)) run_release(owner, 0);
       } else {
-        // A re-entry: the thread still counts its outer holds, so whatever hold of
-        // ours "leave" finds (its own, or a hand-off) is kept at that count, never released.
-        (void)queue_attempt(owner, std::to_string(std::stoll(count) - 1), "leave", w, sent);
+        // A re-entry (never queued: acquire() answers it at once): the thread still counts its
+        // outer holds, so its hold, if the attempt ran, goes back to that count, never released;
+        // a hold that is gone stays gone (a count > 0 release changes nothing then).
+        (void)run_release(owner, std::stoll(count) - 1);
       }
     } catch (...) {
       // Redis could not be told: our place lapses on its own (and a lock handed to us
@@ -306,6 +323,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
           {owner, keys_.lease_ms, count, mode, options_.fair ? "1" : "0", keys_.wait_lease_ms, keys_.waiter_prefix});
       return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
     });
+    if (ok == 2) throw hold_gone{};
     if (ok != 1) return std::chrono::milliseconds(value);  // the holder's PTTL
     sent = now;
     return std::nullopt;

@@ -105,7 +105,9 @@ inline std::string hand_off() {
 /// lost) is always acquired: count set, lease restarted from now. A free lock is taken by the
 /// caller, except in fair mode, where it first goes to the head of the queue (maybe the caller).
 /// Reply: {1, 0} acquired or re-entered (the lease now runs lease_ms from the server's now);
-///        {0, pttl} held by another owner; pttl = its remaining lease (-1: no expiry).
+///        {0, pttl} held by another owner; pttl = its remaining lease (-1: no expiry);
+///        {2, 0} a re-entry (count > 1) whose hold is gone (lease ran out, or force-released):
+///        nothing changed.
 inline const script& acquire() {
   // Uncontended: HGET @kind, EXISTS, HEXISTS, HDEL (forget), HSET, PEXPIRE; a re-entry the
   // same without EXISTS. Fair mode adds a ZPOPMIN of the (absent) queue to a free lock.
@@ -113,6 +115,9 @@ inline const script& acquire() {
 local lease, count, mode, fair, wait_lease, prefix =
   ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 local mine = redis.call('HEXISTS', lock, token) == 1
+-- A re-entry (count > 1) whose hold is gone: another owner may have held the lock since, so
+-- it is never taken again (nor queued for) under the outer hold's name.
+if not mine and tonumber(count) > 1 then return {2, 0} end
 local other = false
 if not mine then
   -- The prelude let through a reentrant hash (kind) or an absent key (kind == false).
