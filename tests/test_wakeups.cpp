@@ -252,6 +252,29 @@ TEST_F(WakeupTest, ALostSubscriberConnectionFallsBackToBackoff) {
   waiter.unlock();
 }
 
+// A waiter whose subscriber connection was lost subscribes again during its wait instead of
+// backing off for the rest of it: a release hands the lock only to a waiter that listens (a
+// deaf one is passed over and dropped from the queue), so a waiter that only polls loses its
+// place at every release, and in fair mode can win only when nobody else queues (failed on the
+// old code: no second subscription, no hand-off).
+TEST_F(WakeupTest, AWaiterWhoseSubscriptionWasLostSubscribesAgainDuringItsWait) {
+  client holder_client(options()), waiter_client(options());
+  lock_options fair;
+  fair.fair = true;
+  mutex holder(holder_client, "resubscribe", fair), waiter(waiter_client, "resubscribe", fair);
+  holder.lock();
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return waiter_channels(holder) == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return waiter_client.wait_stats().fallback_waits == 1; }));
+  EXPECT_TRUE(eventually([&] { return waiter_channels(holder) == 1; })) << "it never subscribed again";
+  holder.unlock();  // hands it over: the waiter is queued and listening again
+  ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get());
+  EXPECT_EQ(waiter_client.wait_stats().subscriptions, 2u);
+  if (waiter.owns_lock()) waiter.unlock();
+}
+
 // The waiters of one client take turns reading their shared connection (leader/follower):
 // when the one reading gives up, another waiter of the client must take over, or its notice
 // would sit unread until its own wake-up limit (the holder's 20 s lease here).

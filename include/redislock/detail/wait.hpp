@@ -130,17 +130,21 @@ class backoff {
   std::chrono::milliseconds min_, max_, ceiling_;
 };
 
-/// Calls attempt() until it succeeds or the deadline passes. attempt() returns nullopt when it
-/// acquired, otherwise the holder's remaining lease (negative when unknown).
+/// Calls attempt() until it succeeds or the deadline passes (or, when given, `pause` passes:
+/// the caller then tries something else). attempt() returns nullopt when it acquired,
+/// otherwise the holder's remaining lease (negative when unknown).
 template <class Attempt>
 bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::chrono::milliseconds retry_max,
-                 Attempt&& attempt) {
+                 Attempt&& attempt, std::optional<steady::time_point> pause = std::nullopt) {
   backoff b(retry_min, retry_max);
   for (;;) {
     std::optional<std::chrono::milliseconds> holder_pttl = attempt();
     if (!holder_pttl) return true;
-    if (d && steady::now() >= *d) return false;
-    std::this_thread::sleep_for(b.next(*holder_pttl, d));
+    const steady::time_point now = steady::now();
+    if ((d && now >= *d) || (pause && now >= *pause)) return false;
+    std::chrono::nanoseconds sleep = b.next(*holder_pttl, d);
+    if (pause) sleep = std::min(sleep, std::chrono::nanoseconds(*pause - now));
+    std::this_thread::sleep_for(sleep);
   }
 }
 

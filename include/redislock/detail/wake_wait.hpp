@@ -18,11 +18,12 @@
 /// again before sleeping (no lost wake-up). A subscription kept from an earlier wait is checked
 /// the same way before the first attempt. On a cluster a sharded subscription also ends when
 /// the channel's slot moves (detail/subscriber.hpp): the waiter joins again through the client,
-/// which routes it to the new owner. Both count as re-joins, at most kMaxRejoins per wait; any
-/// other failure, or more re-joins than that, leads to backoff for the rest of the wait. While
-/// it is not subscribed on the right node a release may find it "not alive" (its notice
-/// reached nobody) and drop it from the lock's queue: its next "wait" attempt queues it again,
-/// behind those who came meanwhile; it loses its place, never the lock.
+/// which routes it to the new owner. Both count as re-joins, at most kMaxRejoins in a row; any
+/// other failure (a lost connection, a refusal), or more re-joins than that, leads to backoff,
+/// and after a while (kFirstResubscribe, doubling) to a new subscription. While it is not
+/// subscribed on the right node a release may find it "not alive" (its notice reached nobody)
+/// and drop it from the lock's queue: its next "wait" attempt queues it again, behind those who
+/// came meanwhile; it loses its place, never the lock.
 
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
@@ -93,9 +94,14 @@ subscriber* rerouted_subscriber(Client& client, const std::string& channel) {
   }
 }
 
-/// Re-joins per wait after the server ended a subscription (its slot moved) or routing moved
-/// the channel to another subscriber.
+/// Re-joins in a row after the server ended a subscription (its slot moved) or routing moved
+/// the channel to another subscriber, before backing off.
 inline constexpr int kMaxRejoins = 4;
+/// After a failed subscription a waiter backs off this long, then subscribes again; the
+/// interval doubles up to kMaxResubscribe (so a refusal, e.g. by ACL, costs one SUBSCRIBE per
+/// few seconds of waiting).
+inline constexpr std::chrono::milliseconds kFirstResubscribe{250};
+inline constexpr std::chrono::milliseconds kMaxResubscribe{4000};
 
 struct wait_plan {
   std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
@@ -142,8 +148,9 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     // Already subscribed (kept from an earlier wait, or by a neighbour): join before the first
     // attempt, free of charge.
     if (!sub.check_active()) sub = hub->join_if_subscribed(channel);
-    bool joined = false;
+    bool joined = false, fell_back = false;
     int rejoins = 0;
+    std::chrono::milliseconds resubscribe_after = kFirstResubscribe;
     for (;;) {
       std::optional<std::chrono::milliseconds> pttl = attempt();
       if (!pttl) return true;
@@ -156,23 +163,38 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
       }
       const bool elsewhere = sub.hub() != nullptr && sub.hub() != hub;
       if (elsewhere || !sub.active()) {
-        if (joined || sub.moved() || elsewhere) {
-          // Failed while we waited: back off from here, unless it has to follow the channel to
-          // another node (its slot moved, or routing names another subscriber now).
-          if (!(elsewhere || sub.moved()) || rejoins >= kMaxRejoins) break;
-          ++rejoins;
-          if (!elsewhere) {
-            epoch = routing_epoch_of(client);
-            hub = &subscriber_for(client, channel);  // the client has learned of the move by now
+        // Failed while we waited (or at once): back off for a while, unless it has to follow
+        // the channel to another node (its slot moved, or routing names another subscriber now).
+        bool back_off = (joined || sub.moved() || elsewhere) && (!(elsewhere || sub.moved()) || rejoins >= kMaxRejoins);
+        if (!back_off) {
+          if (joined || sub.moved() || elsewhere) {
+            ++rejoins;
+            if (!elsewhere) {
+              epoch = routing_epoch_of(client);
+              hub = &subscriber_for(client, channel);  // the client has learned of the move by now
+            }
+          }
+          sub = hub->join(channel, d);
+          joined = true;
+          if (!sub.active()) {
+            if (passed(d)) return false;
+            back_off = !sub.moved();
           }
         }
-        sub = hub->join(channel, d);
-        joined = true;
-        if (!sub.active()) {
-          if (passed(d)) return false;
-          if (!sub.moved()) break;
-        }
-        continue;  // subscribed (or moved: join again): attempt again first, so no release goes unnoticed
+        if (!back_off)
+          continue;  // subscribed (or moved: join again): attempt again first, so no release goes unnoticed
+        // Back off, then subscribe again: a release passes over a waiter nobody listens for (and
+        // drops its place), so one that only polled would lose its place at every release.
+        if (!std::exchange(fell_back, true)) hub->count_fallback();
+        if (retry_until(d, plan.retry_min, plan.retry_max, attempt, steady::now() + resubscribe_after)) return true;
+        if (passed(d)) return false;
+        resubscribe_after = std::min(resubscribe_after * 2, kMaxResubscribe);
+        joined = false;
+        rejoins = 0;
+        sub.reset();
+        epoch = routing_epoch_of(client);
+        if (subscriber* routed = rerouted_subscriber(client, channel)) hub = routed;
+        continue;
       }
       if (*pttl == unknown_pttl) continue;
       if (sub.wait_until(wake_limit(*pttl, d, plan.max_sleep))) {
@@ -181,9 +203,9 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         return false;
       }
     }
-    hub->count_fallback();
+  } else {
+    return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
   }
-  return retry_until(d, plan.retry_min, plan.retry_max, std::forward<Attempt>(attempt));
 }
 
 }  // namespace redislock::detail
