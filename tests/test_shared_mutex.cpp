@@ -940,3 +940,25 @@ TEST_F(SharedTest, ReadersAndWritersWithShortTimeoutsNeverOverlap) {
     EXPECT_EQ(admin->command({"EXISTS", key})->integer, 0) << "holds left behind";
   }
 }
+
+TEST_F(SharedTest, ANestedReadAfterTheReadHoldWasLostThrowsAndTakesNothing) {
+  for (const bool is_try : {false, true}) {
+    SCOPED_TRACE(is_try ? "try_lock_shared" : "lock_shared");
+    shared_mutex m(*pool, is_try ? "lost-nested-read-try" : "lost-nested-read", lease(seconds(10)));
+    m.lock_shared();
+    admin->command({"DEL", m.key()});  // the read lease is gone, as if it had run out
+    shared_mutex writer(*pool, m.name());
+    ASSERT_TRUE(writer.try_lock());  // someone else wrote meanwhile: the outer read was not continuous
+    writer.unlock();
+    if (is_try) {
+      EXPECT_THROW((void)m.try_lock_shared(), lock_error);
+    } else {
+      EXPECT_THROW(m.lock_shared(), lock_error);
+    }
+    EXPECT_TRUE(m.lost_shared());
+    EXPECT_EQ(m.shared_count(), 1);
+    EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "the lost nested read took the lock again";
+    EXPECT_EQ(m.unlock_shared_and_report(), release_status::lease_expired);
+    EXPECT_FALSE(m.owns_shared());
+  }
+}
