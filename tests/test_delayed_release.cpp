@@ -5,6 +5,7 @@
 //
 // The late release is the exact script call the library sends (same script, KEYS and ARGV),
 // replayed on an admin connection after the re-acquisition.
+#include "eventually.hpp"
 #include "server_fixture.hpp"
 #include "tcp_proxy.hpp"
 
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,10 @@ struct DelayedRelease : redislock_test::server_test {
     std::vector<std::string_view> views(argv.begin(), argv.end());
     reply_ptr r = admin->command(views);
     return r->integer;
+  }
+  // Whether `owner` has a read hold in the shared lock at `key`.
+  bool reads(const std::string& key, const std::string& owner) {
+    return admin->command({"HEXISTS", key, "r:" + owner})->integer == 1;
   }
   std::vector<std::string> fields(const std::string& key) {
     reply_ptr r = admin->command({"HKEYS", key});
@@ -130,6 +136,74 @@ TEST_F(DelayedRelease, ALateReleaseOfAnEarlierMutexHoldCannotRemoveALaterOne) {
   EXPECT_TRUE(m.still_held());
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::released);
+}
+
+// The thread keeps its owner name while it still writes (downgrade), so a lost release of its
+// earlier read hold names the same owner as its next read hold. Once the write hold is gone
+// that late release must not remove the later read hold: a writer would get in while the
+// thread still reads.
+TEST_F(DelayedRelease, ALateReleaseOfAnEarlierDowngradedReadCannotRemoveALaterRead) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  shared_mutex s(c, "late-down", lease(seconds(5)));
+  ASSERT_TRUE(s.try_lock());
+  ASSERT_TRUE(s.try_lock_shared());  // downgrade: the writer reads too
+  const std::string owner = s.owner_id();
+  release_lost(proxy, [&] { s.unlock_shared(); });
+  ASSERT_EQ(s.last_release(), release_status::failed);
+  ASSERT_TRUE(s.try_lock_shared_for(seconds(5)));  // a new read hold, still writing: same owner
+  ASSERT_EQ(s.owner_id(), owner);
+  s.unlock();  // the write hold ends; the read hold goes on
+  ASSERT_EQ(s.last_release(), release_status::released);
+  ASSERT_TRUE(s.owns_shared());
+  replay(detail::shared_scripts::release_shared(),
+         {s.key(), s.key() + ":fence", s.key() + ":squeue", s.key() + ":swaiters"}, {owner, s.key() + ":w:", "0"});
+  shared_mutex writer(*pool, "late-down", lease(seconds(5)));
+  EXPECT_FALSE(writer.try_lock()) << "a writer got in while the thread still holds its read hold";
+  EXPECT_TRUE(s.still_held_shared());
+  if (writer.owns_lock()) writer.unlock();
+  s.unlock_shared();
+}
+
+// A nested lock_shared() whose attempt fails after it was sent (its reply lost) leaves the
+// queue with "leave", which finds the thread's own read hold and reports it acquired; the
+// failing wait then releases what it took, as for an outermost acquisition, with count 0:
+// the outer read hold the thread still counts is gone from the server, and a writer gets in
+// while the thread reads.
+TEST_F(DelayedRelease, AFailedNestedReadNeverReleasesTheOuterReadHold) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client c(through(proxy));
+  shared_mutex s(c, "nested-fail", lease(seconds(10)));
+  {
+    // The thread waits once (for a writer), so its channel stays subscribed: its next
+    // acquisition, the nested one, queues at once ("wait").
+    shared_mutex w(*pool, "nested-fail", lease(seconds(10)));
+    std::promise<bool> writing;
+    auto release = std::async(std::launch::async, [&] {  // holds belong to threads: one thread writes
+      writing.set_value(w.try_lock());
+      const bool queued = redislock_test::eventually([&] {
+        return admin->command({"ZCARD", s.key() + ":squeue"})->integer == 1;
+      });
+      w.unlock();
+      return queued;
+    });
+    ASSERT_TRUE(writing.get_future().get());
+    ASSERT_TRUE(s.try_lock_shared_for(seconds(10)));
+    ASSERT_TRUE(release.get());
+    ASSERT_EQ(c.wait_stats().wakeups, 1u) << "admitted by the writer's release";
+  }
+  const std::string owner = s.owner_id();
+  ASSERT_TRUE(reads(s.key(), owner));
+  proxy.hold_open();  // the nested attempt waits in the proxy: the client times out
+  EXPECT_THROW(s.lock_shared(), error);
+  EXPECT_EQ(s.shared_count(), 1);
+  EXPECT_FALSE(s.lost_shared());
+  EXPECT_TRUE(reads(s.key(), owner)) << "the failed nested read released the outer read hold on the server";
+  shared_mutex writer(*pool, "nested-fail", lease(seconds(5)));
+  EXPECT_FALSE(writer.try_lock()) << "a writer got in while the thread still holds its outer read";
+  if (writer.owns_lock()) writer.unlock();
+  s.unlock_shared();
+  proxy.cut_all();  // drops the held nested attempt (and frees the subscriber's connection)
 }
 
 }  // namespace
