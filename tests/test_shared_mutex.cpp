@@ -962,3 +962,20 @@ TEST_F(SharedTest, ANestedReadAfterTheReadHoldWasLostThrowsAndTakesNothing) {
     EXPECT_FALSE(m.owns_shared());
   }
 }
+
+// A thread whose write hold was lost, and who takes a read hold after another writer, holds a
+// new hold: its fencing token must be above that writer's, not the lost write hold's cached one.
+TEST_F(SharedTest, AReadHoldTakenAfterTheWriteHoldWasLostDrawsAFreshFencingToken) {
+  shared_mutex m(*pool, "stale-fence", lease(seconds(10))), other(*pool, "stale-fence", lease(seconds(10)));
+  m.lock();
+  const std::uint64_t lost_write = m.fencing_token();
+  admin->command({"DEL", m.key()});  // the write lease is gone, as if it had run out
+  ASSERT_TRUE(other.try_lock());
+  const std::uint64_t between = other.fencing_token();
+  other.unlock();
+  ASSERT_GT(between, lost_write);
+  ASSERT_TRUE(m.try_lock_shared());  // a new hold: the lock was free
+  EXPECT_GT(m.fencing_token(), between) << "the new read hold reports the lost write hold's token";
+  m.unlock_shared();
+  m.unlock();
+}
