@@ -979,3 +979,20 @@ TEST_F(SharedTest, AReadHoldTakenAfterTheWriteHoldWasLostDrawsAFreshFencingToken
   m.unlock_shared();
   m.unlock();
 }
+
+// A downgrade (lock_shared() while writing) continues the write hold as a read hold with no
+// writer in between. When the write hold was lost meanwhile and another writer held the lock,
+// it must not quietly become a fresh read hold taken after that writer.
+TEST_F(SharedTest, ADowngradeAfterTheWriteHoldWasLostThrowsAndTakesNothing) {
+  shared_mutex m(*pool, "lost-downgrade", lease(seconds(10))), other(*pool, "lost-downgrade");
+  m.lock();
+  admin->command({"DEL", m.key()});  // the write lease is gone, as if it had run out
+  ASSERT_TRUE(other.try_lock());     // someone else wrote meanwhile
+  other.unlock();
+  EXPECT_THROW(m.lock_shared(), lock_error);
+  EXPECT_TRUE(m.lost());
+  EXPECT_FALSE(m.owns_shared());
+  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "the lost downgrade took a read hold";
+  if (m.owns_shared()) m.unlock_shared();
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+}
