@@ -140,15 +140,17 @@ TEST_F(DelayedRelease, ALateReleaseOfAnEarlierMutexHoldCannotRemoveALaterOne) {
 
 // The thread keeps its owner name while it still writes (downgrade), so a lost release of its
 // earlier read hold names the same owner as its next read hold. Once the write hold is gone
-// that late release must not remove the later read hold: a writer would get in while the
-// thread still reads.
-TEST_F(DelayedRelease, ALateReleaseOfAnEarlierDowngradedReadCannotRemoveALaterRead) {
+// that late release must not remove the later read hold (a writer would get in while the
+// thread still reads), nor a late renewal shorten it (the thread would believe a longer lease
+// than the server keeps). Read holds are numbered: g:<owner>.
+TEST_F(DelayedRelease, ALateReleaseOrRenewalOfAnEarlierDowngradedReadCannotTouchALaterRead) {
   redislock_test::tcp_proxy proxy(server->port());
   client c(through(proxy));
   shared_mutex s(c, "late-down", lease(seconds(5)));
   ASSERT_TRUE(s.try_lock());
   ASSERT_TRUE(s.try_lock_shared());  // downgrade: the writer reads too
   const std::string owner = s.owner_id();
+  const std::string read_hold = redislock_test::hget(*admin, s.key(), "g:" + owner);  // what its release names
   release_lost(proxy, [&] { s.unlock_shared(); });
   ASSERT_EQ(s.last_release(), release_status::failed);
   ASSERT_TRUE(s.try_lock_shared_for(seconds(5)));  // a new read hold, still writing: same owner
@@ -156,8 +158,12 @@ TEST_F(DelayedRelease, ALateReleaseOfAnEarlierDowngradedReadCannotRemoveALaterRe
   s.unlock();  // the write hold ends; the read hold goes on
   ASSERT_EQ(s.last_release(), release_status::released);
   ASSERT_TRUE(s.owns_shared());
-  replay(detail::shared_scripts::release_shared(),
-         {s.key(), s.key() + ":fence", s.key() + ":squeue", s.key() + ":swaiters"}, {owner, s.key() + ":w:", "0"});
+  const std::vector<std::string> keys = {s.key(), s.key() + ":fence", s.key() + ":squeue", s.key() + ":swaiters"};
+  // A late renewal of the earlier read hold (an extend_shared(1 ms) of it, say) changes
+  // nothing either: the later read hold keeps its lease.
+  EXPECT_EQ(replay(detail::shared_scripts::extend(), keys, {owner, s.key() + ":w:", "1", "read", read_hold}), 0);
+  EXPECT_GT(s.remaining_shared_lease(), seconds(1)) << "a late renewal of the earlier read hold cut the later one";
+  replay(detail::shared_scripts::release_shared(), keys, {owner, s.key() + ":w:", "0", read_hold});
   shared_mutex writer(*pool, "late-down", lease(seconds(5)));
   EXPECT_FALSE(writer.try_lock()) << "a writer got in while the thread still holds its read hold";
   EXPECT_TRUE(s.still_held_shared());

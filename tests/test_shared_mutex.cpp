@@ -963,8 +963,9 @@ TEST_F(SharedTest, ANestedReadAfterTheReadHoldWasLostThrowsAndTakesNothing) {
   }
 }
 
-// A thread whose write hold was lost, and who takes a read hold after another writer, holds a
-// new hold: its fencing token must be above that writer's, not the lost write hold's cached one.
+// A thread whose write hold was lost, and who reads after another writer, never reads under
+// the lost write hold's cached token: the read is refused as a downgrade of a lost hold, and
+// once the thread has let go of it a new read hold draws a token above that writer's.
 TEST_F(SharedTest, AReadHoldTakenAfterTheWriteHoldWasLostDrawsAFreshFencingToken) {
   shared_mutex m(*pool, "stale-fence", lease(seconds(10))), other(*pool, "stale-fence", lease(seconds(10)));
   m.lock();
@@ -974,10 +975,11 @@ TEST_F(SharedTest, AReadHoldTakenAfterTheWriteHoldWasLostDrawsAFreshFencingToken
   const std::uint64_t between = other.fencing_token();
   other.unlock();
   ASSERT_GT(between, lost_write);
+  EXPECT_THROW((void)m.try_lock_shared(), lock_error);  // a downgrade of the lost write hold
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
   ASSERT_TRUE(m.try_lock_shared());  // a new hold: the lock was free
   EXPECT_GT(m.fencing_token(), between) << "the new read hold reports the lost write hold's token";
   m.unlock_shared();
-  m.unlock();
 }
 
 // A downgrade (lock_shared() while writing) continues the write hold as a read hold with no

@@ -95,7 +95,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
         if (h.writing) run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
       } catch (...) {  // the lease runs out on its own
       }
-      if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
+      if (h.reads > 0) run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0", h.read_hold});
     });
   }
 
@@ -143,7 +143,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
         [&](const std::string& owner, const hold& h) {
           if (h.reads == 0) h.lease->read.stop();  // the last read hold: before it is sent
           return h.lease->read.outcome(run_integer(detail::shared_scripts::release_shared(),
-                                                   {owner, keys_.channel, std::to_string(h.reads)}) == 1);
+                                                   {owner, keys_.channel, std::to_string(h.reads), h.read_hold}) == 1);
         });
   }
   /// The old name of unlock_shared_and_report().
@@ -232,6 +232,9 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     std::int64_t reads = 0;
     bool writing = false;
     std::uint64_t fence = 0;
+    // The number of the wait that began the current read hold (the server's g:<owner>): its
+    // releases name it, so a late release of an earlier read hold never ends this one.
+    std::string read_hold;
     // Made by the owner's first acquisition, then kept: the watchdog points into it.
     std::shared_ptr<leases> lease;
     // The thread's hand-off channel: subscribed on its first wait, kept until the thread exits
@@ -261,6 +264,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
 
   // Attempts return nullopt when they acquired, else how long until a blocking hold may lapse.
   using attempt_result = std::optional<std::chrono::milliseconds>;
+  // Thrown by send_attempt() when the hold an acquisition continues is gone (nothing changed).
+  struct hold_gone {};
 
   // One acquisition of `side` ('w' or 'r'; count: the read count after it) by the calling
   // thread, modelled on basic_mutex::wait_for_lock: the first attempt, then, subscribed to the
@@ -274,6 +279,9 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
                      const char* side_name) {
     const std::string owner = owners_.owner_id();
     hold mine = owners_.mine();
+    // A nested read continues the thread's read hold, a downgrade its write hold: either must
+    // still be there (shared_scripts::acquire). Any other acquisition begins a new hold.
+    const std::string continues = side != 'r' ? "" : mine.reads > 0 ? "r" + mine.read_hold : mine.writing ? "w" : "";
     if (!mine.channel) {
       detail::thread_exits::instance().watch_this_thread();  // the channel goes with the thread
       mine.channel = std::make_shared<detail::subscriber::subscription>();
@@ -295,7 +303,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       const bool queue = !std::exchange(first, false) || (sub.active() && !detail::passed(d));
       queued = queued || queue;
       sent = detail::steady::now();
-      return send_attempt(owner, queue ? "wait" : "try", side, wait, count);
+      return send_attempt(owner, queue ? "wait" : "try", side, wait, count, continues);
     };
     auto handed_over = [&](detail::subscriber::subscription& s) { return s.take_message(notice); };
     bool acquired = false;
@@ -306,9 +314,17 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
           handed_over, &sub);
       // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
       // and otherwise leaves the queue (admitting the readers we held back).
-      if (!acquired && queued) acquired = !send_attempt(owner, "leave", side, wait, count);
+      if (!acquired && queued) acquired = !send_attempt(owner, "leave", side, wait, count, continues);
+    } catch (const hold_gone&) {
+      // Someone else may have held the lock since: the critical section the continued hold
+      // guards was not continuous, so this acquisition must not make it look so.
+      hold h = owners_.mine();
+      if (h.lease) (continues == "w" ? h.lease->write : h.lease->read).mark_lost();
+      throw lock_error(std::string("redislock: ") + (continues == "w" ? "downgrade" : "nested read") + " on lock '" +
+                       name_ + "' refused: this thread's " + (continues == "w" ? "write" : "read") +
+                       " hold was lost (its lease ran out or it was force-released)");
     } catch (...) {
-      if (queued) leave_after_failure(owner, side, wait, count);
+      if (queued || !continues.empty()) leave_after_failure(owner, side, wait, count, continues);
       throw;
     }
     if (!acquired) return false;
@@ -316,6 +332,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     if (!h.lease) h.lease = std::make_shared<leases>();
     if (h.idle()) h.fence = 0;  // a new hold: its token is drawn on demand (fencing_token())
     detail::lease_keeper* began = on_acquired(h);
+    if (began == &h.lease->read) h.read_hold = wait;
     if (began != nullptr) began->acquired();
     owners_.set_mine(h);
     if (began != nullptr) {
@@ -324,11 +341,13 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
         if (write) this->unlock();
         else this->unlock_shared();
       };
+      // A read hold's renewals name it: a late one never changes a later read hold of the owner.
+      const std::string number = write ? "" : wait;
       const detail::renewal_target renewal{&detail::shared_scripts::extend(),
                                            {keys_.lock, keys_.fence},
-                                           {owner, keys_.channel, keys_.lease_ms, side_name}};
+                                           {owner, keys_.channel, keys_.lease_ms, side_name, number}};
       if (options_.auto_renew)
-        this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, sent); }, drop);
+        this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, number, sent); }, drop);
       this->start_hold(*began, renewal, d, sent, drop);
     }
     return true;
@@ -336,17 +355,18 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
 
   // mode: "wait", "try" or "leave" (see shared_scripts::acquire).
   attempt_result send_attempt(const std::string& owner, std::string_view mode, char side, const std::string& wait,
-                              const std::string& count) {
+                              const std::string& count, const std::string& continues) {
     const std::string_view side_arg = side == 'w' ? "w" : "r";
     const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
       reply_ptr r =
           detail::shared_scripts::acquire().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
                                                 {owner, keys_.channel, keys_.lease_ms, mode, options_.fair ? "1" : "0",
-                                                 keys_.wait_lease_ms, side_arg, wait, count});
+                                                 keys_.wait_lease_ms, side_arg, wait, count, continues});
       return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
     });
     if (ok == -1)
       throw lock_error("lock: upgrade refused: the server has a read hold of this thread on '" + name_ + "'");
+    if (ok == 2) throw hold_gone{};
     if (ok == 1) return std::nullopt;
     return std::chrono::milliseconds(value);
   }
@@ -356,12 +376,19 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // the thread drops its channel (a release then skips the place: nobody listens) and, when
   // it holds nothing, takes a new owner name, so neither a hold handed to the place nor a
   // notice for it is ever taken for its own (a hold handed to it meanwhile lapses with its lease).
-  void leave_after_failure(const std::string& owner, char side, const std::string& wait,
-                           const std::string& count) noexcept {
+  // A nested read (never queued: the script answers it at once) instead puts the count back
+  // to what the thread still holds, if its attempt ran: the outer read hold is never released.
+  void leave_after_failure(const std::string& owner, char side, const std::string& wait, const std::string& count,
+                           const std::string& continues) noexcept {
     try {
-      if (send_attempt(owner, "leave", side, wait, count)) return;
+      if (continues.size() > 1) {
+        run_integer(detail::shared_scripts::release_shared(),
+                    {owner, keys_.channel, std::to_string(std::stoll(count) - 1), continues.substr(1)});
+        return;
+      }
+      if (send_attempt(owner, "leave", side, wait, count, continues)) return;
       if (side == 'w') run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
-      else run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0"});
+      else run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0", wait});
       return;
     } catch (...) {
     }
@@ -394,10 +421,11 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // clock) would count the fresh hold as about to run out, so one owner-checked extend restarts
   // the count from now (as basic_mutex::start_renewal). Returns the time the lease counts from.
   detail::steady::time_point confirm_late_handoff(detail::lease_keeper& lease, const std::string& owner,
-                                                  const char* side_name, detail::steady::time_point sent) {
+                                                  const char* side_name, const std::string& number,
+                                                  detail::steady::time_point sent) {
     const detail::steady::time_point now = detail::steady::now();
     if (sent + options_.lease - options_.lease / 3 > now) return sent;
-    if (run_integer(detail::shared_scripts::extend(), {owner, keys_.channel, keys_.lease_ms, side_name}) == 1)
+    if (run_integer(detail::shared_scripts::extend(), {owner, keys_.channel, keys_.lease_ms, side_name, number}) == 1)
       return now;
     lease.mark_lost();  // it ran out before we could renew it: the holder must know
     return sent;
@@ -413,8 +441,9 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     const std::string ms = detail::checked_lease(lease, what, &options_);
     const hold h = owners_.mine();
     detail::require_held(write ? h.writing : h.reads > 0, what, name_, "this thread on that side");
-    const bool ours = run_integer(detail::shared_scripts::extend(),
-                                  {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read"}) == 1;
+    const bool ours =
+        run_integer(detail::shared_scripts::extend(), {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read",
+                                                       write ? std::string() : h.read_hold}) == 1;
     if (!ours) (write ? h.lease->write : h.lease->read).mark_lost();
     return ours;
   }

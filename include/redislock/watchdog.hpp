@@ -223,10 +223,9 @@ class watchdog {
   //     else's lease: the script is owner-checked and every outermost acquisition draws a
   //     fresh owner (token or owner name), so after the release or a re-acquisition it answers
   //     0. That 0 lands on the cancelled entry and is ignored; the new acquisition has a new
-  //     entry. (One case keeps the owner: a shared read hold released and taken again while
-  //     the same thread still writes. A late renewal of the earlier read hold then extends the
-  //     later one of the same owner: no one else's hold, only a server lease that runs past
-  //     the client's own conservative count.)
+  //     entry. (A shared read hold released and taken again while the same thread still
+  //     writes keeps the owner name; its renewals also name the read hold, so they answer 0
+  //     too: detail/shared_scripts.hpp.)
   void remove(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
     if (e->cancelled) return;

@@ -9,6 +9,9 @@
 ///                          @wx       = the writer's lease end, server time in ms
 ///                          r:<owner> = that reader's hold count (reads are reentrant)
 ///                          x:<owner> = that reader's lease end, server time in ms
+///                          g:<owner> = that reader's hold number: the client's number of the
+///                          wait that began the read hold, so a late release of an earlier
+///                          read hold of the same owner (kept while it writes) is told apart
 ///                          The key's PEXPIRE is the latest of the lease ends above, so Redis
 ///                          drops it exactly when the last hold has run out. Absent when free.
 ///                          (A field "@wq" left by an older version is ignored.)
@@ -115,7 +118,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local key = KEYS[1]
 local h = redis.call('HGETALL', key)
 local kind, writer, wexp = false, false, 0
-local counts, leases = {}, {}
+local counts, leases, gens = {}, {}, {}
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
   local p = string.sub(f, 1, 2)
@@ -124,6 +127,7 @@ for i = 1, #h, 2 do
   elseif f == '@wx' then wexp = tonumber(v)
   elseif p == 'r:' then counts[string.sub(f, 3)] = tonumber(v)
   elseif p == 'x:' then leases[string.sub(f, 3)] = tonumber(v)
+  elseif p == 'g:' then gens[string.sub(f, 3)] = v
   end
 end
 if #h > 0 and kind ~= 'shared' then
@@ -147,8 +151,8 @@ for o, x in pairs(leases) do
   if x <= now then gone[#gone + 1] = o end
 end
 for _, o in ipairs(gone) do
-  redis.call('HDEL', key, 'r:' .. o, 'x:' .. o)
-  leases[o], counts[o], dirty = nil, nil, true
+  redis.call('HDEL', key, 'r:' .. o, 'x:' .. o, 'g:' .. o)
+  leases[o], counts[o], gens[o], dirty = nil, nil, nil, true
 end
 -- The latest lease end among the holds (0: no holds).
 local function last_hold()
@@ -209,14 +213,14 @@ local function drop(w)
   on_queue('ZREM', queue, w)
   on_queue('HDEL', waiters, w)
 end
-local function grant(o, side, lease)
+local function grant(o, side, lease, tag)
   dirty = true
   if side == 'w' then
     writer, wexp = o, now + tonumber(lease)
     redis.call('HSET', key, '@kind', 'shared', '@w', o, '@wx', wexp)
   else
-    counts[o], leases[o] = 1, now + tonumber(lease)
-    redis.call('HSET', key, '@kind', 'shared', 'r:' .. o, 1, 'x:' .. o, leases[o])
+    counts[o], leases[o], gens[o] = 1, now + tonumber(lease), tag
+    redis.call('HSET', key, '@kind', 'shared', 'r:' .. o, 1, 'x:' .. o, leases[o], 'g:' .. o, tag)
   end
 end
 local function channel_of(w)
@@ -246,13 +250,13 @@ local function admit(self, wait)
       drop(head)
       if head == self then
         got_self = true
-        grant(head, side, lease)
+        grant(head, side, lease, tag)
       else
         -- Told only by finish(), after the holds and the key's expiry (detail/notify_lua.hpp).
         local channel = channel_of(head)
         local n, sharded = listeners_on(channel)
         if n > 0 then
-          grant(head, side, lease)
+          grant(head, side, lease, tag)
           notices[#notices + 1] = {channel, head .. ' ' .. side .. tag, sharded}
         end
       end
@@ -264,7 +268,10 @@ end
 
 /// Acquisition, either side. ARGV: owner, prefix, lease_ms, mode, fair ("1"/"0"), wait_lease_ms,
 /// side ("w"/"r"), wait (the client's number for this wait), count (read: the count after this
-/// acquisition).
+/// acquisition), continues: what the client holds that this read continues ("" nothing;
+/// "r<n>": its read hold number n, a nested read; "w": its write hold, a downgrade). A
+/// continued hold that is gone (lease ran out, force-released) is never taken again: another
+/// owner may have held the lock in between.
 ///   mode "wait":  acquire, or join the queue (keeping our place) and refresh it: it lapses
 ///                 wait_lease after the earliest lease among the holds that block us;
 ///   mode "try":   acquire only; never queue;
@@ -276,17 +283,30 @@ end
 /// Reply: {1, 0} acquired;
 ///        {0, ms} refused; ms = the time until the earliest of the holds that block it (or the
 ///        writer queued ahead of a reader) may lapse (> 0);
-///        {-1, 0} refused: a write by an owner that holds a read hold (an upgrade would deadlock).
+///        {-1, 0} refused: a write by an owner that holds a read hold (an upgrade would deadlock);
+///        {2, 0} refused: the hold it continues is gone; nothing changed but the purge.
 /// Error TRYAGAIN: a "wait" on a migrating slot whose queue this attempt emptied (its keys
 /// cannot be made again on the source); the caller was neither admitted nor queued, so the
 /// attempt may be repeated, as cluster_client does.
 inline const script& acquire() {
   static const script s(prelude() + queue_lua() + R"lua(
 local lease, mode, fair, wait_lease, side, count = ARGV[3], ARGV[4], ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7], ARGV[9]
-local wait = side .. ARGV[8]
+local wait, continues = side .. ARGV[8], ARGV[10] or ''
 if side == 'w' and counts[owner] then
   finish()
   return {-1, 0}
+end
+if continues ~= '' then
+  local held
+  if continues == 'w' then
+    held = writer == owner
+  else
+    held = counts[owner] and (not gens[owner] or 'r' .. gens[owner] == continues)
+  end
+  if not held then
+    finish()
+    return {2, 0}
+  end
 end
 local function take()
   forget(owner)
@@ -296,6 +316,8 @@ local function take()
   else
     counts[owner], leases[owner] = tonumber(count), now + tonumber(lease)
     redis.call('HSET', key, '@kind', 'shared', 'r:' .. owner, count, 'x:' .. owner, leases[owner])
+    -- A read hold begun by this wait is numbered by it (whatever an earlier one left here).
+    if count == '1' then redis.call('HSET', key, 'g:' .. owner, ARGV[8]) end
   end
   finish(true)
   return {1, 0}
@@ -374,12 +396,14 @@ return 1
   return s;
 }
 
-/// Read release. ARGV: owner, prefix, count (the count left after this release).
+/// Read release. ARGV: owner, prefix, count (the count left after this release), the read
+/// hold's number (g:<owner>; absent: any).
 /// Reply: 1 released (at count 0 the owner's hold is removed; when no holds remain, the head
-///        of the queue is admitted); 0 the owner holds no read hold (its lease ran out).
+///        of the queue is admitted); 0 the owner holds no read hold with that number (its lease
+///        ran out, or this is a late release of an earlier one): nothing changed.
 inline const script& release_shared() {
   static const script s(prelude() + R"lua(
-if not counts[owner] then
+if not counts[owner] or ((ARGV[4] or '') ~= '' and gens[owner] and gens[owner] ~= ARGV[4]) then
   finish()
   return 0
 end
@@ -388,8 +412,8 @@ if tonumber(ARGV[3]) > 0 then
   finish(true)
   return 1
 end
-redis.call('HDEL', key, 'r:' .. owner, 'x:' .. owner)
-leases[owner], counts[owner] = nil, nil
+redis.call('HDEL', key, 'r:' .. owner, 'x:' .. owner, 'g:' .. owner)
+leases[owner], counts[owner], gens[owner] = nil, nil, nil
 )lua" + queue_lua() + R"lua(
 if not writer and not next(leases) then admit(owner, '') end
 finish(true)
@@ -398,16 +422,18 @@ return 1
   return s;
 }
 
-/// Renewal. ARGV: owner, prefix, lease_ms, side ("write" or "read").
+/// Renewal. ARGV: owner, prefix, lease_ms, side ("write" or "read"), the read hold's number
+/// (g:<owner>; "" or absent: any).
 /// Reply: 1 the owner's hold on that side now ends lease_ms from the server's now;
-///        0 the owner holds nothing on that side (its lease ran out).
+///        0 the owner holds nothing on that side (its lease ran out), or not that read hold (a
+///        late renewal of an earlier one): nothing changed.
 inline const script& extend() {
   static const script s(prelude() + R"lua(
-local until_ms = now + tonumber(ARGV[3])
+local until_ms, number = now + tonumber(ARGV[3]), ARGV[5] or ''
 if ARGV[4] == 'write' and writer == owner then
   wexp = until_ms
   redis.call('HSET', key, '@wx', wexp)
-elseif ARGV[4] == 'read' and counts[owner] then
+elseif ARGV[4] == 'read' and counts[owner] and (number == '' or not gens[owner] or gens[owner] == number) then
   leases[owner] = until_ms
   redis.call('HSET', key, 'x:' .. owner, until_ms)
 else
