@@ -316,8 +316,8 @@ TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {
   if (first.server == "redis") {
     EXPECT_EQ(first.major * 10000 + first.minor * 100 + first.patch, version);
   }
-  EXPECT_EQ(first.set_ifeq, first.server == "valkey" ? first.major * 100 + first.minor >= 801
-                                                     : first.major * 100 + first.minor >= 804);
+  EXPECT_EQ(first.set_ifeq,
+            first.server == "valkey" ? first.major * 100 + first.minor >= 801 : first.major * 100 + first.minor >= 804);
   if (!first.scripting) GTEST_SKIP() << first.describe() << " runs no scripts";
   command_monitor monitor(server.options());
   monitor.take(admin);
