@@ -461,10 +461,10 @@ class watchdog {
         run_(batch[group.front()]->req.route_key, [&](connection& c) {
           const steady::time_point at = steady::now();  // before the write: conservative
           for (std::size_t i : group) sent[i] = at;
-          c.ensure_ready();                             // (re)connects: the deadline is set on the socket in use
-          const bool set_ifeq = c.features().set_ifeq;  // one round trip per connect
+          c.ensure_ready();  // (re)connects: the deadline is set on the socket in use
           read_deadline bounded(c, reply_deadline, retry);
           cut_short = bounded.shortened();
+          const bool set_ifeq = c.features().set_ifeq;  // one round trip per connect, within the deadline
           std::vector<std::size_t> refused = pipeline(c, batch, group, results, set_ifeq);
           ++pipelines;
           if (refused.empty()) return;
