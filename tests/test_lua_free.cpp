@@ -56,9 +56,7 @@ bool any_of(const std::vector<std::string>& sent, const std::string& part) {
 struct LuaFree : ::testing::TestWithParam<lua_off> {
   void SetUp() override {
     const lua_off how = GetParam();
-    std::vector<std::string> extra;
-    if (how == lua_off::module_unloaded) extra = {"--enable-module-command", "yes"};
-    server = std::make_unique<redis_server>(extra);
+    server = std::make_unique<redis_server>();
     admin = std::make_unique<connection>(server->options());
     features = admin->features();
     client_options o{server->options()};
@@ -77,6 +75,10 @@ struct LuaFree : ::testing::TestWithParam<lua_off> {
       case lua_off::module_unloaded: {
         if (features.server != "valkey" || !features.scripting)
           GTEST_SKIP() << "only Valkey unloads its Lua engine at run time (this is " << features.describe() << ")";
+        // MODULE needs enable-module-command, which servers before Redis 7.0 do not know.
+        server = std::make_unique<redis_server>(std::vector<std::string>{"--enable-module-command", "yes"});
+        admin = std::make_unique<connection>(server->options());
+        o = client_options{server->options()};
         admin->append({"MODULE", "UNLOAD", "lua"});
         reply_ptr r = admin->read_reply();
         ASSERT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
