@@ -29,6 +29,11 @@ using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+// Reaches the mutex's private state (declared by mutex.hpp for tests).
+struct redislock::detail::mutex_test_access {
+  static std::string token(const mutex& m) { return m.current_token(); }
+};
+
 namespace {
 
 enum class lua_off { acl_user, module_unloaded, built_without };
@@ -153,6 +158,19 @@ TEST_P(LuaFree, AMutexLocksExtendsAndReleasesWithPlainCommands) {
   EXPECT_EQ(scripted(sent), 0u);
   EXPECT_TRUE(any_of(sent, "\"IFEQ\"")) << "extend is SET IFEQ";
   EXPECT_TRUE(any_of(sent, features.delex ? "\"DELEX\"" : "\"DELIFEQ\""));
+}
+
+// An earlier attempt set the key but its reply was lost: the next attempt finds our own token,
+// takes the lock and restarts the lease from its own send time (SET IFEQ PX).
+TEST_P(LuaFree, AnAttemptWhoseReplyWasLostIsOursAndItsLeaseRestarts) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  mutex m(*locker, "lost-reply", lock_options{});
+  const std::string token = detail::mutex_test_access::token(m);
+  admin->command({"SET", "redislock:{lost-reply}", token, "PX", "2000"});
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_GT(admin->command({"PTTL", "redislock:{lost-reply}"})->integer, 20000);  // the default lease: 30 s
+  EXPECT_EQ(get("redislock:{lost-reply}"), token);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }
 
 TEST_P(LuaFree, WithoutTheLuaFreeCommandsTheMutexIsRefusedAtFirstUseAndWritesNothing) {
