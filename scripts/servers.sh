@@ -4,6 +4,8 @@
 #   redis6   redis_6.0.16.orig.tar.gz   Redis 6.0.16, the oldest supported server
 #   redis8   redis_8.6.3.orig.tar.gz    Redis 8.6.3
 #   valkey9  valkey_9.1.2.orig.tar.gz   Valkey 9.1.2
+#   valkey9-nolua  the same tarball built with BUILD_LUA=no: Valkey 9.1.2 without Lua (EVAL
+#            answers "ERR Could not find scripting engine 'lua'"), for the Lua-free path
 # Each is built into a cache outside the clone keyed by the tarball's sha256,
 #   ${REDISLOCK_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redislock/servers}/<name>-<sha256[0:16]>/bin/
 # holding redis-server, redis-sentinel and redis-cli (Valkey's valkey-* binaries under these
@@ -11,7 +13,7 @@
 # temporary directory renamed into place at the end: an interrupted build is never taken as done.
 # No TLS (the server variants test the lock protocols over TCP; TLS is tested on Debian's server)
 # and libc malloc (no jemalloc to compile): about half the build time.
-# Usage: scripts/servers.sh [redis6|redis8|valkey9 ...]   (default: all three)
+# Usage: scripts/servers.sh [redis6|redis8|valkey9|valkey9-nolua ...]   (default: all four)
 #   prints "<name> <bin directory>" for each server built or found; a server whose tarball is
 #   absent is skipped, saying so on stderr (a user's clone has no ../shared).
 #   scripts/servers.sh --bin <name> prints only that server's bin directory (building it if
@@ -27,12 +29,18 @@ declare -A tarball_of=(
   [redis6]=redis_6.0.16.orig.tar.gz
   [redis8]=redis_8.6.3.orig.tar.gz
   [valkey9]=valkey_9.1.2.orig.tar.gz
+  [valkey9-nolua]=valkey_9.1.2.orig.tar.gz
 )
 # The checksums ../shared/deps/README.md publishes: a tarball that differs is refused.
 declare -A sha256_of=(
   [redis6]=8bea58a468bb67bedc92d8c2e44c170e42e6ea02527cbc5d233e92e8d78d1b99
   [redis8]=58d0d1eb49a1ea6c2179659707fec171b1e2e2b8d5157ed2ec59d1d66ad5a654
   [valkey9]=8e8557da7426a51b4e0fb514a65ef6241dc7c85cb408243af389070abf379cec
+  [valkey9-nolua]=8e8557da7426a51b4e0fb514a65ef6241dc7c85cb408243af389070abf379cec
+)
+# Extra make options per server (the cache key includes the name, so each build has its own).
+declare -A make_options_of=(
+  [valkey9-nolua]=BUILD_LUA=no
 )
 
 # Builds <name> unless cached; prints its bin directory on stdout. Status 3: tarball absent.
@@ -59,7 +67,8 @@ server_bin() {
   echo "=== servers: building $name from $tarball (a few minutes, once per machine)" >&2
   tar xzf "$tarball" -C "$tmp"
   src=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -n 1)
-  make -C "$src" -j "$jobs" MALLOC=libc BUILD_TLS=no > "$tmp/build.log" 2>&1 || {
+  # shellcheck disable=SC2086 # the options are words
+  make -C "$src" -j "$jobs" MALLOC=libc BUILD_TLS=no ${make_options_of[$name]:-} > "$tmp/build.log" 2>&1 || {
     tail -n 40 "$tmp/build.log" >&2
     echo "=== servers: building $name failed" >&2
     return 1
@@ -85,14 +94,14 @@ server_bin() {
 }
 
 if [ "${1:-}" = --bin ]; then
-  [ $# -eq 2 ] && [ -n "${tarball_of[$2]:-}" ] || { echo "usage: scripts/servers.sh --bin redis6|redis8|valkey9" >&2; exit 2; }
+  [ $# -eq 2 ] && [ -n "${tarball_of[$2]:-}" ] || { echo "usage: scripts/servers.sh --bin redis6|redis8|valkey9|valkey9-nolua" >&2; exit 2; }
   server_bin "$2"
   exit
 fi
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(redis6 redis8 valkey9)
+[ ${#names[@]} -eq 0 ] && names=(redis6 redis8 valkey9 valkey9-nolua)
 for name in "${names[@]}"; do
-  [ -n "${tarball_of[$name]:-}" ] || { echo "unknown server $name (redis6, redis8, valkey9)" >&2; exit 2; }
+  [ -n "${tarball_of[$name]:-}" ] || { echo "unknown server $name (redis6, redis8, valkey9, valkey9-nolua)" >&2; exit 2; }
   rc=0
   bin=$(server_bin "$name") || rc=$?
   case $rc in

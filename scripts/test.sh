@@ -9,7 +9,8 @@
 #      (its uncontended cases include the TLS-vs-TCP cycle). Skipped, saying so, when
 #      the tarball is absent (a user's clone has none).
 #   5. redis6, redis8, valkey9  the lock protocols against Redis 6.0.16, Redis 8.6.3 and Valkey
-#      9.1.2, built once per machine by scripts/servers.sh into a cache outside the clone; they
+#      9.1.2 (and valkey9-nolua: the Lua-free path's tests against Valkey 9.1.2 built without
+#      Lua, a few seconds), built once per machine by scripts/servers.sh into a cache outside the clone; they
 #      reuse build/test's binaries (building it first when plain did not run) and only point
 #      the harness at the other server (REDISLOCK_REDIS_SERVER, REDISLOCK_REDIS_CLI; the
 #      sentinel is the server binary with --sentinel). Skipped, saying so, when the server's
@@ -24,7 +25,7 @@
 # the server variants 2 to 3 minutes each (124, 161 and 183 s measured on a loaded machine),
 # and building the three servers on a cold cache 5 to 9 minutes, once per machine.
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
-# Usage: scripts/test.sh [plain|asan|tsan|hiredis1|redis6|redis8|valkey9 ...]   (default: all)
+# Usage: scripts/test.sh [plain|asan|tsan|hiredis1|redis6|redis8|valkey9|valkey9-nolua ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -34,7 +35,7 @@ bash scripts/format.sh --check
 
 jobs=$(nproc 2>/dev/null || echo 2)
 variants=("$@")
-[ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1 redis6 redis8 valkey9)
+[ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1 redis6 redis8 valkey9 valkey9-nolua)
 
 # The slowest fault scenarios (cluster failovers, five Redlock masters) run once, in the plain
 # build: under a sanitizer they add minutes and test the same client code as the rest.
@@ -63,12 +64,17 @@ server_protocols="^(LockContract|QueuedHandOff|KindsTest|MutexTest|MutexRestart|
 server_protocols+="|WatchdogTest|LeaseLoss|Fencing|FenceCounter|ReentrantTest|ReentrantServerLoss|SharedTest"
 server_protocols+="|SharedServerLoss|Redlock|RedlockN|cli_test|Security|DelayedRelease|HashTags|Eviction)[/.]"
 server_protocols+="|^test_sentinel$"
+# The Lua-free path (an ACL user without @scripting, Valkey's lua module unloaded) and SET IFEQ
+# renewals: each test skips, saying so, where its server has no such thing.
+lua_free="^Servers/LuaFree[.]|^(SetIfeqRenewal|ServerFeatures)[.]"
+server_protocols+="|$lua_free"
 server_protocols+="|^torture_(no_faults|waiting_all_faults|fair_all_faults|shared_mixed_all_faults|redlock3_faults|cluster_faults)$"
 # test_cluster needs sharded pub/sub (Redis 7): on Redis 6 a cluster's waiters back off instead,
 # and torture_cluster_faults is its cluster test.
 server_subset() {  # <variant>
   case "$1" in
     redis6) echo "$server_protocols" ;;
+    valkey9-nolua) echo "$lua_free" ;;
     *) echo "$server_protocols|^test_cluster$" ;;
   esac
 }
@@ -79,7 +85,7 @@ server_subset() {  # <variant>
 server_build_pid=""
 server_variants=()
 for v in "${variants[@]}"; do
-  case "$v" in redis6 | redis8 | valkey9) server_variants+=("$v") ;; esac
+  case "$v" in redis6 | redis8 | valkey9 | valkey9-nolua) server_variants+=("$v") ;; esac
 done
 if [ ${#server_variants[@]} -gt 0 ] && [ ${#server_variants[@]} -lt ${#variants[@]} ]; then
   mkdir -p build
@@ -92,7 +98,7 @@ failed=()
 for v in "${variants[@]}"; do
   echo "=== redislock tests: $v"
   case "$v" in
-    redis6 | redis8 | valkey9)
+    redis6 | redis8 | valkey9 | valkey9-nolua)
       if [ -n "$server_build_pid" ]; then  # once: then every server is built or its failure shown
         wait "$server_build_pid" || echo "=== servers: the background build failed (build/servers.log):"
         cat build/servers.log
@@ -146,7 +152,7 @@ for v in "${variants[@]}"; do
       LD_LIBRARY_PATH="$prefix/lib" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" REDISLOCK_EXPECT_HIREDIS_MAJOR=1 \
         ctest --test-dir build/hiredis1 -j "$jobs" --output-on-failure --timeout 300
       ;;
-    redis6 | redis8 | valkey9)
+    redis6 | redis8 | valkey9 | valkey9-nolua)
       rc=0
       bin=$(scripts/servers.sh --bin "$v") || rc=$?
       if [ $rc -eq 3 ]; then
@@ -162,7 +168,7 @@ for v in "${variants[@]}"; do
       REDISLOCK_REDIS_SERVER="$bin/redis-server" REDISLOCK_REDIS_CLI="$bin/redis-cli" \
         ctest --test-dir build/test -j "$jobs" --output-on-failure --timeout 300 -R "$(server_subset "$v")"
       ;;
-    *) echo "unknown variant $v (plain, asan, tsan, hiredis1, redis6, redis8, valkey9)" >&2; exit 2 ;;
+    *) echo "unknown variant $v (plain, asan, tsan, hiredis1, redis6, redis8, valkey9, valkey9-nolua)" >&2; exit 2 ;;
   esac
   )
   rc=$?

@@ -19,6 +19,7 @@
 
 #include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/no_sigpipe.hpp>
+#include <redislock/detail/server_features.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 #include <redislock/reply.hpp>
@@ -71,6 +72,7 @@ class connection {
     last_traffic_ = other.last_traffic_;
     io_timeout_ = other.io_timeout_;
     checked_ = std::exchange(other.checked_, false);
+    features_ = std::exchange(other.features_, std::nullopt);
     return *this;
   }
   connection(const connection&) = delete;
@@ -155,6 +157,52 @@ class connection {
   /// Replies appended but not yet read.
   std::size_t pending() const noexcept { return pending_; }
 
+  /// What the server at the other end offers (detail/server_features.hpp): found with one
+  /// round trip on the first call after each connect (a reconnect may reach another server,
+  /// e.g. after a failover), then kept. Call with no reply pending.
+  const detail::server_features& features() {
+    ensure_ready();  // a reconnect first forgets what the old socket's server had
+    if (features_) return *features_;
+    detail::server_features f;
+    // EVAL, not EVALSHA: tests and operators count EVALSHAs as the locks' scripts. A user refused
+    // EVAL may still be allowed EVALSHA (the README's minimal ACL user): then EVALSHA tells.
+    // NOSCRIPT (a server that never saw "return 1", or one without a Lua engine: Valkey answers
+    // NOSCRIPT then too): SCRIPT LOAD tells.
+    static constexpr std::string_view eval_probe[] = {"EVAL", "return 1", "0"};
+    static constexpr std::string_view evalsha_probe[] = {"EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"};
+    const auto error_text = [](const reply_ptr& r) {
+      return r->type == REDIS_REPLY_ERROR ? std::string_view(r->str, r->len) : std::string_view();
+    };
+    append({"HELLO"});
+    append(eval_probe, 3);
+    const reply_ptr hello = read_reply();
+    reply_ptr probe = read_reply();
+    if (detail::starts_with(error_text(probe), "NOPERM")) {
+      append(evalsha_probe, 3);
+      probe = read_reply();
+    }
+    if (detail::starts_with(error_text(probe), "NOSCRIPT")) {
+      // Only a missing engine counts here: a user refused SCRIPT LOAD alone may still run the
+      // scripts an administrator loaded.
+      const reply_ptr load = read_reply_of({"SCRIPT", "LOAD", "return 1"});
+      f.scripting = !detail::starts_with(error_text(load), "ERR Could not find scripting engine");
+    } else {
+      f.scripting = !detail::is_scripting_refusal(error_text(probe));
+    }
+    if (!detail::read_hello(*hello, f)) {
+      const reply_ptr info = read_reply_of({"INFO", "server"});
+      if (info->type == REDIS_REPLY_STRING) detail::read_info_server(std::string_view(info->str, info->len), f);
+    }
+    f.derive();
+    features_ = std::move(f);
+    return *features_;
+  }
+  /// A script was refused as in detail::is_scripting_refusal (the user's ACL changed since
+  /// features() looked): from now on this connection counts as one without scripting.
+  void forget_scripting() noexcept {
+    if (features_) features_->scripting = false;
+  }
+
   /// The underlying hiredis context, for what this wrapper does not cover. Do not free it, and
   /// do not queue commands on it with redisAppend*: this connection sends its own commands
   /// itself (appended ones first, on the next read_reply()).
@@ -163,6 +211,7 @@ class connection {
   /// Drops the socket; the next call reconnects. Used after timeouts and by tests.
   void close() noexcept {
     context_.reset();
+    features_.reset();
     pending_ = 0;
     out_.clear();
     checked_ = false;
@@ -294,6 +343,11 @@ class connection {
     return c;
   }
 
+  reply_ptr read_reply_of(std::initializer_list<std::string_view> argv) {
+    append(argv);
+    return read_reply();
+  }
+
   // Sends the appended commands. Over TCP and Unix sockets with send(MSG_NOSIGNAL): a peer
   // that closed the connection gives EPIPE or ECONNRESET, never a SIGPIPE. The socket is
   // blocking with SO_SNDTIMEO = command_timeout (redisSetTimeout), so a stalled send ends
@@ -370,6 +424,7 @@ class connection {
     pending_ = 0;
     out_.clear();
     last_traffic_ = std::chrono::steady_clock::now();
+    features_.reset();
   }
 
   [[noreturn]] void fail(const char* during) {
@@ -403,6 +458,7 @@ class connection {
   std::chrono::milliseconds io_timeout_{options_.command_timeout};  // the socket timeout this object set last (0: none)
   std::chrono::steady_clock::time_point last_traffic_{};            // the last reply read (or the connect)
   bool checked_ = false;                                            // ensure_ready() ran since the last command
+  std::optional<detail::server_features> features_;                 // found on this socket; none before features()
 };
 
 }  // namespace redislock

@@ -14,6 +14,9 @@
 ///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
 ///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
 ///   │   ├── auth_error        NOAUTH / WRONGPASS / NOPERM
+///   │   │   └── scripting_unavailable_error  the server runs no Lua scripts for this connection
+///   │   │                     (an ACL user without @scripting, Valkey without its Lua engine)
+///   │   │                     and what was asked has no Lua-free form
 ///   │   ├── server_version_error  the server is too old for what was asked (the message names
 ///   │   │                     the version needed)
 ///   │   └── redirect_error    MOVED / ASK (Redis Cluster)
@@ -92,6 +95,17 @@ class server_version_error : public reply_error {
       : reply_error(std::move(server_message), needed) {}
 };
 
+/// The server runs no scripts for this connection: an ACL user without @scripting (NOPERM on
+/// EVAL/EVALSHA/SCRIPT) or Valkey without its Lua engine (built with BUILD_LUA=no, or the lua
+/// module unloaded). Thrown where what was asked needs a script (reentrant, shared and fair locks,
+/// fencing tokens), or where the Lua-free path needs what the server lacks; basic_mutex
+/// otherwise takes its Lua-free path (docs/servers.md). An auth_error (such a NOPERM was one
+/// before the Lua-free path existed). server_message() is the server's refusal, if any.
+class scripting_unavailable_error : public auth_error {
+ public:
+  using auth_error::auth_error;
+};
+
 /// MOVED or ASK from a Redis Cluster node: the key's slot lives elsewhere.
 class redirect_error : public reply_error {
  public:
@@ -168,8 +182,23 @@ inline std::string_view script_error_cause(std::string_view message) noexcept {
   return message;
 }
 
+/// True for the refusals that mean "no scripts here": Valkey without its Lua engine ("ERR Could
+/// not find scripting engine 'lua'"), or an ACL user without @scripting (NOPERM on EVAL,
+/// EVALSHA, SCRIPT or FCALL, not on a key).
+inline bool is_scripting_refusal(std::string_view message) noexcept {
+  if (starts_with(message, "ERR Could not find scripting engine")) return true;
+  if (!starts_with(message, "NOPERM")) return false;
+  for (std::string_view command : {"'eval", "'script|", "'script'", "'fcall"})
+    if (message.find(command) != std::string_view::npos) return true;
+  return false;
+}
+
 /// The one place where a server error reply becomes a typed exception.
 [[noreturn]] inline void throw_reply_error(std::string message) {
+  if (is_scripting_refusal(message))
+    throw scripting_unavailable_error(message, "the server runs no Lua scripts for this connection (" + message +
+                                                   "): an ACL user needs @scripting, Valkey its Lua engine; "
+                                                   "this needs a script (see docs/servers.md, the Lua-free path)");
   const std::string_view cause = script_error_cause(message);
   if (starts_with(cause, "NOSCRIPT")) throw noscript_error(std::move(message));
   if (starts_with(cause, "WRONGTYPE")) throw wrong_type_error(std::move(message));

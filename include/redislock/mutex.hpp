@@ -100,9 +100,8 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     const std::string ms = detail::checked_lease(lease, "extend", &options_);
     require_held("extend");
     const std::string token = current_token();
-    const bool ours = client_.run(keys_.lock, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::extend().run(c, {keys_.lock}, {token, ms}));
-    }) == 1;
+    const detail::renewal_target target = renewal_of(token, ms);
+    const bool ours = client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); }) == 1;
     if (!ours) mark_lost_if_current(token);
     return ours;
   }
@@ -114,6 +113,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
     const std::string token = current_token();
     return detail::to_remaining(client_.run(keys_.lock, [&](connection& c) {
+      if (!c.features().scripting) return detail::mutex_scripts::remaining_without_script(c, keys_.lock, token);
       return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {keys_.lock}, {token}));
     }));
   }
@@ -158,6 +158,11 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
       token = token_;
     }
     const std::int64_t fence = client_.run(keys_.lock, [&](connection& c) {
+      if (!c.features().scripting)
+        throw scripting_unavailable_error("", "fencing_token: lock '" + name_ + "' is on " + c.features().describe() +
+                                                  ", which runs no scripts for this connection; a fencing token "
+                                                  "is drawn by a script (owner check, counter and clock floor in "
+                                                  "one step), so there is none on the Lua-free path");
       return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence}, {token}));
     });
     if (fence <= 0) {
@@ -226,6 +231,9 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
       if (std::exchange(first, false)) {
         attempt_result r = may_queue_now ? (queued = true, queue_attempt("wait")) : attempt_first();
         won_first = !r;
+        // Without scripts there is no queue and no hand-off: back off and try again until the
+        // deadline (passed when this returns not acquired, which ends the wait below).
+        if (r && lua_free_.load(std::memory_order_relaxed)) r = wait_without_script(d);
         return r;
       }
       queued = true;
@@ -301,10 +309,20 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     rotate_token();
   }
 
+  // A script refused for want of scripting (the user's ACL changed since the connection looked)
+  // ran nothing: the Lua-free release follows on the same connection.
   std::int64_t send_release() {
     return client_.run(keys_.lock, [&](connection& c) {
-      return detail::as_integer(*detail::mutex_scripts::release().run(
-          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token_, keys_.waiter_prefix}));
+      if (c.features().scripting) {
+        try {
+          return detail::as_integer(*detail::mutex_scripts::release().run(
+              c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token_, keys_.waiter_prefix}));
+        } catch (const scripting_unavailable_error&) {
+          if (c.features().scripting) throw;
+        }
+      }
+      require_lua_free_path(c.features());
+      return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token_);
     });
   }
 
@@ -323,27 +341,75 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another
   // type). Redis before 7.0 refuses NX with GET: then SET NX PX, and the queue script when it fails.
   // Fair mode must not jump the queue, so it asks the queue script.
+  // Without scripts (lua_free_), the same SET; a key already holding our token (an earlier
+  // attempt's lost reply) gets its lease restarted by `SET IFEQ PX` from a send time taken now.
   attempt_result attempt_first() {
-    if (options_.fair) return queue_attempt("try");
-    const detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
+    enum class outcome { acquired, held, ours_already, ask_script };
+    detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
     const bool with_get = set_get_supported_.load(std::memory_order_relaxed);
-    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
+    bool lua_free = false, no_get = false;
+    const outcome o = client_.run(keys_.lock, [&](connection& c) {
+      lua_free = !c.features().scripting;  // a round trip on a socket's first use only
+      if (lua_free) require_lua_free_path(c.features());
+      else if (options_.fair) return outcome::ask_script;  // fair mode must not jump the queue
       if (with_get) {
         c.append({"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_});
       } else {
         c.append({"SET", keys_.lock, token_, "NX", "PX", lease_ms_});
       }
-      return c.read_reply();
+      reply_ptr r = c.read_reply();
+      if (r->type == REDIS_REPLY_ERROR && with_get &&
+          std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+        no_get = true;
+        return outcome::held;
+      }
+      detail::checked(*r);
+      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return outcome::acquired;
+      if (with_get && std::string_view(r->str, r->len) != token_) return outcome::held;
+      if (!lua_free) return outcome::ours_already;  // (or unknown, without GET): the queue script decides
+      if (!with_get) return outcome::held;
+      sent = detail::steady::now();
+      r = c.command({"SET", keys_.lock, token_, "IFEQ", token_, "PX", lease_ms_});
+      return r->type == REDIS_REPLY_STATUS ? outcome::acquired : outcome::held;  // nil: it lapsed meanwhile
     });
-    if (r->type == REDIS_REPLY_ERROR && with_get &&
-        std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+    lua_free_.store(lua_free, std::memory_order_relaxed);
+    if (no_get) {
       set_get_supported_.store(false, std::memory_order_relaxed);
       return attempt_first();
     }
-    detail::checked(*r);
-    if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return finish_attempt(sent);
-    if (!with_get || std::string_view(r->str, r->len) == token_) return queue_attempt("try");
+    switch (o) {
+      case outcome::acquired: return finish_attempt(sent);
+      case outcome::ours_already:
+      case outcome::ask_script: return queue_attempt("try");
+      case outcome::held: break;
+    }
     return detail::unknown_pttl;  // held by someone else; their lease is not known
+  }
+
+  // The Lua-free wait: plain attempts with jittered exponential backoff (retry_min ..
+  // retry_max) until the deadline. nullopt: acquired.
+  attempt_result wait_without_script(const detail::deadline& d) {
+    detail::backoff pause(options_.retry_min, options_.retry_max);
+    while (!detail::passed(d)) {
+      std::this_thread::sleep_for(pause.next(std::chrono::milliseconds(-1), d));
+      if (!attempt_first()) return std::nullopt;
+    }
+    return detail::unknown_pttl;
+  }
+
+  // What the Lua-free path needs of the server, and what it cannot do, refused before anything
+  // is written (first use: constructing a lock sends nothing).
+  void require_lua_free_path(const detail::server_features& f) const {
+    const std::string where = "lock '" + name_ + "': " + f.describe() + " runs no scripts for this connection (";
+    if (options_.fair)
+      throw scripting_unavailable_error("", where +
+                                                "an ACL user without @scripting, or Valkey without Lua), and "
+                                                "fair mode queues its waiters in a script");
+    if (!f.set_ifeq || !f.compare_and_delete())
+      throw scripting_unavailable_error("", where +
+                                                "an ACL user without @scripting, or Valkey without Lua), and "
+                                                "the Lua-free path needs SET IFEQ with DELEX or DELIFEQ "
+                                                "(Redis 8.4+, Valkey 9.0+) to renew and release safely");
   }
 
   // mode: "wait" (join or keep our place), "try", "leave" (see mutex_scripts::queue_attempt).
@@ -377,9 +443,8 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   void start_renewal() {
     const detail::steady::time_point now = detail::steady::now();
     if (acquired_at_ + options_.lease - options_.lease / 3 <= now) {
-      const bool ours = client_.run(keys_.lock, [&](connection& c) {
-        return detail::as_integer(*detail::mutex_scripts::extend().run(c, {keys_.lock}, {token_, lease_ms_}));
-      }) == 1;
+      const detail::renewal_target target = renewal();
+      const bool ours = client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); }) == 1;
       if (ours) acquired_at_ = now;
       else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
@@ -387,8 +452,16 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   }
 
   // The current acquisition's owner-checked extend (for the watchdog and min_replicas).
-  detail::renewal_target renewal() const {
-    return {&detail::mutex_scripts::extend(), {keys_.lock}, {current_token(), lease_ms_}};
+  detail::renewal_target renewal() const { return renewal_of(current_token(), lease_ms_); }
+
+  // mutex_scripts::extend() is GET == token, then PEXPIRE, and nothing else: no fencing floor
+  // (fencing_token() draws from its own key), no queue upkeep (a waiter's place is refreshed by
+  // its own attempts), no hand-off bookkeeping (a hand-off writes the waiter's token, so it is
+  // no longer ours). `SET key token IFEQ token PX lease` does exactly that in one command
+  // (rewriting the same value, never creating the key), so it replaces the script wherever the
+  // server has it.
+  detail::renewal_target renewal_of(std::string token, std::string lease_ms) const {
+    return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
   }
 
   void require_held(const char* what) const {
@@ -418,7 +491,8 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   std::atomic<bool> held_{false};
   std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
   std::atomic<bool> set_get_supported_{true};     // false once the server refused SET NX GET (Redis < 7)
-  bool waited_last_ = false;  // the last acquisition did not succeed at its first attempt (gate holder only)
+  std::atomic<bool> lua_free_{false};  // the last attempt's server runs no scripts for us (the Lua-free path)
+  bool waited_last_ = false;           // the last acquisition did not succeed at its first attempt (gate holder only)
   detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
   detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)
   detail::lease_keeper lease_;              // renewal and lost flag of the current acquisition

@@ -39,6 +39,8 @@ class script {
       append(c, keys, args);
       r = c.read_reply();
     }
+    if (r->type == REDIS_REPLY_ERROR && detail::is_scripting_refusal(std::string_view(r->str, r->len)))
+      c.forget_scripting();
     detail::checked(*r);
     return r;
   }
@@ -72,7 +74,13 @@ class script {
 
   /// SCRIPT LOAD; checks that the server's SHA-1 matches ours.
   void load(connection& c) const {
-    reply_ptr r = c.command({"SCRIPT", "LOAD", source_});
+    reply_ptr r;
+    try {
+      r = c.command({"SCRIPT", "LOAD", source_});
+    } catch (const scripting_unavailable_error&) {
+      c.forget_scripting();
+      throw;
+    }
     if (detail::as_string(*r) != sha1_) throw reply_error("SCRIPT LOAD returned an unexpected SHA-1");
   }
 

@@ -11,7 +11,10 @@
 /// renewed at C + lease/3 and may be renewed from C + lease/6 on, so a wake-up takes every
 /// renewal that is nearly due and they travel together. All renewals taken in one go are
 /// grouped by server and each group is sent as one pipeline of at most max_batch EVALSHAs
-/// (NOSCRIPT: SCRIPT LOAD, then one more pipeline of the refused ones).
+/// (NOSCRIPT: SCRIPT LOAD, then one more pipeline of the refused ones). A renewal whose
+/// script is an owner-checked PEXPIRE alone (renewal_request::as_set_ifeq) is sent as
+/// `SET key token IFEQ token PX lease` where the server has it (Redis 8.4+, Valkey 8.1+): no
+/// script, and the server's cheapest owner-checked renewal (docs/servers.md).
 ///
 /// Loss: a renewal answered 0 means the lock is no longer ours. Renewals that fail
 /// (connection errors, error replies) are retried every lease/10 until C + lease; from then
@@ -67,6 +70,10 @@ struct renewal_request {
   std::vector<std::string> keys;       ///< KEYS of `extend`
   std::vector<std::string> args;       ///< ARGV of `extend`
   std::chrono::milliseconds lease{0};  ///< the lease the script sets; renewals every lease/3
+  /// The script does exactly what `SET keys[0] args[0] IFEQ args[0] PX args[1]` does (an
+  /// owner-checked PEXPIRE of a string key holding the owner's token, nothing else): where the
+  /// server has SET IFEQ (detail/server_features.hpp), that command is sent instead.
+  bool as_set_ifeq = false;
   /// Local send time of the command that set the current lease (the acquisition). Default: now.
   std::chrono::steady_clock::time_point confirmed{};
   /// Set to true when the lease is found lost. Must stay valid until the registration is reset.
@@ -80,6 +87,28 @@ struct renewal_request {
   /// that lock's release waits for its running callback.
   std::function<void(const std::string& name)> on_lost;
 };
+
+namespace detail {
+
+/// Appends one owner-checked renewal: `SET key token IFEQ token PX lease` when `as_set_ifeq`
+/// (the caller checked that the script is equivalent and the server has SET IFEQ), else the
+/// script. keys: {key}; args: {token, lease_ms} for SET IFEQ.
+inline void append_renewal(connection& c, const script& s, bool as_set_ifeq, const std::string_view* keys,
+                           std::size_t nkeys, const std::string_view* args, std::size_t nargs) {
+  if (as_set_ifeq) c.append({"SET", keys[0], args[0], "IFEQ", args[0], "PX", args[1]});
+  else s.append(c, keys, nkeys, args, nargs);
+}
+
+/// A renewal's answer, script or SET IFEQ: 1 renewed (1, OK), 0 not ours (0; nil: SET IFEQ
+/// found another value or no key, and wrote nothing), -1 anything else (an error reply).
+inline int renewal_answer(const redisReply& r) noexcept {
+  if (r.type == REDIS_REPLY_INTEGER && (r.integer == 0 || r.integer == 1)) return static_cast<int>(r.integer);
+  if (r.type == REDIS_REPLY_NIL) return 0;
+  if (r.type == REDIS_REPLY_STATUS && std::string_view(r.str, r.len) == "OK") return 1;
+  return -1;
+}
+
+}  // namespace detail
 
 class watchdog {
  public:
@@ -220,12 +249,12 @@ class watchdog {
   //     The entry itself (request, keys) is shared with the batch in flight, so the send can
   //     finish on it after the lock is gone; the script it points to is a static one.
   //  2. A renewal that is still on its way when the release is sent cannot renew someone
-  //     else's lease: the script is owner-checked and every outermost acquisition draws a
-  //     fresh owner (token or owner name), so after the release or a re-acquisition it answers
-  //     0. That 0 lands on the cancelled entry and is ignored; the new acquisition has a new
-  //     entry. (A shared read hold released and taken again while the same thread still
-  //     writes keeps the owner name; its renewals also name the read hold, so they answer 0
-  //     too: detail/shared_scripts.hpp.)
+  //     else's lease: the script (or SET IFEQ, which never creates a key) is owner-checked and
+  //     every outermost acquisition draws a fresh owner (token or owner name), so after the
+  //     release or a re-acquisition it answers 0. That 0 lands on the cancelled entry and is
+  //     ignored; the new acquisition has a new entry. (A shared read hold released and taken
+  //     again while the same thread still writes keeps the owner name; its renewals also name
+  //     the read hold, so they answer 0 too: detail/shared_scripts.hpp.)
   void remove(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
     if (e->cancelled) return;
@@ -435,7 +464,8 @@ class watchdog {
           c.ensure_ready();  // (re)connects: the deadline is set on the socket in use
           read_deadline bounded(c, reply_deadline, retry);
           cut_short = bounded.shortened();
-          std::vector<std::size_t> refused = pipeline(c, batch, group, results);
+          const bool set_ifeq = c.features().set_ifeq;  // one round trip per connect, within the deadline
+          std::vector<std::size_t> refused = pipeline(c, batch, group, results, set_ifeq);
           ++pipelines;
           if (refused.empty()) return;
           std::vector<const script*> loaded;
@@ -445,7 +475,7 @@ class watchdog {
             s->load(c);
             loaded.push_back(s);
           }
-          refused = pipeline(c, batch, refused, results);
+          refused = pipeline(c, batch, refused, results, set_ifeq);
           ++pipelines;
           for (std::size_t i : refused) results[i] = outcome::failed;
         });
@@ -469,20 +499,23 @@ class watchdog {
     return std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
   }
 
-  // One round trip: appends the EVALSHAs of `which`, reads their replies. Returns the ones
-  // refused with NOSCRIPT (left pending).
+  // One round trip: appends the renewals of `which` (EVALSHA, or SET IFEQ where the server
+  // has it), reads their replies. Returns the ones refused with NOSCRIPT (left pending).
   static std::vector<std::size_t> pipeline(connection& c, const std::vector<entry_ptr>& batch,
-                                           const std::vector<std::size_t>& which, std::vector<outcome>& results) {
+                                           const std::vector<std::size_t>& which, std::vector<outcome>& results,
+                                           bool set_ifeq) {
     for (std::size_t i : which) {
       const entry& e = *batch[i];
-      e.req.extend->append(c, e.keys.data(), e.keys.size(), e.args.data(), e.args.size());
+      detail::append_renewal(c, *e.req.extend, e.req.as_set_ifeq && set_ifeq, e.keys.data(), e.keys.size(),
+                             e.args.data(), e.args.size());
     }
     std::vector<std::size_t> refused;
     for (std::size_t i : which) {
       reply_ptr r = c.read_reply();
+      const int renewed = detail::renewal_answer(*r);
       if (script::is_noscript(*r)) refused.push_back(i);
-      else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) results[i] = outcome::renewed;
-      else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) results[i] = outcome::not_ours;
+      else if (renewed == 1) results[i] = outcome::renewed;
+      else if (renewed == 0) results[i] = outcome::not_ours;
       else results[i] = outcome::failed;
     }
     return refused;

@@ -44,11 +44,32 @@ void require_watchdog_if_renewing(const lock_options& o) {
 }
 
 /// What the watchdog needs to renew one hold: its owner-checked extend script (replies 1
-/// renewed, 0 not ours) with its KEYS and ARGV.
+/// renewed, 0 not ours) with its KEYS and ARGV. as_set_ifeq: see renewal_request.
 struct renewal_target {
   const script* extend;
   std::vector<std::string> keys, args;
+  bool as_set_ifeq = false;
 };
+
+/// Runs `t` once on `c` (SET IFEQ where it is equivalent and the server has it, else the
+/// script, loaded on NOSCRIPT). Returns 1 renewed, 0 not ours; throws on an error reply.
+inline std::int64_t renew_once(connection& c, const renewal_target& t) {
+  const bool set_ifeq = t.as_set_ifeq && c.features().set_ifeq;
+  const std::vector<std::string_view> keys(t.keys.begin(), t.keys.end()), args(t.args.begin(), t.args.end());
+  auto send = [&] {
+    append_renewal(c, *t.extend, set_ifeq, keys.data(), keys.size(), args.data(), args.size());
+    return c.read_reply();
+  };
+  reply_ptr r = send();
+  if (script::is_noscript(*r)) {
+    t.extend->load(c);
+    r = send();
+  }
+  const int answer = renewal_answer(*r);
+  if (answer >= 0) return answer;
+  checked(*r);  // throws for an error reply
+  throw reply_error("unexpected reply to a renewal (type " + std::to_string(r->type) + ")");
+}
 
 /// lock_options::min_replicas, one contract for every lock kind: call right after a new hold
 /// began (before its renewal starts). Renews the hold once with its own extend script (an
@@ -75,17 +96,7 @@ void require_replicas(Client& client, const lock_options& o, const std::string& 
   std::int64_t acknowledged = 0;
   try {
     acknowledged = client.run(route_key, [&](connection& c) -> std::int64_t {
-      const std::vector<std::string_view> keys(t.keys.begin(), t.keys.end()), args(t.args.begin(), t.args.end());
-      auto extend = [&] {
-        t.extend->append(c, keys.data(), keys.size(), args.data(), args.size());
-        return c.read_reply();
-      };
-      reply_ptr r = extend();
-      if (script::is_noscript(*r)) {
-        t.extend->load(c);
-        r = extend();
-      }
-      if (as_integer(*r) != 1) return -1;  // the hold is gone already
+      if (renew_once(c, t) != 1) return -1;  // the hold is gone already
       milliseconds w = wait;
       const milliseconds command_timeout = c.options().command_timeout;
       if (command_timeout.count() > 0) w = std::min(w, command_timeout * 3 / 4);
@@ -131,6 +142,7 @@ class lease_keeper {
       r.extend = target.extend;
       r.keys = std::move(target.keys);
       r.args = std::move(target.args);
+      r.as_set_ifeq = target.as_set_ifeq;
       r.lease = o.lease;
       r.confirmed = confirmed;
       r.lost_flag = &lost_;

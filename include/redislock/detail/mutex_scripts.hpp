@@ -38,10 +38,25 @@
 /// The {N} hash tag puts all keys in one cluster slot, so no script hits CROSSSLOT. A value of
 /// another type at P{N} makes every command fail with WRONGTYPE before anything changes.
 /// All times are the server's (TIME inside the scripts): clients' clocks never matter.
+///
+/// The Lua-free path (a server that runs no scripts for this connection: an ACL user without
+/// @scripting, Valkey without Lua; docs/servers.md) keeps the same key and value, so a Lua-free
+/// holder and a scripted one exclude each other:
+///   acquire  the same `SET P{N} token NX GET PX lease`; our own token (a lost reply) gets its
+///            lease restarted with `SET P{N} token IFEQ token PX lease`
+///   extend   `SET P{N} token IFEQ token PX lease` (also the renewal wherever the server has it)
+///   release  release_without_script(): `DELEX P{N} IFEQ token` (Redis 8.4+) or
+///            `DELIFEQ P{N} token` (Valkey 9.0+); no hand-off (nobody queues)
+///   remaining remaining_without_script(): MULTI GET PTTL EXEC
+/// No queue, hand-off, fair mode or fencing token (basic_mutex refuses those with
+/// scripting_unavailable_error); waiting is by jittered backoff.
 
 #include <redislock/detail/fence_scripts.hpp>
 #include <redislock/detail/queue_lua.hpp>
+#include <redislock/connection.hpp>
+#include <redislock/detail/server_features.hpp>
 #include <redislock/lock_options.hpp>
+#include <redislock/reply.hpp>
 #include <redislock/script.hpp>
 
 #include <string>
@@ -163,6 +178,26 @@ end
 return -2
 )lua");
   return s;
+}
+
+/// The release without a script: 1 released, 0 the lock is not ours. `f` has DELEX or DELIFEQ.
+inline std::int64_t release_without_script(connection& c, const server_features& f, std::string_view lock,
+                                           std::string_view token) {
+  if (f.delex) return as_integer(*c.command({"DELEX", lock, "IFEQ", token}));
+  return as_integer(*c.command({"DELIFEQ", lock, token}));
+}
+
+/// remaining() without a script: one transaction, so the value and the PTTL are read at once.
+inline std::int64_t remaining_without_script(connection& c, std::string_view lock, std::string_view token) {
+  c.append({"MULTI"});
+  c.append({"GET", lock});
+  c.append({"PTTL", lock});
+  c.append({"EXEC"});
+  for (int i = 0; i < 3; ++i) checked(*c.read_reply());  // +OK, +QUEUED, +QUEUED
+  const reply_ptr r = c.read_reply();
+  const redisReply& value = element(*r, 0);
+  if (value.type != REDIS_REPLY_STRING || std::string_view(value.str, value.len) != token) return -2;
+  return as_integer(element(*r, 1));
 }
 
 }  // namespace redislock::detail::mutex_scripts

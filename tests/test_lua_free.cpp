@@ -1,0 +1,351 @@
+// The Lua-free path (docs/servers.md): a server that runs no scripts for the connection (an ACL
+// user without @scripting; Valkey without Lua, built so or with its lua module unloaded) still
+// serves basic_mutex with plain commands, refuses what needs a script with a typed error, and
+// a Lua-free holder excludes a scripted one. And where the server has SET IFEQ, renewals use it.
+// On a server without SET IFEQ and DELEX/DELIFEQ (Redis before 8.4) only the refusals are
+// tested; without Valkey's lua module or a Lua-less build (scripts/servers.sh valkey9-nolua)
+// those ways of losing scripting are skipped, saying so.
+#include "eventually.hpp"
+#include "redis_server.hpp"
+#include "redis_stats.hpp"
+#include "server_version.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::command_monitor;
+using redislock_test::eventually;
+using redislock_test::redis_server;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Reaches the mutex's private state (declared by mutex.hpp for tests).
+struct redislock::detail::mutex_test_access {
+  static std::string token(const mutex& m) { return m.current_token(); }
+};
+
+namespace {
+
+enum class lua_off { acl_user, module_unloaded, built_without };
+
+std::string text(const reply_ptr& r) { return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : ""; }
+
+/// Commands the monitor saw that run a script.
+std::size_t scripted(const std::vector<std::string>& sent) {
+  std::size_t n = 0;
+  for (const auto& s : sent)
+    if (s.find("\"EVALSHA\"") != std::string::npos || s.find("\"EVAL\"") != std::string::npos ||
+        s.find("\"SCRIPT\"") != std::string::npos)
+      ++n;
+  return n;
+}
+
+bool any_of(const std::vector<std::string>& sent, const std::string& part) {
+  for (const auto& s : sent)
+    if (s.find(part) != std::string::npos) return true;
+  return false;
+}
+
+/// A throwaway server and a client (`locker`) that the server runs no scripts for, by the way
+/// the test parameter names; `features`: what the server offers (found as the default user).
+struct LuaFree : ::testing::TestWithParam<lua_off> {
+  void SetUp() override {
+    const lua_off how = GetParam();
+    server = std::make_unique<redis_server>();
+    admin = std::make_unique<connection>(server->options());
+    features = admin->features();
+    client_options o{server->options()};
+    switch (how) {
+      case lua_off::acl_user: {
+        if (!features.scripting) GTEST_SKIP() << "the server runs no scripts for anyone: see built_without";
+        std::vector<std::string> rule = {"ACL", "SETUSER", "locker", "on", ">locker-pw", "~*"};
+        for (const auto& c : redislock_test::acl_channel_rules(*admin, "*")) rule.push_back(c);
+        rule.push_back("+@all");
+        rule.push_back("-@scripting");
+        admin->command(std::vector<std::string_view>(rule.begin(), rule.end()));
+        o.connection.user = "locker";
+        o.connection.password = "locker-pw";
+        break;
+      }
+      case lua_off::module_unloaded: {
+        if (features.server != "valkey" || !features.scripting)
+          GTEST_SKIP() << "only Valkey unloads its Lua engine at run time (this is " << features.describe() << ")";
+        // MODULE needs enable-module-command, which servers before Redis 7.0 do not know.
+        server = std::make_unique<redis_server>(std::vector<std::string>{"--enable-module-command", "yes"});
+        admin = std::make_unique<connection>(server->options());
+        o = client_options{server->options()};
+        admin->append({"MODULE", "UNLOAD", "lua"});
+        reply_ptr r = admin->read_reply();
+        ASSERT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
+        admin->close();  // found again: now without scripting
+        features = admin->features();
+        break;
+      }
+      case lua_off::built_without:
+        if (features.scripting)
+          GTEST_SKIP() << features.describe()
+                       << " runs Lua; a server built without it: REDISLOCK_REDIS_SERVER=$(scripts/servers.sh --bin "
+                          "valkey9-nolua)/redis-server";
+        break;
+    }
+    ASSERT_FALSE(features.scripting && how != lua_off::acl_user);
+    locker = std::make_unique<client>(o);
+    lua_free_path = features.set_ifeq && features.compare_and_delete();
+  }
+
+  std::string without_lua_free_path() const {
+    return features.describe() + " has no SET IFEQ with DELEX/DELIFEQ (Redis 8.4+, Valkey 9.0+)";
+  }
+
+  std::string get(const std::string& key) { return text(admin->command({"GET", key})); }
+
+  std::unique_ptr<redis_server> server;
+  std::unique_ptr<connection> admin;
+  detail::server_features features;
+  std::unique_ptr<client> locker;
+  bool lua_free_path = false;
+};
+
+std::string name_of(const ::testing::TestParamInfo<lua_off>& p) {
+  switch (p.param) {
+    case lua_off::acl_user: return "AclUserWithoutScripting";
+    case lua_off::module_unloaded: return "ValkeyLuaModuleUnloaded";
+    case lua_off::built_without: return "ServerBuiltWithoutLua";
+  }
+  return "unknown";
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, LuaFree,
+                         ::testing::Values(lua_off::acl_user, lua_off::module_unloaded, lua_off::built_without),
+                         name_of);
+
+TEST_P(LuaFree, TheConnectionFindsThatNoScriptRuns) {
+  connection c(locker->options().connection);
+  EXPECT_FALSE(c.features().scripting);
+  EXPECT_EQ(c.features().server, features.server);
+  EXPECT_EQ(c.features().major, features.major);
+}
+
+TEST_P(LuaFree, AMutexLocksExtendsAndReleasesWithPlainCommands) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  mutex m(*locker, "plain", lock_options{});
+  ASSERT_TRUE(m.try_lock());  // first use: the connection finds the server (not monitored)
+  m.unlock();
+  command_monitor monitor(server->options());
+  monitor.take(*admin);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{plain}"})->integer, 1);
+  EXPECT_TRUE(m.extend(seconds(20)));
+  const long long pttl = admin->command({"PTTL", "redislock:{plain}"})->integer;
+  EXPECT_GT(pttl, 10000);
+  EXPECT_LE(pttl, 20000);
+  const milliseconds left = m.remaining_lease();
+  EXPECT_GT(left.count(), 10000);
+  EXPECT_LE(left.count(), 20000);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{plain}"})->integer, 0);
+  const std::vector<std::string> sent = monitor.take(*admin);
+  EXPECT_EQ(scripted(sent), 0u);
+  EXPECT_TRUE(any_of(sent, "\"IFEQ\"")) << "extend is SET IFEQ";
+  EXPECT_TRUE(any_of(sent, features.delex ? "\"DELEX\"" : "\"DELIFEQ\""));
+}
+
+// An earlier attempt set the key but its reply was lost: the next attempt finds our own token,
+// takes the lock and restarts the lease from its own send time (SET IFEQ PX).
+TEST_P(LuaFree, AnAttemptWhoseReplyWasLostIsOursAndItsLeaseRestarts) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  mutex m(*locker, "lost-reply", lock_options{});
+  const std::string token = detail::mutex_test_access::token(m);
+  admin->command({"SET", "redislock:{lost-reply}", token, "PX", "2000"});
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_GT(admin->command({"PTTL", "redislock:{lost-reply}"})->integer, 20000);  // the default lease: 30 s
+  EXPECT_EQ(get("redislock:{lost-reply}"), token);
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+}
+
+TEST_P(LuaFree, WithoutTheLuaFreeCommandsTheMutexIsRefusedAtFirstUseAndWritesNothing) {
+  if (lua_free_path) GTEST_SKIP() << features.describe() << " has the Lua-free commands";
+  mutex m(*locker, "refused");  // constructing sends nothing
+  try {
+    (void)m.try_lock();
+    ADD_FAILURE() << "acquired without scripts, SET IFEQ or DELEX";
+  } catch (const scripting_unavailable_error& e) {
+    EXPECT_NE(std::string(e.what()).find("SET IFEQ"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(m.owns_lock());
+  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
+}
+
+TEST_P(LuaFree, WhatNeedsAScriptIsRefusedWithATypedErrorAndWritesNothing) {
+  reentrant_mutex r(*locker, "kinds-r");
+  EXPECT_THROW(r.lock(), scripting_unavailable_error);
+  shared_mutex s(*locker, "kinds-s");
+  EXPECT_THROW(s.lock_shared(), scripting_unavailable_error);
+  EXPECT_THROW(s.lock(), scripting_unavailable_error);
+  lock_options fair;
+  fair.fair = true;
+  mutex f(*locker, "kinds-f", fair);
+  try {
+    (void)f.try_lock();
+    ADD_FAILURE() << "a fair mutex acquired without scripts";
+  } catch (const scripting_unavailable_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fair"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
+  if (!lua_free_path) return;
+  mutex m(*locker, "kinds-m");
+  ASSERT_TRUE(m.try_lock());
+  try {
+    (void)m.fencing_token();
+    ADD_FAILURE() << "a fencing token without scripts";
+  } catch (const scripting_unavailable_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fencing"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(m.lost());
+  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 1);  // the lock's key only: no counter
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+}
+
+TEST_P(LuaFree, AWaiterBacksOffUntilTheHolderReleasesOrItsLeaseEnds) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  lock_options quick;
+  quick.retry_min = milliseconds(2);
+  quick.retry_max = milliseconds(20);
+  mutex holder(*locker, "wait", quick), waiter(*locker, "wait", quick);
+  ASSERT_TRUE(holder.try_lock());
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_FALSE(waiter.try_lock_for(milliseconds(60)));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, seconds(2));
+  // Released while the other waits (or before it starts: acquired either way).
+  std::promise<void> waiting;
+  auto acquired = std::async(std::launch::async, [&] {
+    waiting.set_value();
+    return waiter.try_lock_for(seconds(10));
+  });
+  waiting.get_future().wait();
+  holder.unlock();
+  ASSERT_TRUE(acquired.get());
+  EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
+  // A holder that never releases: taken once its lease has run out on the server.
+  lock_options short_lease = quick;
+  short_lease.lease = milliseconds(150);
+  mutex crashed(*locker, "wait", short_lease);
+  ASSERT_TRUE(crashed.try_lock());
+  EXPECT_TRUE(waiter.try_lock_for(seconds(10)));
+  EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
+  EXPECT_EQ(crashed.unlock_and_report(), release_status::lease_expired);
+}
+
+TEST_P(LuaFree, TheWatchdogRenewsAndReportsALossAndTheReleaseLeavesTheNewHolderAlone) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  lock_options renewed;
+  renewed.lease = milliseconds(300);
+  renewed.auto_renew = true;
+  mutex m(*locker, "renewed", renewed);
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_TRUE(eventually([&] { return locker->watchdog().stats().renewals >= 2; }));
+  EXPECT_FALSE(m.lost());
+  EXPECT_TRUE(m.still_held());
+  admin->command({"SET", "redislock:{renewed}", "someone-else", "PX", "10000"});
+  EXPECT_TRUE(eventually([&] { return m.lost(); }, seconds(3)));
+  EXPECT_FALSE(m.extend());
+  EXPECT_EQ(m.remaining_lease().count(), 0);
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+  EXPECT_EQ(get("redislock:{renewed}"), "someone-else");
+}
+
+TEST_P(LuaFree, ALuaFreeHolderAndAScriptedHolderExcludeEachOtherBothWays) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "nobody runs scripts on this server";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  client scripting(client_options{server->options()});
+  mutex plain(*locker, "both"), lua(scripting, "both");
+  ASSERT_TRUE(plain.try_lock());
+  EXPECT_FALSE(lua.try_lock_for(milliseconds(30)));  // queues on the server, then leaves
+  EXPECT_EQ(plain.unlock_and_report(), release_status::released);
+  ASSERT_TRUE(lua.try_lock());
+  EXPECT_GT(lua.fencing_token(), 0u);
+  EXPECT_FALSE(plain.try_lock_for(milliseconds(30)));
+  EXPECT_EQ(lua.unlock_and_report(), release_status::released);
+  ASSERT_TRUE(plain.try_lock());
+  EXPECT_FALSE(lua.try_lock());
+  EXPECT_EQ(plain.unlock_and_report(), release_status::released);
+}
+
+TEST_P(LuaFree, AUserWhoseScriptingIsRevokedWhileHoldingReleasesWithoutAScript) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "revoked by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  admin->command({"ACL", "SETUSER", "locker", "+@scripting"});
+  mutex m(*locker, "revoked");
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);  // scripted (the connection found scripting)
+  ASSERT_TRUE(m.try_lock());
+  admin->command({"ACL", "SETUSER", "locker", "-@scripting"});
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);  // refused EVALSHA, then DELEX/DELIFEQ
+  EXPECT_EQ(admin->command({"EXISTS", "redislock:{revoked}"})->integer, 0);
+}
+
+// --- servers with scripting --------------------------------------------------------------
+
+TEST(SetIfeqRenewal, WhereTheServerHasItTheWatchdogAndExtendUseSetIfeqInsteadOfTheScript) {
+  redis_server server;
+  connection admin = server.admin();
+  if (!admin.features().set_ifeq) GTEST_SKIP() << admin.features().describe() << " has no SET IFEQ";
+  client c(client_options{server.options()});
+  lock_options renewed;
+  renewed.lease = milliseconds(300);
+  renewed.auto_renew = true;
+  mutex m(c, "ifeq", renewed);
+  ASSERT_TRUE(m.try_lock());
+  command_monitor monitor(server.options());
+  monitor.take(admin);
+  const std::uint64_t before = c.watchdog().stats().renewals;
+  EXPECT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= before + 2; }));
+  EXPECT_TRUE(m.extend());
+  const std::vector<std::string> sent = monitor.take(admin);
+  EXPECT_EQ(scripted(sent), 0u);
+  EXPECT_GE(std::count_if(sent.begin(), sent.end(),
+                          [](const std::string& s) { return s.find("\"IFEQ\"") != std::string::npos; }),
+            3);
+  EXPECT_FALSE(m.lost());
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+}
+
+TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {
+  redis_server server;
+  connection admin = server.admin();
+  std::vector<std::string> rule = {"ACL", "SETUSER", "prober", "on", ">prober-pw", "~*", "+@all"};
+  admin.command(std::vector<std::string_view>(rule.begin(), rule.end()));
+  connection_options o = server.options();
+  o.user = "prober";
+  o.password = "prober-pw";
+  connection c(o);
+  const detail::server_features first = c.features();
+  EXPECT_EQ(first.server, admin.features().server);
+  EXPECT_TRUE(first.server == "redis" || first.server == "valkey") << first.server;
+  const int version = redislock_test::server_version(admin);
+  if (first.server == "redis") {
+    EXPECT_EQ(first.major * 10000 + first.minor * 100 + first.patch, version);
+  }
+  EXPECT_EQ(first.set_ifeq,
+            first.server == "valkey" ? first.major * 100 + first.minor >= 801 : first.major * 100 + first.minor >= 804);
+  if (!first.scripting) GTEST_SKIP() << first.describe() << " runs no scripts";
+  command_monitor monitor(server.options());
+  monitor.take(admin);
+  EXPECT_TRUE(c.features().scripting);  // kept: nothing sent
+  EXPECT_TRUE(monitor.take(admin).empty());
+  admin.command({"ACL", "SETUSER", "prober", "-@scripting"});
+  c.close();
+  EXPECT_FALSE(c.features().scripting);  // a new socket: found again
+}
+
+}  // namespace
