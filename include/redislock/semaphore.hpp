@@ -143,8 +143,8 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
     const std::string ms = detail::checked_lease(lease, "extend", &options_);
     require_held("extend");
     const std::string token = current_token();
-    const bool ours = run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), ms},
-                                  false) == 1;
+    const bool ours =
+        run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), ms}, false) == 1;
     if (!ours) mark_lost_if_current(token);
     return ours;
   }
@@ -210,8 +210,8 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
 
   static std::int64_t checked_permits(std::int64_t n, const char* what) {
     if (n < 1 || n > max_permits)
-      throw invalid_argument(std::string(what) + ": permits must be in [1, " + std::to_string(max_permits) +
-                             "], got " + std::to_string(n));
+      throw invalid_argument(std::string(what) + ": permits must be in [1, " + std::to_string(max_permits) + "], got " +
+                             std::to_string(n));
     return n;
   }
 
@@ -330,7 +330,8 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
   std::pair<std::int64_t, std::int64_t> counts() {
     const std::int64_t own = permits_.load(std::memory_order_relaxed);
     return client_.run(keys_.lock, [&](connection& c) {
-      reply_ptr r = detail::semaphore_scripts::count().run(c, {keys_.lock}, {current_token(), keys_.waiter_prefix, std::to_string(own)});
+      reply_ptr r = detail::semaphore_scripts::count().run(c, {keys_.lock},
+                                                           {current_token(), keys_.waiter_prefix, std::to_string(own)});
       const std::int64_t stored = detail::as_integer(detail::element(*r, 0));
       return std::pair{stored > 0 ? stored : own, detail::as_integer(detail::element(*r, 1))};
     });
@@ -377,8 +378,7 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
       if (run_integer(detail::semaphore_scripts::extend(), {token_, keys_.waiter_prefix, permits_arg(), lease_ms_},
                       false) == 1)
         acquired_at_ = now;
-      else
-        lease_.mark_lost();  // it ran out before we could renew it: the holder must know
+      else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
     lease_.start(client_, options_, name_, keys_.lock, renewal(), acquired_at_);
   }
