@@ -289,6 +289,52 @@ TEST_F(Semaphore, AnotherKindOnTheNameIsWrongType) {
   ASSERT_TRUE(s.try_acquire());
   EXPECT_THROW(m.try_lock(), wrong_type_error);
   s.release();
+  // A sorted set that is not a semaphore (no "#permits" member) is foreign.
+  admin->command({"ZADD", s.key(), "1", "someone's"});
+  const std::vector<std::string> foreign = redislock_test::key_dump(*admin);
+  EXPECT_THROW(s.try_acquire(), wrong_type_error);
+  EXPECT_THROW(s.set_permits(3), wrong_type_error);
+  EXPECT_EQ(redislock_test::key_dump(*admin), foreign);
+  EXPECT_EQ(inspect(*pool, "typed").kind, lock_kind::foreign);
+}
+
+// The permissions a semaphore needs beyond the mutex's (docs/lock-kinds.md, "The semaphore"):
+// acquire, extend, fence, count, queue and be handed a permit, resize, under exactly those.
+TEST_F(Semaphore, TheDocumentedAclSuffices) {
+  if (version() < 60000) GTEST_SKIP() << "no ACL before Redis 6";
+  std::vector<std::string> acl = {
+      "ACL", "SETUSER", "sem", "reset", "on", ">sem-pw", "~redislock:*", "-@all", "+evalsha", "+script|load", "+get",
+      "+set", "+del", "+pexpire", "+pttl", "+time", "+zadd", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+publish",
+      "+subscribe", "+unsubscribe", "+pubsub|numsub",
+      // the semaphore's additions
+      "+zscore", "+zcount", "+zrange", "+zrangebyscore", "+zremrangebyscore", "+pexpireat", "+exists"};
+  for (const std::string& rule : redislock_test::acl_channel_rules(*admin, "redislock:*")) acl.push_back(rule);
+  admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
+  admin->command({"SCRIPT", "FLUSH"});
+  client_options as_sem = options();
+  as_sem.connection.user = "sem";
+  as_sem.connection.password = "sem-pw";
+  client c(as_sem), c2(as_sem);
+  lock_options o = lease(seconds(20));
+  o.recheck_interval = seconds(60);
+  semaphore a(c, "acl", 1, o), b(c2, "acl", 1, o);
+  ASSERT_TRUE(a.try_acquire());
+  EXPECT_TRUE(a.extend());
+  EXPECT_GT(a.fencing_token(), 0u);
+  EXPECT_GT(a.remaining_lease().count(), 0);
+  EXPECT_EQ(a.permits(), 1);
+  std::future<bool> got = std::async(std::launch::async, [&] { return b.try_acquire_for(seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  a.release();
+  EXPECT_EQ(a.last_release(), release_status::released);
+  ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(got.get());
+  EXPECT_GE(c2.wait_stats().wakeups, 1u) << "handed over by the notice";
+  a.set_permits(2);
+  ASSERT_TRUE(a.try_acquire());
+  a.release();
+  b.release();
+  EXPECT_EQ(b.last_release(), release_status::released);
 }
 
 // inspect() lists every valid permit's holder, the permit count and the queued waiters, and

@@ -131,7 +131,8 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
   void set_permits(std::int64_t permits) {
     const std::string n = std::to_string(checked_permits(permits, "set_permits"));
     permits_.store(permits, std::memory_order_relaxed);
-    run_integer(detail::semaphore_scripts::set_permits(), {current_token(), keys_.waiter_prefix, n});
+    // "#": no waiter's token, so a wait of this object on another thread keeps its place.
+    run_integer(detail::semaphore_scripts::set_permits(), {"#", keys_.waiter_prefix, n});
   }
 
   // --- the hold (the same members as every lock kind) ---
@@ -330,8 +331,8 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
   std::pair<std::int64_t, std::int64_t> counts() {
     const std::int64_t own = permits_.load(std::memory_order_relaxed);
     return client_.run(keys_.lock, [&](connection& c) {
-      reply_ptr r = detail::semaphore_scripts::count().run(c, {keys_.lock},
-                                                           {current_token(), keys_.waiter_prefix, std::to_string(own)});
+      reply_ptr r =
+          detail::semaphore_scripts::count().run(c, {keys_.lock}, {"#", keys_.waiter_prefix, std::to_string(own)});
       const std::int64_t stored = detail::as_integer(detail::element(*r, 0));
       return std::pair{stored > 0 ? stored : own, detail::as_integer(detail::element(*r, 1))};
     });

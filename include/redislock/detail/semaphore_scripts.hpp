@@ -7,6 +7,7 @@
 ///   P{N}           zset    the holders: owner token -> its lease end (server time, ms), one
 ///                          member per held permit, plus the member "#permits" whose score is
 ///                          minus the semaphore's permit count (tokens never start with '#').
+///                          A zset there without "#permits" is foreign: WRONGTYPE.
 ///                          A holder counts while its lease end is after the server's now; every
 ///                          script that writes removes the ended ones (ZREMRANGEBYSCORE 0 now:
 ///                          "#permits" has a negative score and stays). PEXPIREAT = the latest
@@ -77,6 +78,10 @@ inline std::string state_lua() {
   return std::string(read_clock_lua()) + R"lua(
 local prefix = ARGV[2]
 local stored = redis.call('ZSCORE', lock, '#permits')
+-- Every script leaves the key with "#permits" or deletes it: a zset without it is not ours.
+if not stored and redis.call('EXISTS', lock) == 1 then
+  return redis.error_reply('WRONGTYPE redislock: ' .. lock .. ' is a foreign zset, not a semaphore')
+end
 local permits = stored and -tonumber(stored) or tonumber(ARGV[3])
 local held = redis.call('ZCOUNT', lock, '(' .. clock_ms, '+inf')
 local mine = tonumber(redis.call('ZSCORE', lock, token) or '0') > clock_ms
@@ -194,7 +199,8 @@ held, mine = held - 1, false
   return s;
 }
 
-/// KEYS: holders, fence, queue, waiters. ARGV: token, prefix, permits (the new count, >= 1).
+/// KEYS: holders, fence, queue, waiters. ARGV: "#" (a token no waiter has), prefix, permits (the
+/// new count, >= 1).
 /// Stores the new count (while anyone holds) and hands the permits it frees to the longest
 /// waiting live waiters. Reply: the number of valid holders afterwards.
 inline const script& set_permits() {
@@ -236,7 +242,7 @@ return -2
   return s;
 }
 
-/// KEYS: holders. ARGV: token, prefix, permits.
+/// KEYS: holders. ARGV: "#", prefix, permits.
 /// Reply: {stored permit count (0: none stored, the semaphore is idle), valid holders}.
 inline const script& count() {
   static const script s(std::string(queue_locals_lua()) + state_lua() + R"lua(
