@@ -31,6 +31,7 @@
 #include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
+#include <redislock/detail/object_hold.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/semaphore_scripts.hpp>
 #include <redislock/detail/wait.hpp>
@@ -56,28 +57,22 @@ namespace redislock {
 inline constexpr std::int64_t max_permits = 1000000;
 
 template <class Client>
-class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scripts::keys>,
-                        public detail::timed_lockable<basic_semaphore<Client>> {
-  using core = detail::lock_core<Client, detail::semaphore_scripts::keys>;
+class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Client, detail::semaphore_scripts::keys> {
+  using base = detail::object_hold<basic_semaphore<Client>, Client, detail::semaphore_scripts::keys>;
 
  public:
   /// `permits`: N, used when the semaphore is idle on the server (see set_permits()).
   /// Throws invalid_argument for permits outside [1, max_permits], an empty name or a lease
   /// outside (0, max_lease]. Sends nothing.
   basic_semaphore(Client& client, std::string name, std::int64_t permits, lock_options options = {})
-      : core(client, std::move(name), std::move(options)), permits_(checked_permits(permits, "semaphore")) {
-    channel_ = keys_.waiter_prefix + tokens_.id();
-    lease_ms_ = std::to_string(options_.lease.count());
-    wait_lease_ms_ = std::to_string(options_.wait_lease.count());
-    token_ = tokens_.next();
-  }
+      : base(client, std::move(name), std::move(options)), permits_(checked_permits(permits, "semaphore")) {}
 
   basic_semaphore(const basic_semaphore&) = delete;
   basic_semaphore& operator=(const basic_semaphore&) = delete;
 
   /// Releases the permit if this object still holds it (never throws).
   ~basic_semaphore() {
-    if (held_.load(std::memory_order_acquire)) this->unlock();
+    if (this->owns_lock()) this->unlock();
   }
 
   // --- std::counting_semaphore's names (lock() / try_lock*() / unlock() are the same calls) ---
@@ -94,24 +89,9 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     return this->try_lock_until(deadline);
   }
-  /// Gives the permit back (unlock()): never throws; the outcome is in last_release().
+  /// Gives the permit back (unlock()): never throws; the outcome is in last_release()
+  /// (unlock_and_report() returns it, and throws when Redis could not be asked).
   void release() noexcept { this->unlock(); }
-
-  /// Like release(), but returns the outcome and throws when Redis could not be asked. The
-  /// local hold is dropped either way. lease_expired: the lease had run out (or was found lost()).
-  release_status unlock_and_report() {
-    if (!held_.load(std::memory_order_acquire)) return this->record(release_status::not_held);
-    lease_.stop();  // before the release is sent: no renewal of this hold is sent after it
-    release_status status = release_status::failed;
-    try {
-      status = lease_.outcome(send_release() == 1);
-    } catch (...) {
-      drop_local_hold(release_status::failed);
-      throw;
-    }
-    drop_local_hold(status);
-    return status;
-  }
 
   // --- the permit count ---
 
@@ -135,79 +115,32 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
     run_integer(detail::semaphore_scripts::set_permits(), {"#", keys_.waiter_prefix, n});
   }
 
-  // --- the hold (the same members as every lock kind) ---
+  // --- the hold ---
 
-  /// Resets the lease to `lease` from now (server clock) if the permit is still ours; false
-  /// when it had already run out (which also marks it lost()). Throws lock_error when this
-  /// object holds no permit.
-  bool extend(std::chrono::milliseconds lease) {
-    const std::string ms = detail::checked_lease(lease, "extend", &options_);
-    require_held("extend");
-    const std::string token = current_token();
-    const bool ours =
-        run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), ms}, false) == 1;
-    if (!ours) mark_lost_if_current(token);
-    return ours;
-  }
-  bool extend() { return extend(options_.lease); }
-
-  /// What is left of this permit's lease per the server; zero when not held. One round trip.
-  std::chrono::milliseconds remaining_lease() {
-    if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
-    return detail::to_remaining(run_integer(detail::semaphore_scripts::remaining(),
-                                            {current_token(), keys_.waiter_prefix, permits_arg()}, false));
-  }
-  /// True when the server confirms that this object's permit is still valid (one round trip).
-  bool still_held() { return remaining_lease().count() > 0; }
-
-  /// This object's local belief: it acquired a permit and has not released it.
-  bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
-  /// True when the current (or most recent) permit's lease was found lost: by the watchdog
-  /// (auto_renew), an extend() that returned false, or a fencing_token() that found it gone.
-  /// Reset by the next acquisition. A lost permit is still released (lease_expired).
-  bool lost() const noexcept { return lease_.lost(); }
-  /// As basic_mutex::lease_confirmed_until(), for this object's permit.
-  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
-    return lease_.confirmed_until();
-  }
-
-  /// The fencing token of the current permit: strictly increasing per name across all holders,
-  /// clients and lock kinds, in the order drawn (detail/fence_scripts.hpp). Holders of a
-  /// semaphore overlap, so the storage must accept each holder's token (e.g. per holder slot),
-  /// not only the highest. Drawn on the first call per hold with one round trip, only while the
-  /// lease is valid, then cached. Throws lock_error when this object holds no permit, or when
-  /// its lease has run out (then lost() is true).
-  std::uint64_t fencing_token() {
-    require_held("fencing_token");
-    std::string token;
-    {
-      std::lock_guard<std::mutex> g(token_mutex_);
-      if (fence_ != 0) return fence_;
-      token = token_;
-    }
-    const std::int64_t fence =
-        run_integer(detail::semaphore_scripts::fence(), {token, keys_.waiter_prefix, permits_arg()}, false);
-    if (fence <= 0) {
-      mark_lost_if_current(token);
-      throw lock_error("fencing_token: the lease on a permit of semaphore '" + name_ + "' has run out");
-    }
-    std::lock_guard<std::mutex> g(token_mutex_);
-    if (token != token_) return static_cast<std::uint64_t>(fence);  // released meanwhile
-    if (fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
-    return fence_;
-  }
+  /// unlock_and_report(), extend(), remaining_lease(), still_held(), owns_lock(), lost(),
+  /// lease_confirmed_until() and fencing_token() (detail/object_hold.hpp) are the members of
+  /// every lock kind, for this object's permit. Fencing tokens strictly increase per name in
+  /// the order drawn; holders of a semaphore overlap, so a storage that checks them keeps one
+  /// "highest seen" per resource a holder writes, not one per semaphore.
 
   /// This permit's owner token, as stored among the holders (a new one per acquisition).
-  std::string owner_id() const { return current_token(); }
+  std::string owner_id() const { return this->current_token(); }
 
   // name(), key(), options(), client(), last_release(): detail::lock_core.
 
  private:
+  friend base;
   friend class detail::timed_lockable<basic_semaphore>;
-  using core::client_;
-  using core::keys_;
-  using core::name_;
-  using core::options_;
+  using base::acquire;  // acquire(deadline), for timed_lockable (the public acquire() hides it)
+  using base::channel_subscription_;
+  using base::client_;
+  using base::keys_;
+  using base::lease_ms_;
+  using base::name_;
+  using base::options_;
+  using base::token_;
+  using base::wait_lease_ms_;
+  using typename base::attempt_result;
 
   static std::int64_t checked_permits(std::int64_t n, const char* what) {
     if (n < 1 || n > max_permits)
@@ -216,111 +149,28 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
     return n;
   }
 
-  bool acquire(const detail::deadline& d) {
-    if (held_.load(std::memory_order_acquire) &&
-        holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
-      throw lock_error("acquire: this object already holds a permit of semaphore '" + name_ +
-                       "' (one permit per object: use another object); it would wait for itself");
-    if (!gate_.lock_until(d)) return false;
-    bool acquired = false;
-    try {
-      acquired = wait_for_permit(d);
-    } catch (...) {
-      gate_.unlock();
-      throw;
-    }
-    if (!acquired) {
-      gate_.unlock();
-      return false;
-    }
-    holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    detail::require_replicas(client_, options_, name_, keys_.lock, renewal(), d, [this]() noexcept { this->unlock(); });
-    if (options_.auto_renew) this->start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
-    return true;
+  std::string already_held_message() const {
+    return "acquire: this object already holds a permit of semaphore '" + name_ +
+           "' (one permit per object: use another object); it would wait for itself";
   }
 
-  // As basic_mutex::wait_for_lock: the first attempt, then, subscribed to our own channel,
-  // queue on the server and sleep until a release hands us a permit, or the earliest holder's
-  // lease may run out. Leave the queue when the deadline passes or the wait throws.
-  bool wait_for_permit(const detail::deadline& d) {
-    channel_subscription_.discard_pending();  // a notice for an earlier wait completes nothing
+  // The first attempt only tries, unless our channel is still subscribed from an earlier wait
+  // (and we may wait): then it queues at once; try_acquire() never queues.
+  bool wait_for_hold(const detail::deadline& d) {
     bool first = true, queued = false;
     auto attempt = [&] {
-      // A first attempt queues at once when our channel is still subscribed from an earlier
-      // wait (and we may wait); otherwise it only tries, and try_acquire() never queues.
       const bool queue = !std::exchange(first, false) || (channel_subscription_.active() && !detail::passed(d));
       queued = queued || queue;
       return attempt_once(queue ? "wait" : "try");
     };
-    auto handed_over = [&](detail::subscriber::subscription& s) {
-      if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
-      finish_attempt(queue_sent_);                // the release made us a holder
-      return true;
-    };
-    bool acquired = false;
-    try {
-      acquired = detail::wait_for_release(
-          client_, channel_, d,
-          detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
-          handed_over, &channel_subscription_);
-    } catch (...) {
-      if (queued) leave_after_failure();
-      throw;
-    }
-    if (acquired || !queued) return acquired;
-    try {
-      if (!attempt_once("leave")) return true;  // a hand-off reached us meanwhile
-    } catch (...) {
-      leave_after_failure();
-      throw;
-    }
-    rotate_token();  // out of the queue without a permit: a late notice must match nothing
-    return false;
+    return this->wait_queued(d, attempt, queued);
   }
 
-  // As basic_mutex::leave_after_failure: leave (passing on a permit handed to us meanwhile);
-  // when Redis cannot be told, stop listening (releases then skip our place) and take a new
-  // token (a permit handed to the old one lapses with its lease).
-  void leave_after_failure() noexcept {
-    try {
-      if (!attempt_once("leave")) pass_on_handoff();
-      return;
-    } catch (...) {
-    }
-    channel_subscription_.reset();
-    try {
-      rotate_token();
-    } catch (...) {
-    }
-  }
-
-  void pass_on_handoff() {
-    held_.store(false, std::memory_order_release);
-    lease_.stop();
-    send_release();
-    rotate_token();
-  }
-
-  void rotate_token() {
-    std::string fresh = tokens_.next();
-    std::lock_guard<std::mutex> g(token_mutex_);
-    token_.swap(fresh);
-    fence_ = 0;
-  }
-
-  void mark_lost_if_current(const std::string& token) {
-    std::lock_guard<std::mutex> g(token_mutex_);
-    if (token == token_) lease_.mark_lost();
-  }
-
-  std::string current_token() const {
-    std::lock_guard<std::mutex> g(token_mutex_);
-    return token_;
-  }
+  attempt_result attempt_leave() { return attempt_once("leave"); }
 
   std::string permits_arg() const { return std::to_string(permits_.load(std::memory_order_relaxed)); }
 
-  // Runs a script on the holders key (all four keys, or only holders and fence).
+  // Runs a script on the holders key with all four keys, or only holders and fence.
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args, bool all_keys = true) {
     return client_.run(keys_.lock, [&](connection& c) {
       if (all_keys) return detail::as_integer(*s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, args));
@@ -341,84 +191,37 @@ class basic_semaphore : public detail::lock_core<Client, detail::semaphore_scrip
   std::int64_t send_release() {
     return run_integer(detail::semaphore_scripts::release(), {token_, keys_.waiter_prefix, permits_arg()});
   }
-
-  using attempt_result = std::optional<std::chrono::milliseconds>;
+  std::int64_t run_extend(const std::string& token, const std::string& lease_ms) {
+    return run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), lease_ms},
+                       false);
+  }
+  std::int64_t run_remaining(const std::string& token) {
+    return run_integer(detail::semaphore_scripts::remaining(), {token, keys_.waiter_prefix, permits_arg()}, false);
+  }
+  std::int64_t run_fence(const std::string& token) {
+    return run_integer(detail::semaphore_scripts::fence(), {token, keys_.waiter_prefix, permits_arg()}, false);
+  }
+  detail::renewal_target renewal_for(const std::string& token) const {
+    return {&detail::semaphore_scripts::extend(),
+            {keys_.lock, keys_.fence},
+            {token, keys_.waiter_prefix, permits_arg(), lease_ms_}};
+  }
 
   // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). The token is only
   // replaced after a release or a wait given up, so an attempt whose reply was lost (and that
   // may have taken a permit) is recognised as ours by the next attempt.
   attempt_result attempt_once(std::string_view mode) {
-    const detail::steady::time_point sent = detail::steady::now();
-    if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
+    const detail::steady::time_point sent = this->attempt_sent(mode);
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
       return detail::semaphore_scripts::acquire().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
           {token_, keys_.waiter_prefix, permits_arg(), lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_});
     });
-    if (detail::as_integer(detail::element(*r, 0)) == 1) return finish_attempt(sent);
+    if (detail::as_integer(detail::element(*r, 0)) == 1) return this->finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));
   }
 
-  attempt_result finish_attempt(detail::steady::time_point sent) {
-    {
-      std::lock_guard<std::mutex> g(token_mutex_);
-      fence_ = 0;  // drawn on demand (fencing_token())
-    }
-    acquired_at_ = sent;
-    lease_.acquired();
-    held_.store(true, std::memory_order_release);
-    return std::nullopt;
-  }
-
-  // As basic_mutex::start_renewal: a hand-off's lease counts from our last "wait", which can
-  // be up to recheck_interval old; when that leaves less than a third of the lease, one
-  // owner-checked extend restarts the count from now.
-  void start_renewal() {
-    const detail::steady::time_point now = detail::steady::now();
-    if (acquired_at_ + options_.lease - options_.lease / 3 <= now) {
-      if (run_integer(detail::semaphore_scripts::extend(), {token_, keys_.waiter_prefix, permits_arg(), lease_ms_},
-                      false) == 1)
-        acquired_at_ = now;
-      else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
-    }
-    lease_.start(client_, options_, name_, keys_.lock, renewal(), acquired_at_);
-  }
-
-  // The current permit's owner-checked extend (for the watchdog and min_replicas).
-  detail::renewal_target renewal() const {
-    return {&detail::semaphore_scripts::extend(),
-            {keys_.lock, keys_.fence},
-            {current_token(), keys_.waiter_prefix, permits_arg(), lease_ms_}};
-  }
-
-  void require_held(const char* what) const {
-    detail::require_held(held_.load(std::memory_order_acquire), what, name_, "this object");
-  }
-
-  void drop_local_hold(release_status status) noexcept {
-    try {
-      rotate_token();
-    } catch (...) {
-    }
-    holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
-    held_.store(false, std::memory_order_release);
-    this->record(status);
-    gate_.unlock();
-  }
-
   std::atomic<std::int64_t> permits_;  // this object's count: seeds an idle semaphore
-  detail::token_sequence tokens_;      // used by the thread that holds gate_
-  std::string channel_, lease_ms_, wait_lease_ms_;
-  detail::subscriber::subscription channel_subscription_;  // kept between waits (gate holder only)
-  std::string token_;        // written only by the thread that holds gate_, under token_mutex_
-  std::uint64_t fence_ = 0;  // this permit's fencing token once asked for; under token_mutex_
-  mutable std::mutex token_mutex_;
-  detail::local_gate gate_;
-  std::atomic<bool> held_{false};
-  std::atomic<std::thread::id> holder_thread_{};
-  detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
-  detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)
-  detail::lease_keeper lease_;              // renewal and lost flag of the current permit
 };
 
 using semaphore = basic_semaphore<client>;
