@@ -190,8 +190,8 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     try {
       acquired = wait_for_release(
           this->client_, channel_, d,
-          wait_plan{this->options_.retry_min, this->options_.retry_max, this->options_.recheck_interval, true},
-          attempt, handed_over, &channel_subscription_);
+          wait_plan{this->options_.retry_min, this->options_.retry_max, this->options_.recheck_interval, true}, attempt,
+          handed_over, &channel_subscription_);
     } catch (...) {
       if (queued) leave_after_failure();
       throw;
@@ -320,9 +320,9 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   local_gate gate_;
   std::atomic<bool> held_{false};
   std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
-  steady::time_point acquired_at_;                 // send time of the acquiring attempt (gate holder only)
-  steady::time_point queue_sent_;                  // send time of the last "wait" attempt (gate holder only)
-  lease_keeper lease_;                             // renewal and lost flag of the current acquisition
+  steady::time_point acquired_at_;                // send time of the acquiring attempt (gate holder only)
+  steady::time_point queue_sent_;                 // send time of the last "wait" attempt (gate holder only)
+  lease_keeper lease_;                            // renewal and lost flag of the current acquisition
 };
 
 }  // namespace redislock::detail
