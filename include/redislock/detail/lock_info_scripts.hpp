@@ -268,7 +268,7 @@ local r = info()
 if r[1] ~= 'semaphore' then return r end
 -- Every hold goes; the key stays ("#permits") until finish: the hand-offs below write to it.
 -- token is ARGV[1], the channel prefix: no waiter's token.
-local prefix, permits, held, mine = ARGV[1], r[5], 0, false
+local prefix, permits, stored, held, mine = ARGV[1], r[5], -r[5], 0, false
 redis.call('ZREMRANGEBYSCORE', lock, 0, '+inf')
 )lua" + semaphore_scripts::hand_off_permits_lua(false) +
                         semaphore_scripts::finish_lua() + "return r\n");

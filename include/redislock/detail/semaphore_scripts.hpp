@@ -94,7 +94,7 @@ inline const char* finish_lua() {
   return R"lua(
 local last = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')[2]
 if last and tonumber(last) > clock_ms then
-  redis.call('ZADD', lock, -permits, '#permits')
+  if permits ~= (stored and -tonumber(stored)) then redis.call('ZADD', lock, -permits, '#permits') end
   redis.call('PEXPIREAT', lock, last)
   redis.call('ZREMRANGEBYSCORE', lock, 0, clock_ms)
 elseif redis.call('EXISTS', lock) == 1 then
