@@ -258,6 +258,61 @@ TEST_F(Semaphore, AKilledHoldersPermitComesBackWithinItsLease) {
   alive.release();
 }
 
+// A permit freed by a lapsed lease (no release to hand it on): with fair, the next attempt of
+// anyone hands it to the head of the queue, and a newcomer does not pass the queued waiter;
+// without, whoever asks first takes it.
+TEST_F(Semaphore, APermitFreedByALapsedLeaseGoesToTheHeadInFairMode) {
+  for (const bool fair : {true, false}) {
+    SCOPED_TRACE(fair ? "fair" : "default");
+    const std::string name = fair ? "lapsed-fair" : "lapsed";
+    lock_options o = lease(seconds(20));
+    o.fair = fair;
+    o.recheck_interval = seconds(60);  // the waiter sleeps on: only a hand-off wakes it
+    semaphore a(*pool, name, 2, o), b(*pool, name, 2, o);
+    ASSERT_TRUE(a.try_acquire());
+    ASSERT_TRUE(b.try_acquire());
+    client other(options()), third(options());
+    semaphore w(other, name, 2, o), newcomer(third, name, 2, o);
+    std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(20)); });
+    ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+    ASSERT_TRUE(a.extend(milliseconds(20)));  // a vanishes: its lease lapses, nobody releases
+    ASSERT_TRUE(eventually([&] { return !a.still_held(); }));
+    EXPECT_EQ(newcomer.try_acquire(), !fair);
+    if (fair) {
+      ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
+      EXPECT_TRUE(got.get()) << "the head was not handed the lapsed permit";
+    } else {
+      EXPECT_EQ(got.wait_for(milliseconds(200)), std::future_status::timeout);
+      newcomer.release();  // hands its permit to the waiter
+      ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
+      EXPECT_TRUE(got.get());
+    }
+    EXPECT_EQ(a.unlock_and_report(), release_status::lease_expired);
+    w.release();
+    b.release();
+    if (fair) newcomer.release();
+  }
+}
+
+// A raw script call with a guessed token changes nothing: only the holder's token releases,
+// extends, fences or reads its permit.
+TEST_F(Semaphore, AGuessedTokenChangesNothing) {
+  semaphore owner(*pool, "guarded", 2, lease(seconds(5)));
+  ASSERT_TRUE(owner.try_acquire());
+  const std::vector<std::string> before = redislock_test::key_dump(*admin);
+  const std::string key = owner.key(), guess = detail::random_token() + ":1", prefix = key + ":w:";
+  namespace s = detail::semaphore_scripts;
+  const std::initializer_list<std::string_view> keys = {key, key + ":fence", key + ":pqueue", key + ":pwaiters"};
+  EXPECT_EQ(s::release().run(*admin, keys, {guess, prefix, "2"})->integer, 0);
+  EXPECT_EQ(s::extend().run(*admin, {key, key + ":fence"}, {guess, prefix, "2", "600000"})->integer, 0);
+  EXPECT_EQ(s::remaining().run(*admin, {key, key + ":fence"}, {guess, prefix, "2"})->integer, -2);
+  EXPECT_EQ(s::fence().run(*admin, {key, key + ":fence"}, {guess, prefix, "2"})->integer, 0);
+  EXPECT_EQ(redislock_test::key_dump(*admin), before);
+  EXPECT_LE(owner.remaining_lease(), seconds(5));
+  owner.release();
+  EXPECT_EQ(owner.last_release(), release_status::released);
+}
+
 // A waiter that gives up leaves the queue: the next release hands its permit to the one behind.
 TEST_F(Semaphore, AWaiterThatGaveUpIsSkipped) {
   lock_options o = lease(seconds(20));
