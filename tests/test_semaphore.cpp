@@ -301,12 +301,12 @@ TEST_F(Semaphore, AGuessedTokenChangesNothing) {
   ASSERT_TRUE(owner.try_acquire());
   const std::vector<std::string> before = redislock_test::key_dump(*admin);
   const std::string key = owner.key(), guess = detail::random_token() + ":1", prefix = key + ":w:";
+  const std::string fence = key + ":fence", queue = key + ":pqueue", waiters = key + ":pwaiters";
   namespace s = detail::semaphore_scripts;
-  const std::initializer_list<std::string_view> keys = {key, key + ":fence", key + ":pqueue", key + ":pwaiters"};
-  EXPECT_EQ(s::release().run(*admin, keys, {guess, prefix, "2"})->integer, 0);
-  EXPECT_EQ(s::extend().run(*admin, {key, key + ":fence"}, {guess, prefix, "2", "600000"})->integer, 0);
-  EXPECT_EQ(s::remaining().run(*admin, {key, key + ":fence"}, {guess, prefix, "2"})->integer, -2);
-  EXPECT_EQ(s::fence().run(*admin, {key, key + ":fence"}, {guess, prefix, "2"})->integer, 0);
+  EXPECT_EQ(s::release().run(*admin, {key, fence, queue, waiters}, {guess, prefix, "2"})->integer, 0);
+  EXPECT_EQ(s::extend().run(*admin, {key, fence}, {guess, prefix, "2", "600000"})->integer, 0);
+  EXPECT_EQ(s::remaining().run(*admin, {key, fence}, {guess, prefix, "2"})->integer, -2);
+  EXPECT_EQ(s::fence().run(*admin, {key, fence}, {guess, prefix, "2"})->integer, 0);
   EXPECT_EQ(redislock_test::key_dump(*admin), before);
   EXPECT_LE(owner.remaining_lease(), seconds(5));
   owner.release();
