@@ -27,6 +27,20 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
+struct Semaphore;
+
+// Both permits of a semaphore of 2 held (a, b), and a waiter (w, with its own client) queued
+// behind them, waiting up to 20 s on another thread (got: whether it acquired).
+struct full_with_a_waiter {
+  full_with_a_waiter(Semaphore& t, const std::string& name, const lock_options& o);
+  lock_options options;
+  semaphore a, b;
+  client other;
+  semaphore w;
+  std::future<bool> got;
+  bool queued = false;  // both held and the waiter queued (else the test stops)
+};
+
 struct Semaphore : redislock_test::server_test {
   // Waiters queued on the server for the semaphore `s`.
   long long queued(const semaphore& s) { return admin->command({"ZCARD", s.key() + ":pqueue"})->integer; }
@@ -35,6 +49,20 @@ struct Semaphore : redislock_test::server_test {
     return admin->command({"ZCOUNT", s.key(), "1", "+inf"})->integer;  // lease ends are positive
   }
 };
+
+full_with_a_waiter::full_with_a_waiter(Semaphore& t, const std::string& name, const lock_options& o)
+    : options(o), a(*t.pool, name, 2, o), b(*t.pool, name, 2, o), other(t.options()), w(other, name, 2, o) {
+  if (!a.try_acquire() || !b.try_acquire()) return;
+  got = std::async(std::launch::async, [this] { return w.try_acquire_for(seconds(20)); });
+  queued = eventually([&] { return t.queued(a) == 1; });
+}
+
+// Waits that only a hand-off ends within a test (no look on a timer).
+lock_options quiet_waits() {
+  lock_options o = redislock_test::server_test::lease(seconds(20));
+  o.recheck_interval = seconds(60);
+  return o;
+}
 
 TEST_F(Semaphore, AtMostNHoldAndAReleaseLetsTheNextIn) {
   std::vector<std::unique_ptr<semaphore>> s;
@@ -98,8 +126,7 @@ TEST_F(Semaphore, ManyContendersNeverExceedN) {
 
 // A release hands its permit to the longest waiting waiter, in arrival order.
 TEST_F(Semaphore, FreedPermitsGoToTheWaitersInArrivalOrder) {
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);  // only releases wake them
+  lock_options o = quiet_waits();  // only releases wake them
   semaphore a(*pool, "order", 2, o), b(*pool, "order", 2, o);
   ASSERT_TRUE(a.try_acquire());
   ASSERT_TRUE(b.try_acquire());
@@ -169,8 +196,7 @@ TEST_F(Semaphore, TheStoredCountWinsOverAnObjectsOwn) {
 // Growing admits queued waiters at once (no release needed); shrinking revokes no valid hold
 // and admits nobody until fewer than the new count hold.
 TEST_F(Semaphore, ChangingTheCountWhilePermitsAreHeld) {
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);  // only the change wakes them
+  lock_options o = quiet_waits();  // only the change wakes them
   std::vector<std::unique_ptr<semaphore>> held;
   for (int i = 0; i < 2; ++i) {
     held.push_back(std::make_unique<semaphore>(*pool, "resize", 2, o));
@@ -214,15 +240,10 @@ TEST_F(Semaphore, ChangingTheCountWhilePermitsAreHeld) {
 
 // Shrinking while waiters are queued: a release above the new count hands nothing on.
 TEST_F(Semaphore, AReleaseAboveTheShrunkCountHandsNothingOn) {
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);
-  semaphore a(*pool, "shrink", 2, o), b(*pool, "shrink", 2, o);
-  ASSERT_TRUE(a.try_acquire());
-  ASSERT_TRUE(b.try_acquire());
-  client other(options());
-  semaphore w(other, "shrink", 2, o);
-  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(20)); });
-  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  full_with_a_waiter f(*this, "shrink", quiet_waits());
+  ASSERT_TRUE(f.queued);
+  semaphore &a = f.a, &b = f.b, &w = f.w;
+  std::future<bool>& got = f.got;
   a.set_permits(1);
   a.release();  // 1 holds, 1 permit: the waiter stays queued
   EXPECT_EQ(got.wait_for(milliseconds(300)), std::future_status::timeout);
@@ -265,16 +286,14 @@ TEST_F(Semaphore, APermitFreedByALapsedLeaseGoesToTheHeadInFairMode) {
   for (const bool fair : {true, false}) {
     SCOPED_TRACE(fair ? "fair" : "default");
     const std::string name = fair ? "lapsed-fair" : "lapsed";
-    lock_options o = lease(seconds(20));
+    lock_options o = quiet_waits();  // the waiter sleeps on: only a hand-off wakes it
     o.fair = fair;
-    o.recheck_interval = seconds(60);  // the waiter sleeps on: only a hand-off wakes it
-    semaphore a(*pool, name, 2, o), b(*pool, name, 2, o);
-    ASSERT_TRUE(a.try_acquire());
-    ASSERT_TRUE(b.try_acquire());
-    client other(options()), third(options());
-    semaphore w(other, name, 2, o), newcomer(third, name, 2, o);
-    std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(20)); });
-    ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+    full_with_a_waiter f(*this, name, o);
+    ASSERT_TRUE(f.queued);
+    semaphore &a = f.a, &b = f.b, &w = f.w;
+    std::future<bool>& got = f.got;
+    client third(options());
+    semaphore newcomer(third, name, 2, o);
     ASSERT_TRUE(a.extend(milliseconds(20)));  // a vanishes: its lease lapses, nobody releases
     ASSERT_TRUE(eventually([&] { return !a.still_held(); }));
     EXPECT_EQ(newcomer.try_acquire(), !fair);
@@ -315,8 +334,7 @@ TEST_F(Semaphore, AGuessedTokenChangesNothing) {
 
 // A waiter that gives up leaves the queue: the next release hands its permit to the one behind.
 TEST_F(Semaphore, AWaiterThatGaveUpIsSkipped) {
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);
+  lock_options o = quiet_waits();
   semaphore holder(*pool, "gaveup", 1, o);
   ASSERT_TRUE(holder.try_acquire());
   client c1(options()), c2(options());
@@ -370,8 +388,7 @@ TEST_F(Semaphore, TheDocumentedAclSuffices) {
   as_sem.connection.user = "sem";
   as_sem.connection.password = "sem-pw";
   client c(as_sem), c2(as_sem);
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);
+  lock_options o = quiet_waits();
   semaphore a(c, "acl", 1, o), b(c2, "acl", 1, o);
   ASSERT_TRUE(a.try_acquire());
   EXPECT_TRUE(a.extend());
@@ -395,15 +412,10 @@ TEST_F(Semaphore, TheDocumentedAclSuffices) {
 // inspect() lists every valid permit's holder, the permit count and the queued waiters, and
 // writes nothing; force_release() removes every hold and hands the freed permits to waiters.
 TEST_F(Semaphore, InspectAndForceRelease) {
-  lock_options o = lease(seconds(20));
-  o.recheck_interval = seconds(60);
-  semaphore a(*pool, "seen", 2, o), b(*pool, "seen", 2, o);
-  ASSERT_TRUE(a.try_acquire());
-  ASSERT_TRUE(b.try_acquire());
-  client other(options());
-  semaphore w(other, "seen", 2, o);
-  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(20)); });
-  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  full_with_a_waiter f(*this, "seen", quiet_waits());
+  ASSERT_TRUE(f.queued);
+  semaphore &a = f.a, &b = f.b, &w = f.w;
+  std::future<bool>& got = f.got;
   const std::vector<std::string> before = redislock_test::key_dump(*admin);
   const lock_info i = inspect(*pool, "seen");
   EXPECT_EQ(redislock_test::key_dump(*admin), before) << "inspect wrote";
