@@ -44,11 +44,9 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 namespace redislock {
