@@ -874,6 +874,115 @@ REDISLOCK_KIND_BENCHMARK(reentrant_kind);
 REDISLOCK_KIND_BENCHMARK(shared_writers_kind);
 REDISLOCK_KIND_BENCHMARK(shared_6r2w_kind);
 
+// ---------------------------------------------------------------------------------------
+// The semaphore: n contenders (each its own client and object) on one name of `permits`
+// permits, each holding `hold` (a sleep: up to `permits` holders at once share 2 cores), then
+// releasing and asking again at once. Counters:
+//   acq_per_s, ideal_per_s   acquisitions per second, and permits / hold (every permit busy
+//                            all the time); tput_vs_ideal = their ratio; hold_mean_us the holds
+//                            made (a sleep overshoots), tput_vs_ideal_of_holds the ratio to them
+//   gap_p50_us, gap_p99_us   from a release to the next acquisition while all permits were
+//                            busy before it (the hand-off, the release's script to the waiter
+//                            told on its channel)
+//   share_min, share_max     smallest and largest per-client acquisitions / the mean;
+//                            fair_20pct = 1 when all are within [0.8, 1.2]
+//   server_cmds_per_acq, scripts_per_acq   server commands (inside scripts included, INFO
+//                            commandstats) and EVALSHAs per acquisition
+//   most_inside, beyond_n    the most holds seen at once, and acquisitions that made more than
+//                            `permits` (must be 0)
+std::vector<event> contend_semaphore(int port, const std::string& name, int who, std::int64_t permits, nanoseconds hold,
+                                     bool fair, std::int64_t start_ns, std::int64_t end_ns) {
+  client c(options_for(port));
+  lock_options o;
+  o.fair = fair;
+  semaphore s(c, name, permits, o);
+  std::vector<event> out;
+  out.reserve(4096);
+  while (now_ns() < start_ns) std::this_thread::sleep_for(microseconds(100));
+  while (now_ns() < end_ns) {
+    event e{who, now_ns(), 0, 0};
+    if (!s.try_acquire_for(std::chrono::seconds(20))) {
+      ++g_stuck_contenders;
+      break;
+    }
+    e.acquired = now_ns();
+    std::this_thread::sleep_for(hold);
+    e.releasing = now_ns();
+    s.release();
+    out.push_back(e);
+  }
+  return out;
+}
+
+// Args: contenders, permits, hold in microseconds, fair (0/1).
+void BM_semaphore_contended(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const std::int64_t permits = state.range(1);
+  const nanoseconds hold = microseconds(state.range(2));
+  const bool fair = state.range(3) != 0;
+  const double seconds = seconds_per_run();
+  const std::string name = "semaphore-" + std::to_string(permits) + (fair ? "-fair" : "");
+  g_stuck_contenders = 0;
+  for (auto _ : state) {
+    auto [events, calls] = run_contenders(n, seconds, [&](int who, std::int64_t start, std::int64_t end) {
+      return contend_semaphore(g_server->port(), name, who, permits, hold, fair, start, end);
+    });
+    if (g_stuck_contenders.load() > 0) {
+      state.SkipWithError("a contender waited 20 s for a permit");
+      break;
+    }
+    // Sweep the holds in time order: how many are inside, and the gap after each release
+    // that left a permit free while all were busy before it.
+    std::vector<std::pair<std::int64_t, int>> edges;  // (time, +1 acquire / -1 release)
+    for (const auto& e : events) edges.emplace_back(e.acquired, +1), edges.emplace_back(e.releasing, -1);
+    std::sort(edges.begin(), edges.end());  // a release before an acquisition at the same ns
+    std::vector<double> gaps;
+    std::int64_t inside = 0, most = 0, beyond = 0, freed_at = -1;
+    for (const auto& [t, d] : edges) {
+      if (d < 0) {
+        if (inside == permits) freed_at = t;  // all were busy: a hand-off starts
+        --inside;
+        continue;
+      }
+      if (freed_at >= 0) gaps.push_back(static_cast<double>(t - freed_at) / 1e3), freed_at = -1;
+      if (++inside > permits) ++beyond;
+      most = std::max(most, inside);
+    }
+    std::vector<double> per(n, 0);
+    double held_ns = 0;
+    for (const auto& e : events) per[e.who] += 1, held_ns += static_cast<double>(e.releasing - e.acquired);
+    const double acq = static_cast<double>(events.size()), mean = acq / n;
+    const double hold_mean_s = held_ns / acq / 1e9;  // a sleep overshoots: the ideal of the holds made
+    const double acq_per_s = acq / seconds,
+                 ideal = static_cast<double>(permits) / std::chrono::duration<double>(hold).count();
+    const double share_min = *std::min_element(per.begin(), per.end()) / mean;
+    const double share_max = *std::max_element(per.begin(), per.end()) / mean;
+    state.SetIterationTime(seconds);
+    state.counters["acquisitions"] = acq;
+    state.counters["acq_per_s"] = acq_per_s;
+    state.counters["ideal_per_s"] = ideal;
+    state.counters["tput_vs_ideal"] = acq_per_s / ideal;
+    state.counters["hold_mean_us"] = hold_mean_s * 1e6;
+    state.counters["tput_vs_ideal_of_holds"] = acq_per_s * hold_mean_s / static_cast<double>(permits);
+    state.counters["gap_p50_us"] = percentile(gaps, 0.5);
+    state.counters["gap_p99_us"] = percentile(gaps, 0.99);
+    state.counters["share_min"] = share_min;
+    state.counters["share_max"] = share_max;
+    state.counters["fair_20pct"] = share_min >= 0.8 && share_max <= 1.2 ? 1 : 0;
+    state.counters["server_cmds_per_acq"] = static_cast<double>(calls.commands) / acq;
+    state.counters["scripts_per_acq"] = static_cast<double>(calls.scripts) / acq;
+    state.counters["most_inside"] = static_cast<double>(most);
+    state.counters["beyond_n"] = static_cast<double>(beyond);
+  }
+}
+BENCHMARK(BM_semaphore_contended)
+    ->ArgNames({"n", "permits", "hold_us", "fair"})
+    ->Args({16, 4, 2000, 0})
+    ->Args({16, 4, 2000, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // argv: --contender port name who hold_us fair start_ns end_ns
 int contender_main(char** argv) {
   const int port = std::atoi(argv[2]);

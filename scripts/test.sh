@@ -56,19 +56,20 @@ plain_configure() {
 }
 
 # What runs against the other servers: the lock protocols (contract, waiting, hand-off,
-# watchdog and lease loss, fencing, reentrant, shared, Redlock, CLI, ACL, Sentinel) and a short
+# watchdog and lease loss, fencing, reentrant, shared, semaphore, Redlock, CLI, ACL, Sentinel) and a short
 # torture of every kind, the cluster's with live slot migration and failover. Not again: what
 # exercises the client, hiredis or the harness rather than the server (options, members,
 # connections, replies, docs, examples, consumers, process crashes, thread exit).
 server_protocols="^(LockContract|QueuedHandOff|KindsTest|MutexTest|MutexRestart|WakeupTest|Subscriber|FairTest"
 server_protocols+="|WatchdogTest|LeaseLoss|Fencing|FenceCounter|ReentrantTest|ReentrantServerLoss|SharedTest"
-server_protocols+="|SharedServerLoss|Redlock|RedlockN|cli_test|Security|DelayedRelease|HashTags|Eviction)[/.]"
+server_protocols+="|SharedServerLoss|Semaphore|Redlock|RedlockN|cli_test|Security|DelayedRelease|HashTags|Eviction)[/.]"
 server_protocols+="|^test_sentinel$"
 # The Lua-free path (an ACL user without @scripting, Valkey's lua module unloaded) and SET IFEQ
 # renewals: each test skips, saying so, where its server has no such thing.
 lua_free="^Servers/LuaFree[.]|^(SetIfeqRenewal|ServerFeatures)[.]"
 server_protocols+="|$lua_free"
-server_protocols+="|^torture_(no_faults|waiting_all_faults|fair_all_faults|shared_mixed_all_faults|redlock3_faults|cluster_faults)$"
+server_protocols+="|^torture_(no_faults|waiting_all_faults|fair_all_faults|shared_mixed_all_faults|semaphore_all_faults|redlock3_faults"
+server_protocols+="|cluster_faults)$"
 # test_cluster needs sharded pub/sub (Redis 7): on Redis 6 a cluster's waiters back off instead,
 # and torture_cluster_faults is its cluster test.
 server_subset() {  # <variant>

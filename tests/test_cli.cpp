@@ -326,6 +326,32 @@ TEST_F(cli_test, SharedRunsHoldTogetherAndExcludeTheWriter) {
   EXPECT_EQ(run({"run", "--write", "--no-wait", "cat", "--", "true"}).status, 0);
 }
 
+TEST_F(cli_test, PermitsLetAtMostNRunsHoldAtOnce) {
+  EXPECT_EQ(run({"run", "--permits", "2", "--shared", "enc", "--", "true"}).status, 2);
+  EXPECT_EQ(run({"run", "--permits", "0", "enc", "--", "true"}).status, 2);
+  auto args = ready_loop();
+  args.insert(args.begin(), {"run", "--permits", "2", "enc", "--"});
+  tool a(args, url());
+  tool b(args, url());
+  ASSERT_EQ(a.line(), "ready");
+  ASSERT_EQ(b.line(), "ready");
+  const result third = run({"run", "--permits", "2", "--no-wait", "enc", "--", "true"});
+  EXPECT_EQ(third.status, 75) << third.err;
+  const result s = run({"status", "--json", "enc"});
+  EXPECT_EQ(s.status, 0);
+  EXPECT_EQ(json_field(s.out, "kind"), "\"semaphore\"");
+  EXPECT_EQ(json_field(s.out, "permits"), "2");
+  EXPECT_NE(s.out.find("\"role\":\"holder\""), s.out.rfind("\"role\":\"holder\"")) << "two holders: " << s.out;
+  const result t = run({"status", "enc"});
+  EXPECT_NE(t.out.find("2 of 2 permits"), std::string::npos) << t.out;
+  a.signal(SIGTERM);
+  EXPECT_EQ(a.wait(), 128 + SIGTERM);
+  EXPECT_EQ(run({"run", "--permits", "2", "--no-wait", "enc", "--", "true"}).status, 0);
+  b.signal(SIGTERM);
+  EXPECT_EQ(b.wait(), 128 + SIGTERM);
+  EXPECT_FALSE(exists("redislock:{enc}"));
+}
+
 TEST_F(cli_test, SignalsAreForwardedToTheCommand) {
   {
     tool t({"run", "job", "--", "sh", "-c", "trap 'exit 4' INT; echo ready; while :; do sleep 0.02; done"}, url());

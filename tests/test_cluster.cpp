@@ -148,6 +148,14 @@ struct shared_read_kind : shared_write_kind {
   static release_status release_waited(lock_type& l) { return l.unlock_shared_and_report(); }
 };
 
+// A semaphore of one permit, made like the other kinds (name, options).
+template <class Client>
+struct one_permit_semaphore : basic_semaphore<Client> {
+  one_permit_semaphore(Client& c, std::string name, lock_options o)
+      : basic_semaphore<Client>(c, std::move(name), 1, std::move(o)) {}
+};
+using semaphore_kind = exclusive_kind<one_permit_semaphore>;
+
 // Subscribers on the node at `port` to the shard channel (PUBSUB SHARDNUMSUB).
 long long shard_subscribers(int port, const std::string& channel) {
   reply_ptr r = redis_cluster::admin(port).command({"PUBSUB", "SHARDNUMSUB", channel});
@@ -361,6 +369,8 @@ TEST(Cluster, FairMutexOnEveryMaster) { hold_wait_renew_release<fair_mutex_kind>
 TEST(Cluster, ReentrantMutexOnEveryMaster) { hold_wait_renew_release<reentrant_kind>("reentrant-"); }
 TEST(Cluster, SharedMutexWriterOnEveryMaster) { hold_wait_renew_release<shared_write_kind>("shared-w-"); }
 TEST(Cluster, SharedMutexReaderWaitsForWriterOnEveryMaster) { hold_wait_renew_release<shared_read_kind>("shared-r-"); }
+TEST(Cluster, SemaphoreOnEveryMaster) { hold_wait_renew_release<semaphore_kind>("semaphore-"); }
+TEST(Cluster, SemaphoreWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<semaphore_kind>("notice-semaphore-"); }
 TEST(Cluster, MutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<mutex_kind>("notice-mutex-"); }
 TEST(Cluster, FairMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<fair_mutex_kind>("notice-fair-"); }
 TEST(Cluster, ReentrantMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<reentrant_kind>("notice-reentrant-"); }
@@ -658,6 +668,9 @@ TEST(Cluster, AReentrantReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt
 }
 TEST(Cluster, ASharedReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt) {
   hand_off_while_the_slot_migrates<shared_write_kind>("migrating-release-s-", ":squeue", nullptr);
+}
+TEST(Cluster, ASemaphoreReleaseWhileTheSlotMigratesMakesTheHolderBeforeTellingIt) {
+  hand_off_while_the_slot_migrates<semaphore_kind>("migrating-release-p-", ":pqueue", nullptr);
 }
 
 // The same for a release whose queue holds one lapsed place only: the hand-off pops it, which

@@ -73,8 +73,8 @@ TEST_F(HashTags, EveryKeyOfALockSharesOneSlotForNamesWithBraces) {
     SCOPED_TRACE("name '" + name + "'");
     mutex m(c, name);
     const long long s = slot(m.key());
-    for (const char* suffix :
-         {":fence", ":queue", ":waiters", ":w:0123abcd", ":released", ":squeue", ":swaiters", ":w:0123abcd:7"})
+    for (const char* suffix : {":fence", ":queue", ":waiters", ":w:0123abcd", ":released", ":squeue", ":swaiters",
+                               ":w:0123abcd:7", ":pqueue", ":pwaiters"})
       EXPECT_EQ(slot(m.key() + suffix), s) << suffix;
   }
 }
@@ -120,6 +120,23 @@ TEST_F(HashTags, EveryLockKindWorksOnAClusterNodeForNamesWithBraces) {
       s.unlock();
       EXPECT_EQ(s.last_release(), release_status::released);
     }
+    {
+      semaphore holder(c, name + "/p", 1, o), waiter(c, name + "/p", 1, o);
+      ASSERT_TRUE(holder.try_acquire());
+      EXPECT_GT(holder.fencing_token(), 0u);
+      EXPECT_TRUE(holder.extend());
+      bool got = false;
+      std::thread t([&] { got = waiter.try_acquire_for(5s); });
+      EXPECT_TRUE(redislock_test::eventually([&] {
+        return admin->command({"EXISTS", holder.key() + ":pqueue"})->integer == 1;
+      }));
+      holder.set_permits(2);  // hands the new permit to the waiter
+      t.join();
+      EXPECT_TRUE(got);
+      holder.release();
+      waiter.release();
+      EXPECT_EQ(waiter.last_release(), release_status::released);
+    }
   }
 }
 
@@ -130,6 +147,7 @@ TEST_F(HashTags, NamesThatWouldBreakTheTagAreRejectedAndRedisIsUnchanged) {
     EXPECT_THROW(mutex(c, name), invalid_argument);
     EXPECT_THROW(reentrant_mutex(c, name), invalid_argument);
     EXPECT_THROW(shared_mutex(c, name), invalid_argument);
+    EXPECT_THROW(semaphore(c, name, 2), invalid_argument);
   }
   // A prefix with an empty tag of its own breaks every name.
   lock_options bad_prefix;

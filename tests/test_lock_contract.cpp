@@ -1,5 +1,5 @@
 // What every lock kind promises alike, one typed suite over them all (mutex, fair mutex,
-// reentrant mutex, and both sides of the shared mutex): round trips per uncontended cycle,
+// reentrant mutex, both sides of the shared mutex, and a semaphore of one permit): round trips per uncontended cycle,
 // deadlines kept to the millisecond, destruction releases, stale and idle releases, lost
 // reporting, extend rules, hand-off under contention, bad input, fencing tokens, and the
 // queued hand-off (QueuedHandOff, below). What differs between kinds is data in the kind
@@ -96,6 +96,13 @@ struct shared_read_kind : shared_write_kind {                   // two scripts
   static milliseconds remaining(lock_type& l) { return l.remaining_shared_lease(); }
 };
 
+// A semaphore of one permit is an exclusive lock: every promise applies (N > 1: test_semaphore.cpp).
+struct one_permit_semaphore : semaphore {
+  one_permit_semaphore(redislock::client& c, std::string name, lock_options o = {})
+      : semaphore(c, std::move(name), 1, std::move(o)) {}
+};
+using semaphore_kind = exclusive_kind<one_permit_semaphore, false>;  // two scripts
+
 template <class Kind>
 struct LockContract : redislock_test::server_test {
   using lock_type = typename Kind::lock_type;
@@ -150,7 +157,8 @@ struct LockContract : redislock_test::server_test {
   }
 };
 
-using Kinds = ::testing::Types<mutex_kind, fair_mutex_kind, reentrant_kind, shared_write_kind, shared_read_kind>;
+using Kinds =
+    ::testing::Types<mutex_kind, fair_mutex_kind, reentrant_kind, shared_write_kind, shared_read_kind, semaphore_kind>;
 TYPED_TEST_SUITE(LockContract, Kinds);
 
 // --- cost -----------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ static_assert(common_members_noexcept<mutex>());
 static_assert(common_members_noexcept<reentrant_mutex>());
 static_assert(common_members_noexcept<shared_mutex>());
 static_assert(common_members_noexcept<redlock>());
+static_assert(common_members_noexcept<semaphore>());
+static_assert(noexcept(std::declval<semaphore&>().release()));
 
 template <class Lock>
 constexpr bool client_noexcept() {
@@ -56,7 +58,7 @@ constexpr bool reports_release() {
   return std::is_same_v<decltype(std::declval<Lock&>().unlock_and_report()), release_status>;
 }
 static_assert(reports_release<mutex>() && reports_release<reentrant_mutex>() && reports_release<shared_mutex>() &&
-              reports_release<redlock>());
+              reports_release<redlock>() && reports_release<semaphore>());
 static_assert(std::is_same_v<decltype(std::declval<shared_mutex&>().unlock_shared_and_report()), release_status>);
 
 struct MembersTest : redislock_test::server_test {
@@ -168,6 +170,7 @@ TEST_F(MembersTest, SingleDeploymentKindsAcceptWaitOptions) {
   EXPECT_NO_THROW(mutex(*pool, "m", o));
   EXPECT_NO_THROW(reentrant_mutex(*pool, "r", o));
   EXPECT_NO_THROW(shared_mutex(*pool, "s", o));
+  EXPECT_NO_THROW(semaphore(*pool, "p", 2, o));
 }
 
 // One lease check for every kind: extend() refuses a lease outside (0, max_lease] (and, with
@@ -177,7 +180,9 @@ TEST_F(MembersTest, ExtendChecksItsLeaseTheSameWayOnEveryKind) {
   reentrant_mutex r(*pool, "r");
   shared_mutex s(*pool, "s");
   redlock l(one_master(), "rl");
+  semaphore p(*pool, "p", 2);
   for (milliseconds bad : {milliseconds(0), milliseconds(-1), max_lease + milliseconds(1)}) {
+    EXPECT_THROW(p.extend(bad), invalid_argument);
     EXPECT_THROW(m.extend(bad), invalid_argument);
     EXPECT_THROW(r.extend(bad), invalid_argument);
     EXPECT_THROW(s.extend(bad), invalid_argument);
@@ -188,6 +193,7 @@ TEST_F(MembersTest, ExtendChecksItsLeaseTheSameWayOnEveryKind) {
   EXPECT_THROW(r.extend(), lock_error);
   EXPECT_THROW(s.extend(), lock_error);
   EXPECT_THROW(l.extend(), lock_error);
+  EXPECT_THROW(p.extend(), lock_error);
 }
 
 // lease_confirmed_until(): while renewed, the send time of the last confirmed acquisition or
@@ -224,6 +230,9 @@ TEST_F(MembersTest, LeaseConfirmedUntilOnEveryKind) {
                         milliseconds(0));
   check_confirmed_until([&] { s.lock_shared(); }, [&] { s.unlock_shared(); },
                         [&] { return s.lease_confirmed_until_shared(); }, o.lease, milliseconds(0));
+  semaphore p(*pool, "p", 2, o);
+  check_confirmed_until([&] { p.acquire(); }, [&] { p.release(); }, [&] { return p.lease_confirmed_until(); }, o.lease,
+                        milliseconds(0));
   redlock l(one_master(), "rl", o);
   check_confirmed_until([&] { l.lock(); }, [&] { l.unlock(); }, [&] { return l.lease_confirmed_until(); }, o.lease,
                         l.drift());

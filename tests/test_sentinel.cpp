@@ -140,7 +140,7 @@ TEST_F(sentinel_test, finds_the_master_and_every_lock_kind_works) {
   EXPECT_GE(client->wait_stats().wakeups, 1u);
 }
 
-TEST_F(sentinel_test, fair_reentrant_shared_and_auto_renew_work) {
+TEST_F(sentinel_test, fair_reentrant_shared_semaphore_and_auto_renew_work) {
   redislock::lock_options fair;
   fair.fair = true;
   redislock::basic_mutex<redislock::sentinel_client> f(*client, "fair", fair);
@@ -164,6 +164,18 @@ TEST_F(sentinel_test, fair_reentrant_shared_and_auto_renew_work) {
   s.unlock_shared();
   ASSERT_TRUE(s2.try_lock_for(2s));
   s2.unlock();
+
+  redislock::basic_semaphore<redislock::sentinel_client> p1(*client, "permits", 2), p2(*client, "permits", 2),
+      p3(*client, "permits", 2);
+  ASSERT_TRUE(p1.try_acquire());
+  ASSERT_TRUE(p2.try_acquire());
+  EXPECT_FALSE(p3.try_acquire());
+  p1.release();
+  ASSERT_TRUE(p3.try_acquire_for(2s));
+  EXPECT_GT(p3.fencing_token(), 0u);
+  p2.release();
+  p3.release();
+  EXPECT_EQ(p3.last_release(), redislock::release_status::released);
 
   redislock::lock_options renew;
   renew.lease = 300ms;
@@ -327,6 +339,11 @@ TEST_F(sentinel_test, min_replicas_met_by_the_live_replica_for_every_kind) {
   s.lock();
   s.unlock();
   EXPECT_EQ(s.last_release(), redislock::release_status::released);
+  redislock::basic_semaphore<redislock::sentinel_client> p(*client, "acked-p", 2, o);
+  ASSERT_TRUE(p.try_acquire());
+  EXPECT_TRUE(p.still_held());
+  p.release();
+  EXPECT_EQ(p.last_release(), redislock::release_status::released);
 
   // What the acknowledgement costs: lock + unlock cycles with and without it (printed).
   auto cycle_us = [&](int replicas) {
@@ -379,6 +396,9 @@ TEST_F(sentinel_test, min_replicas_not_met_releases_and_throws_for_every_kind) {
   expect_refused([&] { s.try_lock_shared_for(1s); }, s.key());
   EXPECT_FALSE(s.owns_lock());
   EXPECT_FALSE(s.owns_shared());
+  redislock::basic_semaphore<redislock::sentinel_client> p(*client, "unacked-p", 2, o);
+  expect_refused([&] { p.acquire(); }, p.key());
+  EXPECT_FALSE(p.owns_lock());
 }
 
 TEST_F(sentinel_test, the_minimal_acl_of_the_readme_is_enough) {

@@ -18,6 +18,9 @@
 //   redislock_test_worker hold-shared <port> <lock> <lease-ms>
 //       takes a read hold of a shared_mutex, prints "acquired <owner id>" and waits to be
 //       signalled (never renewing its lease).
+//   redislock_test_worker hold-permit <port> <semaphore> <lease-ms> <permits>
+//       acquires a permit of a semaphore, prints "acquired <owner id>" and waits to be
+//       signalled (never renewing its lease).
 //   redislock_test_worker fair-wait <port> <lock> <wait-lease-ms>
 //       queues for the lock in fair mode (blocks there until killed, or exits 0 once acquired).
 //   redislock_test_worker fair-wait-reentrant <port> <lock> <wait-lease-ms>
@@ -108,6 +111,17 @@ static int hold(const char* port, const std::string& lock, long lease_ms, Acquir
   for (;;) ::pause();
 }
 
+static int hold_permit(const char* port, const std::string& name, long lease_ms, long permits) {
+  client c(options_for(port));
+  lock_options o;
+  o.lease = std::chrono::milliseconds(lease_ms);
+  semaphore s(c, name, permits, o);
+  s.acquire();
+  std::printf("acquired %s\n", s.owner_id().c_str());
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 static int renew(const char* port, const std::string& lock, long lease_ms) {
   client c(options_for(port));
   std::promise<std::string> lost;
@@ -182,6 +196,8 @@ int main(int argc, char** argv) {
         m.lock_shared();
         return m.owner_id();
       });
+    if (mode == "hold-permit" && argc == 6)
+      return hold_permit(argv[2], argv[3], std::atol(argv[4]), std::atol(argv[5]));
     if (mode == "renew" && argc == 5) return renew(argv[2], argv[3], std::atol(argv[4]));
     if (mode == "fair-wait" && argc == 5) return fair_wait<mutex>(argv[2], argv[3], std::atol(argv[4]));
     if (mode == "fair-wait-reentrant" && argc == 5)

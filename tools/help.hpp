@@ -65,7 +65,8 @@ SYNOPSIS
 
 DESCRIPTION
     Acquires the lock NAME (an exclusive redislock::mutex; with --shared a read hold, with
-    --write the write hold of a redislock::shared_mutex), then runs COMMAND in its own process
+    --write the write hold of a redislock::shared_mutex; with --permits N one of the N
+    permits of a redislock::semaphore), then runs COMMAND in its own process
     group while the lease is renewed every lease/3. The lock is held until COMMAND and every
     process it started have exited, as flock(1) holds while any process keeps the lock open:
     a process left running in the background keeps the lock, even one that left COMMAND's
@@ -160,6 +161,11 @@ OPTIONS
                                mutex, but on the same lock as the --shared runs of NAME (a
                                NAME is one kind of lock: mixing a plain run with --shared
                                runs of it fails with exit status 69, "wrong kind")
+    --permits N                take one of N permits of a semaphore (redislock::semaphore):
+                               at most N runs of NAME at once, each with its own lease and
+                               fencing token. N is stored with NAME while anyone holds a
+                               permit: a run with another N gets the stored one (N seeds an
+                               idle NAME)
     --fair                     fair mode: a lock whose holder's lease ran out goes to the
                                longest waiter (with --shared/--write: the head of the queue),
                                and no run enters past a waiting one (all users of NAME must
@@ -193,6 +199,9 @@ EXAMPLES
     # several readers at once, and a writer that excludes them
     redislock run --shared catalog -- ./read-catalog.sh
     redislock run --write catalog -- ./rebuild-catalog.sh
+
+    # at most 4 encoders at once across the fleet
+    redislock run --permits 4 encoders -- ./encode.sh
 )";
 }
 
@@ -204,9 +213,10 @@ SYNOPSIS
     redislock status [--json] [OPTIONS] NAME...
 
 DESCRIPTION
-    For each NAME, whatever kind of lock it is (mutex, reentrant, shared): free or held, the
-    holders (mutex: the owner token "<object id>:<acquisition>"; reentrant: owner and hold
-    count; shared: the writer and each reader with its count), each hold's remaining lease,
+    For each NAME, whatever kind of lock it is (mutex, reentrant, shared, semaphore): free or
+    held, the holders (mutex: the owner token "<object id>:<acquisition>"; reentrant: owner and
+    hold count; shared: the writer and each reader with its count; semaphore: each permit's
+    token, and the permit count), each hold's remaining lease,
     the waiters queued on the server (every kind queues them), whether a writer waits
     (shared), and the last fencing token given out. Reads one
     consistent snapshot per lock with a read-only script (for a free name, one per kind: the
@@ -214,10 +224,11 @@ DESCRIPTION
 
 OPTIONS
     --json      print a JSON array with one object per NAME:
-                {"name", "key", "kind" ("none", "mutex", "reentrant", "shared", "foreign"),
+                {"name", "key", "kind" ("none", "mutex", "reentrant", "shared", "semaphore",
+                 "foreign"),
                  "held", "ttl_ms" (-2 no key, -1 no expiry), "last_fencing_token",
                  "waiters" (live places in the kind's queue; free name: in every kind's),
-                 "writer_waiting_ms",
+                 "writer_waiting_ms", "permits" (semaphore: N; else 0),
                  "holders": [{"owner", "object", "role", "count", "remaining_ms"}]}
     --url, --prefix, --timeout  see "redislock --help"
 
@@ -243,7 +254,7 @@ DESCRIPTION
     Removes every hold of NAME, whoever holds it, prints what it removed, and lets the lock
     move on at once: a mutex or reentrant lock is handed to its longest waiting live waiter and
     a shared lock to the head of its queue (a writer, or the readers up to the first writer),
-    as a release would. The fencing counter is kept,
+    a semaphore's freed permits to its longest waiting live waiters, as a release would. The fencing counter is kept,
     so the next holder's token is higher than the removed holder's, and storage that checks
     tokens rejects the removed holder's late writes. A holder using "redislock run" notices at
     its next renewal (within a third of its lease) and stops its command (--on-lost).

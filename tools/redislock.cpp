@@ -145,7 +145,8 @@ bool wants_help(const std::vector<std::string>& args) {
 struct run_options {
   common_options common;
   std::string name;
-  enum class kind { mutex, read, write } lock_kind = kind::mutex;
+  enum class kind { mutex, read, write, semaphore } lock_kind = kind::mutex;
+  std::int64_t permits = 0;                       // --permits N (kind::semaphore)
   std::optional<std::chrono::milliseconds> wait;  // nullopt: forever
   int conflict_code = exit_conflict;
   stop_policy stop;  // --on-lost, --kill-after (fit_kill_after)
@@ -184,6 +185,13 @@ void fit_kill_after(stop_policy& stop, const std::optional<std::chrono::millisec
   stop.kill_after = given.value_or(std::min(milliseconds(10000), fits));
 }
 
+// --shared, --write and --permits choose the kind of lock: one at most.
+void set_kind(run_options& o, run_options::kind k, const char* option) {
+  if (o.lock_kind != run_options::kind::mutex && o.lock_kind != k)
+    throw usage_error(std::string(option) + " does not go with --shared, --write or --permits (one kind of lock)");
+  o.lock_kind = k;
+}
+
 run_options parse_run(arg_cursor a) {
   run_options o;
   o.common.lock.lease = std::chrono::milliseconds(30000);
@@ -201,9 +209,12 @@ run_options parse_run(arg_cursor a) {
       o.common.lock.lease = parse_duration(v, "--lease");
       if (o.common.lock.lease.count() <= 0) throw usage_error("bad --lease '" + v + "': must be positive");
     } else if (a.option("--shared")) {
-      o.lock_kind = run_options::kind::read;
+      set_kind(o, run_options::kind::read, "--shared");
     } else if (a.option("--write")) {
-      o.lock_kind = run_options::kind::write;
+      set_kind(o, run_options::kind::write, "--write");
+    } else if (a.option("--permits", &v)) {
+      set_kind(o, run_options::kind::semaphore, "--permits");
+      o.permits = parse_int(v, "--permits", 1, static_cast<int>(redislock::max_permits));
     } else if (a.option("--fair")) {
       o.common.lock.fair = true;
     } else if (a.option("--on-lost", &v)) {
@@ -362,6 +373,11 @@ int run(const std::vector<std::string>& args) {
     using client_type = std::remove_reference_t<decltype(client)>;
     using mutex_type = redislock::basic_mutex<client_type>;
     using shared_type = redislock::basic_shared_mutex<client_type>;
+    using semaphore_type = redislock::basic_semaphore<client_type>;
+    if (o.lock_kind == run_options::kind::semaphore) {  // at most --permits copies of COMMAND at once
+      semaphore_type s(client, o.name, o.permits, lock_options);
+      return run_holding(o, held<semaphore_type, false>{s}, sigfd, lost);
+    }
     if (o.lock_kind == run_options::kind::mutex) {
       mutex_type m(client, o.name, lock_options);
       return run_holding(o, held<mutex_type, false>{m}, sigfd, lost);
@@ -396,7 +412,7 @@ std::string json(const redislock::lock_info& i) {
   s << "{\"name\":" << json_string(i.name) << ",\"key\":" << json_string(i.key) << ",\"kind\":\""
     << redislock::to_string(i.kind) << "\",\"held\":" << (i.held() ? "true" : "false")
     << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence << ",\"waiters\":" << i.waiters
-    << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"holders\":[";
+    << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"permits\":" << i.permits << ",\"holders\":[";
   for (std::size_t k = 0; k < i.holders.size(); ++k) {
     const auto& h = i.holders[k];
     s << (k ? "," : "") << "{\"owner\":" << json_string(h.owner) << ",\"object\":" << json_string(h.object_id())
@@ -422,11 +438,13 @@ std::string text(const redislock::lock_info& i) {
   }
   s << (i.held() ? "held" : "free");
   if (i.kind != redislock::lock_kind::none) s << " (" << redislock::to_string(i.kind) << ")";
+  if (i.kind == redislock::lock_kind::semaphore) s << ", " << i.holders.size() << " of " << i.permits << " permits";
   s << "\n";
   for (const auto& h : i.holders) {
     s << "  " << h.role << " " << h.owner;
-    if (i.kind == redislock::lock_kind::mutex) s << " (object " << h.object_id() << ")";
-    if (h.count != 1 || i.kind != redislock::lock_kind::mutex) s << ", count " << h.count;
+    const bool one_hold = i.kind == redislock::lock_kind::mutex || i.kind == redislock::lock_kind::semaphore;
+    if (one_hold) s << " (object " << h.object_id() << ")";
+    if (h.count != 1 || !one_hold) s << ", count " << h.count;
     s << ", " << seconds(h.remaining) << "\n";
   }
   if (i.waiters >= 0) s << "  waiters queued: " << i.waiters << "\n";

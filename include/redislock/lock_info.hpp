@@ -5,14 +5,15 @@
 ///
 /// Both read one consistent snapshot with one script per kind (detail/lock_info_scripts.hpp):
 /// the mutex's script runs first and tells the kind; a hash kind's script follows when the
-/// name is a reentrant or shared lock (2 round trips then). A free name (no lock key) may still
-/// have waiters in any kind's queue: the other two kinds' scripts then add theirs (3 round
-/// trips, one snapshot per kind). inspect() changes nothing.
+/// name is a reentrant lock, a shared lock or a semaphore (2 round trips then). A free name (no
+/// lock key) may still have waiters in any kind's queue: the other kinds' scripts then add
+/// theirs (4 round trips, one snapshot per kind). inspect() changes nothing.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/lock_info_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
+#include <redislock/detail/semaphore_scripts.hpp>
 #include <redislock/detail/shared_scripts.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
@@ -32,6 +33,7 @@ enum class lock_kind {
   mutex,      ///< redislock::mutex (a string key)
   reentrant,  ///< redislock::reentrant_mutex (a hash, @kind = reentrant)
   shared,     ///< redislock::shared_mutex (a hash, @kind = shared)
+  semaphore,  ///< redislock::semaphore (a zset of holders with the "#permits" member)
   foreign,    ///< the key holds something else (lock_info::foreign_type says what)
 };
 
@@ -41,6 +43,7 @@ inline const char* to_string(lock_kind k) noexcept {
     case lock_kind::mutex: return "mutex";
     case lock_kind::reentrant: return "reentrant";
     case lock_kind::shared: return "shared";
+    case lock_kind::semaphore: return "semaphore";
     case lock_kind::foreign: return "foreign";
   }
   return "?";
@@ -51,7 +54,7 @@ struct lock_holder {
   /// mutex: the owner token ("<object id>:<acquisition>"; a Redlock's key on one master: its
   /// token, without the round number the key stores after it); reentrant/shared: the owner id.
   std::string owner;
-  std::string role;        ///< "holder" (mutex, reentrant), "writer" or "reader" (shared)
+  std::string role;        ///< "holder" (mutex, reentrant, semaphore), "writer" or "reader" (shared)
   std::int64_t count = 1;  ///< nested holds (reentrant, shared readers); 1 for the mutex
   /// What is left of this hold's lease (-1 ms: the key has no expiry).
   std::chrono::milliseconds remaining{0};
@@ -73,11 +76,13 @@ struct lock_info {
   std::chrono::milliseconds key_ttl{-2};
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
   /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue,
-  /// :squeue). For a free name (kind none), the waiters of every kind's queue, added up.
+  /// :squeue, :pqueue). For a free name (kind none), the waiters of every kind's queue, added up.
   std::int64_t waiters = -1;
   /// shared: a writer waits (new readers queue behind it) for at most this much longer (its
   /// place, refreshed while it lives); 0: none.
   std::chrono::milliseconds writer_waiting{0};
+  /// semaphore: its permit count N (the holders are its permits in use); 0 for the other kinds.
+  std::int64_t permits = 0;
 
   bool held() const noexcept { return !holders.empty(); }
 };
@@ -97,6 +102,8 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
     info.kind = lock_kind::reentrant;
   } else if (kind == "shared") {
     info.kind = lock_kind::shared;
+  } else if (kind == "semaphore") {
+    info.kind = lock_kind::semaphore;
   } else {
     info.kind = lock_kind::foreign;
     info.foreign_type = kind.substr(kind.find(' ') + 1);
@@ -104,7 +111,9 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
   info.key_ttl = std::chrono::milliseconds(as_integer(element(r, 1)));
   info.last_fence = static_cast<std::uint64_t>(as_integer(element(r, 2)));
   info.waiters = as_integer(element(r, 3));
-  info.writer_waiting = std::chrono::milliseconds(as_integer(element(r, 4)));
+  // The fifth element is the semaphore's permit count, the shared lock's writer_waiting_ms.
+  if (info.kind == lock_kind::semaphore) info.permits = as_integer(element(r, 4));
+  else info.writer_waiting = std::chrono::milliseconds(as_integer(element(r, 4)));
   for (std::size_t i = 5; i + 3 < r.elements; i += 4) {
     lock_holder h;
     h.owner = std::string(as_string(element(r, i)));
@@ -120,7 +129,7 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
 // another kind. A name that changes kind between two calls is looked at again (bounded).
 // A free name (no lock key: expired, evicted or deleted under its waiters) may still have
 // waiters queued by any kind, each in its own queue: inspect() counts them all, one snapshot
-// per kind (three round trips).
+// per kind (four round trips).
 template <class Client>
 lock_info run_lock_info(Client& client, std::string_view name, const lock_options& options, bool force) {
   validate(name, options);
@@ -129,6 +138,7 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   const mutex_scripts::keys mk(name, options);
   const reentrant_scripts::keys rk(name, options);
   const shared_scripts::keys sk(name, options);
+  const semaphore_scripts::keys pk(name, options);
   const std::string& key = mk.lock;
   struct kind_scripts {
     std::string_view kind;
@@ -139,7 +149,9 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
       {"mutex", &lock_info_scripts::mutex_info(), &lock_info_scripts::mutex_break(), &mk.queue, &mk.waiters},
       {"reentrant", &lock_info_scripts::reentrant_info(), &lock_info_scripts::reentrant_break(), &rk.queue,
        &rk.waiters},
-      {"shared", &lock_info_scripts::shared_info(), &lock_info_scripts::shared_break(), &sk.queue, &sk.waiters}};
+      {"shared", &lock_info_scripts::shared_info(), &lock_info_scripts::shared_break(), &sk.queue, &sk.waiters},
+      {"semaphore", &lock_info_scripts::semaphore_info(), &lock_info_scripts::semaphore_break(), &pk.queue,
+       &pk.waiters}};
   std::string kind = "mutex";  // the mutex's script also answers for a free or foreign key
   for (int round = 0; round < 4; ++round) {
     const kind_scripts* k = &kinds[0];

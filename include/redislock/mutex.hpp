@@ -27,6 +27,7 @@
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/object_hold.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/detail/wake_wait.hpp>
@@ -38,7 +39,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,174 +52,54 @@ struct mutex_test_access;  // tests reach private state through it (defined by a
 }
 
 template <class Client>
-class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys>,
-                    public detail::timed_lockable<basic_mutex<Client>> {
-  using core = detail::lock_core<Client, detail::mutex_scripts::keys>;
+class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, detail::mutex_scripts::keys> {
+  using base = detail::object_hold<basic_mutex<Client>, Client, detail::mutex_scripts::keys>;
 
  public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_mutex(Client& client, std::string name, lock_options options = {})
-      : core(client, std::move(name), std::move(options)) {
-    channel_ = keys_.waiter_prefix + tokens_.id();
-    lease_ms_ = std::to_string(options_.lease.count());
-    wait_lease_ms_ = std::to_string(options_.wait_lease.count());
-    token_ = tokens_.next();
-  }
+      : base(client, std::move(name), std::move(options)) {}
 
   basic_mutex(const basic_mutex&) = delete;
   basic_mutex& operator=(const basic_mutex&) = delete;
 
   /// Releases the lock if this object still holds it (never throws).
   ~basic_mutex() {
-    if (held_.load(std::memory_order_acquire)) this->unlock();
+    if (this->owns_lock()) this->unlock();
   }
 
-  /// Like unlock(), but returns the outcome and throws when Redis could not be asked
-  /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
-  release_status unlock_and_report() {
-    if (!held_.load(std::memory_order_acquire)) return this->record(release_status::not_held);
-    lease_.stop();  // before the release is sent: no renewal of this hold is sent after it (watchdog.hpp)
-    release_status status = release_status::failed;
-    try {
-      status = lease_.outcome(send_release() == 1);
-    } catch (...) {
-      drop_local_hold(release_status::failed);
-      throw;
-    }
-    drop_local_hold(status);
-    return status;
-  }
+  /// lock(), try_lock(), try_lock_for(), try_lock_until(), unlock() (detail::timed_lockable),
+  /// and unlock_and_report(), extend(), remaining_lease(), still_held(), owns_lock(), lost(),
+  /// lease_confirmed_until(), fencing_token() (detail/object_hold.hpp): the members of every
+  /// lock kind, for this object's hold.
+
   /// The old name of unlock_and_report() (unlike std::unique_lock::release(), it unlocks).
-  [[deprecated("use unlock_and_report()")]] release_status release() { return unlock_and_report(); }
-
-  /// Resets the lease to `lease` from now (server clock) if the lock is still ours.
-  /// Returns false when the lease had already run out (the lock may be someone else's).
-  /// Throws lock_error when this object does not hold the lock. false also marks it lost().
-  /// With auto_renew the watchdog renews to options().lease again at its next turn.
-  bool extend(std::chrono::milliseconds lease) {
-    const std::string ms = detail::checked_lease(lease, "extend", &options_);
-    require_held("extend");
-    const std::string token = current_token();
-    const detail::renewal_target target = renewal_of(token, ms);
-    const bool ours = client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); }) == 1;
-    if (!ours) mark_lost_if_current(token);
-    return ours;
-  }
-  bool extend() { return extend(options_.lease); }
-
-  /// Asks the server how much of our lease is left: a positive duration while the lock is
-  /// ours, zero when it is not (never acquired, released, or lost). One round trip.
-  std::chrono::milliseconds remaining_lease() {
-    if (!held_.load(std::memory_order_acquire)) return std::chrono::milliseconds(0);
-    const std::string token = current_token();
-    return detail::to_remaining(client_.run(keys_.lock, [&](connection& c) {
-      if (!c.features().scripting) return detail::mutex_scripts::remaining_without_script(c, keys_.lock, token);
-      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {keys_.lock}, {token}));
-    }));
-  }
-
-  /// True when the server confirms that this object's lease is still valid (one round trip).
-  bool still_held() { return remaining_lease().count() > 0; }
-
-  /// This object's local belief: lock() succeeded and unlock() has not been called.
-  /// The lease may have run out meanwhile; still_held() asks the server.
-  bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
-
-  /// True when the current (or most recent) acquisition's lease was found lost: by the
-  /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it
-  /// gone. Reset by the next acquisition.
-  /// A lost lock is still released with unlock() (it reports release_status::lease_expired).
-  bool lost() const noexcept { return lease_.lost(); }
-
-  /// While this holder's lease is renewed (auto_renew): the local steady_clock time until which
-  /// the server certainly keeps it, i.e. the send time of the last acquisition or renewal the
-  /// server confirmed, plus the lease (the server set the lease when it ran that command, at or
-  /// after the send). Moves forward with each confirmed renewal, stays put while renewals fail;
-  /// lost() turns true once it has passed. Act before it (stop writing, stop a child process)
-  /// to be done before the lease can run out. nullopt when nothing is held or without
-  /// auto_renew.
-  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
-    return lease_.confirmed_until();
-  }
-
-  /// The fencing token of the current acquisition: strictly increasing per lock name across all
-  /// clients and lock kinds, in the order of the holds (detail/fence_scripts.hpp). Pass it to the
-  /// storage you write to, which rejects any token lower than the highest it has seen. Drawn on
-  /// the first call per hold with one round trip, only while the lease is valid, then cached:
-  /// later calls return it without asking (holders that never ask pay nothing).
-  /// Throws lock_error when this object does not hold the lock, or when its lease has run out
-  /// (then lost() is true: write nothing).
-  std::uint64_t fencing_token() {
-    require_held("fencing_token");
-    std::string token;
-    {
-      std::lock_guard<std::mutex> g(token_mutex_);
-      if (fence_ != 0) return fence_;
-      token = token_;
-    }
-    const std::int64_t fence = client_.run(keys_.lock, [&](connection& c) {
-      if (!c.features().scripting)
-        throw scripting_unavailable_error("", "fencing_token: lock '" + name_ + "' is on " + c.features().describe() +
-                                                  ", which runs no scripts for this connection; a fencing token "
-                                                  "is drawn by a script (owner check, counter and clock floor in "
-                                                  "one step), so there is none on the Lua-free path");
-      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence}, {token}));
-    });
-    if (fence <= 0) {
-      mark_lost_if_current(token);
-      throw lock_error("fencing_token: the lease on lock '" + name_ + "' has run out");
-    }
-    std::lock_guard<std::mutex> g(token_mutex_);
-    if (token != token_) return static_cast<std::uint64_t>(fence);  // released meanwhile
-    if (fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
-    return fence_;  // two first calls at once: both return the one that was kept
-  }
+  [[deprecated("use unlock_and_report()")]] release_status release() { return this->unlock_and_report(); }
 
   // name(), key(), options(), client(), last_release(): detail::lock_core.
 
  private:
+  friend base;
   friend class detail::timed_lockable<basic_mutex>;
-  using core::client_;
-  using core::keys_;
-  using core::name_;
-  using core::options_;
+  using base::channel_subscription_;
+  using base::client_;
+  using base::keys_;
+  using base::lease_ms_;
+  using base::name_;
+  using base::options_;
+  using base::token_;
+  using base::wait_lease_ms_;
+  using typename base::attempt_result;
 
   friend struct detail::mutex_test_access;
 
-  bool acquire(const detail::deadline& d) {
-    // The holder waiting for itself would wait forever (or out its whole timeout) on the gate.
-    if (held_.load(std::memory_order_acquire) &&
-        holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
-      throw lock_error("lock: this thread already holds lock '" + name_ +
-                       "' (a mutex is not recursive: use reentrant_mutex); resource deadlock would occur");
-    if (!gate_.lock_until(d)) return false;
-    bool acquired = false;
-    try {
-      acquired = wait_for_lock(d);
-    } catch (...) {
-      gate_.unlock();
-      throw;
-    }
-    if (!acquired) {
-      gate_.unlock();
-      return false;
-    }
-    holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    detail::require_replicas(client_, options_, name_, keys_.lock, renewal(), d, [this]() noexcept { this->unlock(); });
-    if (options_.auto_renew) this->start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
-    return true;
+  std::string already_held_message() const {
+    return "lock: this thread already holds lock '" + name_ +
+           "' (a mutex is not recursive: use reentrant_mutex); resource deadlock would occur";
   }
 
-  // The cheapest attempt first; then, subscribed to our own channel, queue on the server and
-  // sleep until a release hands us the lock, or the holder's lease runs out (our place lasts
-  // until wait_lease after that: the attempt then refreshes it). Leave the queue when the
-  // deadline passes or the wait throws, so nobody hands us the lock after we gave up.
-  bool wait_for_lock(const detail::deadline& d) {
-    // Two guards keep a notice meant for an earlier wait (read too late, after that wait gave
-    // up) from completing this one: such a notice names a token this object no longer uses
-    // (a wait that left the queue without the lock rotates the token, below), and whatever is
-    // still buffered on the channel is dropped now.
-    channel_subscription_.discard_pending();
+  // The cheapest attempt first; then the queued wait (detail::object_hold::wait_queued).
+  bool wait_for_hold(const detail::deadline& d) {
     bool first = true, queued = false, won_first = false;
     auto attempt = [&] {
       // Fair mode's first attempt is a script anyway; so is that of an object whose last
@@ -239,75 +119,12 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
       queued = true;
       return queue_attempt("wait");
     };
-    auto handed_over = [&](detail::subscriber::subscription& s) {
-      if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
-      finish_attempt(queue_sent_);                // the release made us the holder
-      return true;
-    };
-    bool acquired = false;
-    try {
-      acquired = detail::wait_for_release(
-          client_, channel_, d,
-          detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
-          handed_over, &channel_subscription_);
-    } catch (...) {
-      if (queued) leave_after_failure();
-      throw;
-    }
+    const bool acquired = this->wait_queued(d, attempt, queued);
     waited_last_ = !won_first;
-    if (acquired || !queued) return acquired;
-    // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
-    // and otherwise leaves the queue.
-    try {
-      if (!queue_attempt("leave")) return true;  // a hand-off reached us meanwhile
-    } catch (...) {
-      leave_after_failure();
-      throw;
-    }
-    // Out of the queue without the lock: nothing can be handed to this token any more, and a
-    // notice for it that is still on its way must match nothing.
-    rotate_token();
-    return false;
+    return acquired;
   }
 
-  void leave_after_failure() noexcept {
-    try {
-      // We are failing: a hand-off that reached us meanwhile is passed on.
-      if (!queue_attempt("leave")) pass_on_handoff();
-      return;
-    } catch (...) {
-    }
-    // Redis could not be told. Our place lapses on its own (and a lock handed to us meanwhile
-    // with our lease); a new token keeps this object clear of both, and nobody listening on our
-    // channel any more makes a release skip that place (it counts no listener on our channel) instead of
-    // handing the lock to a token nobody will use.
-    channel_subscription_.reset();
-    try {
-      rotate_token();
-    } catch (...) {
-    }
-  }
-
-  void rotate_token() {
-    std::string fresh = tokens_.next();
-    std::lock_guard<std::mutex> g(token_mutex_);
-    token_.swap(fresh);
-    fence_ = 0;
-  }
-
-  // A reply about `token` says the lease is gone: that is news only while it is still ours.
-  void mark_lost_if_current(const std::string& token) {
-    std::lock_guard<std::mutex> g(token_mutex_);
-    if (token == token_) lease_.mark_lost();
-  }
-
-  // Releases a lock that a failing wait claimed, keeping the gate (acquire() owns it).
-  void pass_on_handoff() {
-    held_.store(false, std::memory_order_release);
-    lease_.stop();
-    send_release();
-    rotate_token();
-  }
+  attempt_result attempt_leave() { return queue_attempt("leave"); }
 
   // A script refused for want of scripting (the user's ACL changed since the connection looked)
   // ran nothing: the Lua-free release follows on the same connection.
@@ -326,16 +143,44 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     });
   }
 
-  // extend() and remaining_lease() may run on any thread while the holder replaces the token.
-  std::string current_token() const {
-    std::lock_guard<std::mutex> g(token_mutex_);
-    return token_;
+  std::int64_t run_extend(const std::string& token, const std::string& lease_ms) {
+    const detail::renewal_target target = renewal_of(token, lease_ms);
+    return client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); });
   }
 
-  // Attempts return nullopt when they acquired, else the holder's remaining lease (< 0: unknown).
+  std::int64_t run_remaining(const std::string& token) {
+    return client_.run(keys_.lock, [&](connection& c) {
+      if (!c.features().scripting) return detail::mutex_scripts::remaining_without_script(c, keys_.lock, token);
+      return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {keys_.lock}, {token}));
+    });
+  }
+
+  std::int64_t run_fence(const std::string& token) {
+    return client_.run(keys_.lock, [&](connection& c) {
+      if (!c.features().scripting)
+        throw scripting_unavailable_error("", "fencing_token: lock '" + name_ + "' is on " + c.features().describe() +
+                                                  ", which runs no scripts for this connection; a fencing token "
+                                                  "is drawn by a script (owner check, counter and clock floor in "
+                                                  "one step), so there is none on the Lua-free path");
+      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence}, {token}));
+    });
+  }
+
+  // The owner-checked extend of the acquisition `token` (for the watchdog and min_replicas).
+  detail::renewal_target renewal_for(const std::string& token) const { return renewal_of(token, lease_ms_); }
+
+  // mutex_scripts::extend() is GET == token, then PEXPIRE, and nothing else: no fencing floor
+  // (fencing_token() draws from its own key), no queue upkeep (a waiter's place is refreshed by
+  // its own attempts), no hand-off bookkeeping (a hand-off writes the waiter's token, so it is
+  // no longer ours). `SET key token IFEQ token PX lease` does exactly that in one command
+  // (rewriting the same value, never creating the key), so it replaces the script wherever the
+  // server has it.
+  detail::renewal_target renewal_of(std::string token, std::string lease_ms) const {
+    return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
+  }
+
   // The token is only replaced after a release, so an attempt whose reply was lost (and that
   // may have set the key) is recognised as ours by the next attempt.
-  using attempt_result = std::optional<std::chrono::milliseconds>;
 
   // The uncontended path: one plain command, `SET key token NX GET PX lease`. GET makes a
   // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another
@@ -378,7 +223,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
       return attempt_first();
     }
     switch (o) {
-      case outcome::acquired: return finish_attempt(sent);
+      case outcome::acquired: return this->finish_attempt(sent);
       case outcome::ours_already:
       case outcome::ask_script: return queue_attempt("try");
       case outcome::held: break;
@@ -414,88 +259,19 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
 
   // mode: "wait" (join or keep our place), "try", "leave" (see mutex_scripts::queue_attempt).
   attempt_result queue_attempt(std::string_view mode) {
-    const detail::steady::time_point sent = detail::steady::now();
-    if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
+    const detail::steady::time_point sent = this->attempt_sent(mode);
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
       return detail::mutex_scripts::queue_attempt().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
           {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
     });
-    if (detail::as_integer(detail::element(*r, 0)) == 1) return finish_attempt(sent);
+    if (detail::as_integer(detail::element(*r, 0)) == 1) return this->finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));
   }
 
-  attempt_result finish_attempt(detail::steady::time_point sent) {
-    {
-      std::lock_guard<std::mutex> g(token_mutex_);
-      fence_ = 0;  // assigned on demand (fencing_token())
-    }
-    acquired_at_ = sent;
-    lease_.acquired();
-    held_.store(true, std::memory_order_release);
-    return std::nullopt;
-  }
-
-  // Hands this acquisition (its token) to the client's watchdog. A hand-off counts its lease
-  // from our last "wait" attempt, which can be up to recheck_interval old: when that leaves
-  // less than a third of the lease, the watchdog (and lost(), by the clock) would count the
-  // fresh hold as about to run out, so one owner-checked extend restarts the count from now.
-  void start_renewal() {
-    const detail::steady::time_point now = detail::steady::now();
-    if (acquired_at_ + options_.lease - options_.lease / 3 <= now) {
-      const detail::renewal_target target = renewal();
-      const bool ours = client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); }) == 1;
-      if (ours) acquired_at_ = now;
-      else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
-    }
-    lease_.start(client_, options_, name_, keys_.lock, renewal(), acquired_at_);
-  }
-
-  // The current acquisition's owner-checked extend (for the watchdog and min_replicas).
-  detail::renewal_target renewal() const { return renewal_of(current_token(), lease_ms_); }
-
-  // mutex_scripts::extend() is GET == token, then PEXPIRE, and nothing else: no fencing floor
-  // (fencing_token() draws from its own key), no queue upkeep (a waiter's place is refreshed by
-  // its own attempts), no hand-off bookkeeping (a hand-off writes the waiter's token, so it is
-  // no longer ours). `SET key token IFEQ token PX lease` does exactly that in one command
-  // (rewriting the same value, never creating the key), so it replaces the script wherever the
-  // server has it.
-  detail::renewal_target renewal_of(std::string token, std::string lease_ms) const {
-    return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
-  }
-
-  void require_held(const char* what) const {
-    detail::require_held(held_.load(std::memory_order_acquire), what, name_, "this object");
-  }
-
-  void drop_local_hold(release_status status) noexcept {
-    try {
-      rotate_token();  // a new token for the next acquisition
-    } catch (...) {
-    }
-    holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
-    held_.store(false, std::memory_order_release);
-    this->record(status);
-    gate_.unlock();
-  }
-
-  detail::token_sequence tokens_;  // used by the thread that holds gate_
-  std::string channel_, lease_ms_, wait_lease_ms_;
-  // Our hand-off channel, subscribed on the first contended wait and kept until destruction
-  // (gate holder only).
-  detail::subscriber::subscription channel_subscription_;
-  std::string token_;        // written only by the thread that holds gate_, under token_mutex_
-  std::uint64_t fence_ = 0;  // this acquisition's fencing token once asked for; under token_mutex_
-  mutable std::mutex token_mutex_;
-  detail::local_gate gate_;
-  std::atomic<bool> held_{false};
-  std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
-  std::atomic<bool> set_get_supported_{true};     // false once the server refused SET NX GET (Redis < 7)
+  std::atomic<bool> set_get_supported_{true};  // false once the server refused SET NX GET (Redis < 7)
   std::atomic<bool> lua_free_{false};  // the last attempt's server runs no scripts for us (the Lua-free path)
   bool waited_last_ = false;           // the last acquisition did not succeed at its first attempt (gate holder only)
-  detail::steady::time_point acquired_at_;  // send time of the acquiring attempt (gate holder only)
-  detail::steady::time_point queue_sent_;   // send time of the last "wait" attempt (gate holder only)
-  detail::lease_keeper lease_;              // renewal and lost flag of the current acquisition
 };
 
 using mutex = basic_mutex<client>;

@@ -17,5 +17,6 @@
 #include <redislock/mutex.hpp>
 #include <redislock/reentrant_mutex.hpp>
 #include <redislock/shared_mutex.hpp>
+#include <redislock/semaphore.hpp>
 #include <redislock/redlock.hpp>
 #include <redislock/lock_info.hpp>

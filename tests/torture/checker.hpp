@@ -9,7 +9,7 @@
 // Keys (prefix "torture:" + run id, one hash tag, outside the library's "redislock:" prefix):
 //   E  epoch id        M  overlap marker: "<holder>|<valid_until_ns>" of the holder inside
 //   R  set of the markers of the readers inside (kinds with a read side: a reader meets M, a
-//      writer meets M and R)
+//      writer meets M and R), or of a semaphore's holders inside (at most N certainly valid)
 //   C  shared counter (GET, then SET+1: a non-atomic read-modify-write; writers only)
 //   F  highest fencing token written to C       A  number of writes applied to C
 //
@@ -84,6 +84,21 @@ inline const redislock::script& reader_script() {
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if ARGV[3] == 'enter' then redis.call('SADD', KEYS[3], ARGV[2]) else redis.call('SREM', KEYS[3], ARGV[2]) end
 return redis.call('GET', KEYS[2]) or ''
+)lua");
+  return s;
+}
+
+/// KEYS: E, R. ARGV: epoch, my marker, "enter" / "leave". A semaphore holder enters (adds its
+/// marker to R, the set of the holders inside) or leaves (removes it), and sees every holder
+/// inside, itself included: more than N certainly-valid ones at once is a violation.
+/// Reply: -1 epoch changed; otherwise the markers in R (before a leave removes ours).
+inline const redislock::script& permit_script() {
+  static const redislock::script s(R"lua(
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if ARGV[3] == 'enter' then redis.call('SADD', KEYS[2], ARGV[2]) end
+local inside = redis.call('SMEMBERS', KEYS[2])
+if ARGV[3] == 'leave' then redis.call('SREM', KEYS[2], ARGV[2]) end
+return inside
 )lua");
   return s;
 }

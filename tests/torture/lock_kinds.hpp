@@ -32,6 +32,8 @@ class torture_lock {
   virtual bool exclusive() const { return true; }
   /// Whether holders of this kind may read together (writers must then look for readers).
   virtual bool has_read_side() const { return false; }
+  /// A semaphore's N: at most this many certainly-valid holders at once (0: not a semaphore).
+  virtual std::int64_t permits() const { return 0; }
 };
 
 template <class Lock>
@@ -107,6 +109,29 @@ class shared_mixed_adapter final : public torture_lock {
   bool writing_ = true;
 };
 
+/// A semaphore of kSemaphorePermits permits, acquired by waiting (the queue and the release's
+/// hand-off). `claimed`: the N the checker is told; the broken self-test claims one less than
+/// the semaphore really has, which the checker must catch.
+inline constexpr std::int64_t kSemaphorePermits = 3;
+template <class Client>
+class semaphore_adapter final : public torture_lock {
+ public:
+  semaphore_adapter(Client& c, const std::string& name, const redislock::lock_options& o, std::int64_t claimed)
+      : lock_(c, name, kSemaphorePermits, o), claimed_(claimed) {}
+  bool try_lock() override { return lock_.try_acquire_for(std::chrono::milliseconds(200)); }
+  redislock::release_status unlock() noexcept override {
+    lock_.release();
+    return lock_.last_release();
+  }
+  std::uint64_t fencing_token() override { return lock_.fencing_token(); }
+  bool exclusive() const override { return false; }
+  std::int64_t permits() const override { return claimed_; }
+
+ private:
+  redislock::basic_semaphore<Client> lock_;
+  std::int64_t claimed_;
+};
+
 /// A deliberately broken lock for the checker's self-test: it takes the key even while someone
 /// else holds it (SET without NX), as an acquire script that ignored the holder would. The
 /// checker must report violations with it, or it could not catch that bug.
@@ -168,13 +193,17 @@ class readers_ignoring_writers final : public torture_lock {
 
 /// Kinds whose holders may read together (the run must then see reads).
 inline bool read_side_kind(const std::string& kind) {
-  return kind == "shared-mixed" || kind == "broken-readers-ignoring-writers";
+  return kind == "shared-mixed" || kind == "broken-readers-ignoring-writers" || kind == "semaphore" ||
+         kind == "broken-semaphore-overcount";
 }
 
 inline std::vector<std::string> lock_kinds() {
-  return {"mutex",          "mutex-waiting",          "mutex-fair",      "reentrant-waiting",
-          "shared-waiting", "shared-mixed",           "broken-stealing", "broken-readers-ignoring-writers",
-          "redlock",        "broken-redlock-minority"};
+  return {"mutex",           "mutex-waiting",
+          "mutex-fair",      "reentrant-waiting",
+          "shared-waiting",  "shared-mixed",
+          "broken-stealing", "broken-readers-ignoring-writers",
+          "redlock",         "broken-redlock-minority",
+          "semaphore",       "broken-semaphore-overcount"};
 }
 
 /// Kinds that run on N independent masters (--masters) instead of one server.
@@ -199,6 +228,9 @@ std::unique_ptr<torture_lock> make_single_lock(const std::string& kind, Client& 
   if (kind == "shared-waiting")
     return std::make_unique<waiting_adapter<redislock::basic_shared_mutex<Client>>>(c, name, o);
   if (kind == "shared-mixed") return std::make_unique<shared_mixed_adapter<Client>>(c, name, o);
+  if (kind == "semaphore") return std::make_unique<semaphore_adapter<Client>>(c, name, o, kSemaphorePermits);
+  if (kind == "broken-semaphore-overcount")
+    return std::make_unique<semaphore_adapter<Client>>(c, name, o, kSemaphorePermits - 1);
   if (kind == "broken-stealing") return std::make_unique<stealing_lock<Client>>(c, name, o);
   if (kind == "broken-readers-ignoring-writers") return std::make_unique<readers_ignoring_writers<Client>>(c, name, o);
   throw std::invalid_argument("unknown lock kind '" + kind + "'");

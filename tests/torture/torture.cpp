@@ -16,10 +16,13 @@
 // object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair / reentrant-waiting /
 // shared-waiting (the write side): try_lock_for(200 ms), through the server-side queue and the
 // release's hand-off; shared-mixed: the read side or the write side at random, both waiting;
-// broken-stealing and broken-readers-ignoring-writers: the checker's self-tests) and loops:
+// semaphore: one of 3 permits, waiting; broken-stealing, broken-readers-ignoring-writers and
+// broken-semaphore-overcount: the checker's self-tests) and loops:
 // take the lock, enter (overlap marker), GET counter, fenced SET counter+1, leave
 // (compare-and-delete marker), unlock. A reader (shared-mixed) instead adds its marker to a set
-// of readers, meets the writer's marker, reads, and leaves the set. See checker.hpp for what
+// of readers, meets the writer's marker, reads, and leaves the set; a semaphore holder adds its
+// marker to the set of holders inside and counts the certainly-valid ones (more than N is a
+// violation), reads, and leaves the set. See checker.hpp for what
 // counts as a violation. Meanwhile the coordinator injects the listed faults in turn, and
 // checks after each that the workers make progress again. It ends after --seconds or
 // --acquisitions (whichever first), stops the workers and prints one summary line:
@@ -318,6 +321,11 @@ class holder_thread {
       release(epoch, valid_until);  // not entered; the object must not stay held (it would refuse every later try)
       return;
     }
+    if (lock_->permits() > 0) {
+      permit_section(epoch, me, valid_until);
+      release(epoch, valid_until);
+      return;
+    }
     if (!lock_->exclusive()) {
       read_section(epoch, me, valid_until);
       release(epoch, valid_until);
@@ -409,6 +417,63 @@ class holder_thread {
         std::this_thread::sleep_for(milliseconds(5));
       }
     }
+  }
+
+  // A semaphore's permit: our marker joins R with the other holders inside; at entering and
+  // at leaving we count the certainly-valid ones (ourselves included): more than N is a
+  // violation. Semaphore holders write nothing (they overlap by design); each reads C.
+  void permit_section(const std::string& epoch, const std::string& me, std::int64_t valid_until) {
+    bool inside = true;  // from before the enter call: if its reply is lost, the marker may be in R
+    try {
+      if (permit_step(epoch, me, "enter")) {
+        stats_.reads.fetch_add(1);
+        data_->command({"GET", keys_.counter});
+      }
+      permit_step(epoch, me, "leave");
+      inside = false;
+    } catch (const redislock::error&) {
+      stats_.errors.fetch_add(1);
+    }
+    while (inside && now_ns() < valid_until) {
+      try {
+        permit_step(epoch, me, "leave");
+        inside = false;
+      } catch (const redislock::error&) {
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+    }
+  }
+
+  // One permit_script() step; false when the epoch changed. A marker whose lease is over is
+  // not inside any more (killed, or stopped past it): removed, so R stays small.
+  bool permit_step(const std::string& epoch, const std::string& me, const char* step) {
+    reply_ptr r = permit_script().run(*data_, {keys_.epoch, keys_.readers}, {epoch, me, step});
+    if (r->type != REDIS_REPLY_ARRAY) {
+      stats_.epoch_skips.fetch_add(1);
+      return false;
+    }
+    // Every holder counted was certainly valid at `now` (ourselves only while our lease is).
+    const std::int64_t now = now_ns();
+    std::int64_t valid = 0;
+    std::string others;
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      const std::string holder = text(*r->element[i]);
+      if (marker_valid_until(holder) > now) {
+        ++valid;
+        if (holder != me) others += " " + holder;
+      } else if (holder != me) {
+        stats_.stale_overlaps.fetch_add(1);
+        data_->command({"SREM", keys_.readers, holder});
+      }
+    }
+    if (valid <= lock_->permits()) return true;
+    if (in_window(now, &worker_stats::window_violations)) return true;
+    stats_.violations.fetch_add(1);
+    if (report_violation())
+      std::fprintf(
+          stderr, "torture: VIOLATION (%s) pid %d thread %d: %lld certainly-valid holders of %lld permits:%s\n", step,
+          ::getpid(), index_, static_cast<long long>(valid), static_cast<long long>(lock_->permits()), others.c_str());
+    return true;
   }
 
   // One reader_script() step; false when the epoch changed (the record was reset under us).

@@ -11,7 +11,9 @@
 /// `Keys` is the kind's key layout (beside its scripts), constructed as Keys(name, options)
 /// from a validated name and options and exposing at least `lock` (the key the lock lives at,
 /// which every other key shares its hash tag with): detail::mutex_scripts::keys,
-/// detail::redlock_scripts::keys, detail::reentrant_scripts::keys, detail::shared_scripts::keys.
+/// detail::redlock_scripts::keys, detail::reentrant_scripts::keys, detail::shared_scripts::keys,
+/// detail::semaphore_scripts::keys. The kinds whose hold belongs to the object (mutex, semaphore)
+/// build on lock_core through detail/object_hold.hpp.
 ///
 /// The owner-table helpers at the end serve the kinds whose owners are threads (reentrant and
 /// shared); run_integer() sends KEYS = {lock, fence} (their extend, fence and remaining scripts).

@@ -8,7 +8,8 @@
 /// mutex, P{N}:squeue / P{N}:swaiters for the shared mutex), ARGV[1] = waiter channel prefix "P{N}:w:".
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
-/// "none" (absent), "mutex" (a string), "reentrant", "shared", or "foreign <type>". A script
+/// "none" (absent), "mutex" (a string), "reentrant", "shared", "semaphore" (a zset with the
+/// "#permits" member), or "foreign <type>". A script
 /// that finds another kind than its own replies {kind} alone, and the caller runs that kind's
 /// script; so each reply is one atomic snapshot of one kind. The mutex script also answers
 /// for "foreign" (there is nothing else to read), and every kind's script for "none", with
@@ -19,7 +20,8 @@
 ///   fence              the fencing counter's value (GET P{N}:fence; 0 when absent)
 ///   waiters            live places in the kind's queue
 ///   writer_waiting_ms  shared: how long the longest live place of a queued writer still lasts
-///                      (new readers queue behind it meanwhile; 0: no writer waits)
+///                      (new readers queue behind it meanwhile; 0: no writer waits);
+///                      semaphore: its permit count instead
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
 ///
@@ -35,18 +37,23 @@
 ///              (members), P{N}:swaiters (owner -> "<place expires ms>:<lease>:<side><wait>").
 ///              Holds whose lease end has passed are left out (the lock scripts purge them on
 ///              their next call); nothing is written.
+///   semaphore  P{N} zset: "#permits" (score -N), token -> lease end (server ms); P{N}:fence;
+///              P{N}:pqueue and P{N}:pwaiters as the mutex's. Ended holds are left out.
 ///
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
 ///   mutex, reentrant  hand the lock to the longest waiting live waiter, exactly as a release
 ///              does (the kind's hand_off()), or delete P{N} when nobody live waits;
 ///   shared     remove every hold and admit the head of its queue (a writer, or the run of
-///              readers), exactly as a release does (shared_scripts::queue_lua).
+///              readers), exactly as a release does (shared_scripts::queue_lua);
+///   semaphore  remove every hold and hand the freed permits to the longest waiting live
+///              waiters, exactly as releases do (semaphore_scripts::hand_off_permits_lua).
 /// None deletes P{N} before the hand-off writes it (detail/notify_lua.hpp: migrating slots).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
+#include <redislock/detail/semaphore_scripts.hpp>
 #include <redislock/detail/shared_scripts.hpp>
 #include <redislock/script.hpp>
 
@@ -68,6 +75,7 @@ local function kind_of_lock()
     if k == 'reentrant' or k == 'shared' then return k end
     return 'foreign hash'
   end
+  if t == 'zset' and redis.call('ZSCORE', KEYS[1], '#permits') then return 'semaphore' end
   return 'foreign ' .. t
 end
 local function now_ms()
@@ -95,7 +103,7 @@ inline const char* mutex_info_lua() {
   return R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind == 'reentrant' or kind == 'shared' then return {kind} end
+  if kind == 'reentrant' or kind == 'shared' or kind == 'semaphore' then return {kind} end
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
   if kind == 'mutex' then
@@ -165,6 +173,25 @@ end
 )lua";
 }
 
+/// Defines info() for the semaphore (its permit count in place of writer_waiting_ms), or for a
+/// free key (its own queue's waiters), or {kind}; holds already ended are left out.
+inline const char* semaphore_info_lua() {
+  return R"lua(
+local function info()
+  local kind = kind_of_lock()
+  if kind ~= 'semaphore' and kind ~= 'none' then return {kind} end
+  local r = {kind, redis.call('PTTL', KEYS[1]), fence_value(), live_waiters(), 0}
+  -- A free name needs no more (and no more ACL permissions than the other kinds' scripts).
+  if kind == 'none' then return r end
+  local now = now_ms()
+  r[5] = -tonumber(redis.call('ZSCORE', KEYS[1], '#permits'))
+  local h = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+  for i = 1, #h, 2 do add_holder(r, h[i], 'holder', 1, tonumber(h[i + 1]) - now) end
+  return r
+end
+)lua";
+}
+
 /// The snapshot of one kind: "return info()".
 inline const script& mutex_info() {
   static const script s(std::string(kind_lua()) + mutex_info_lua() + "return info()\n");
@@ -176,6 +203,11 @@ inline const script& reentrant_info() {
 }
 inline const script& shared_info() {
   static const script s(std::string(kind_lua()) + shared_info_lua() + "return info()\n");
+  return s;
+}
+
+inline const script& semaphore_info() {
+  static const script s(std::string(kind_lua()) + semaphore_info_lua() + "return info()\n");
   return s;
 }
 
@@ -228,6 +260,20 @@ admit(false, '')
 finish(true)
 return r
 )lua");
+  return s;
+}
+
+// The semaphore: the snapshot, then, if held, remove every hold and hand the freed permits on.
+inline const script& semaphore_break() {
+  static const script s(std::string(kind_lua()) + semaphore_info_lua() + queue_locals_lua() + read_clock_lua() + R"lua(
+local r = info()
+if r[1] ~= 'semaphore' then return r end
+-- Every hold goes; the key stays ("#permits") until finish: the hand-offs below write to it.
+-- token is ARGV[1], the channel prefix: no waiter's token.
+local prefix, permits, stored, held, mine = ARGV[1], r[5], -r[5], 0, false
+redis.call('ZREMRANGEBYSCORE', lock, 0, '+inf')
+)lua" + semaphore_scripts::hand_off_permits_lua(false) +
+                        semaphore_scripts::finish_lua() + "return r\n");
   return s;
 }
 
