@@ -270,8 +270,8 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   }
 
   std::atomic<bool> set_get_supported_{true};  // false once the server refused SET NX GET (Redis < 7)
-  std::atomic<bool> lua_free_{false};  // the last attempt's server runs no scripts for us (the Lua-free path)
-  bool waited_last_ = false;           // the last acquisition did not succeed at its first attempt (gate holder only)
+  std::atomic<bool> lua_free_{false};          // the last attempt's server runs no scripts for us (the Lua-free path)
+  bool waited_last_ = false;  // the last acquisition did not succeed at its first attempt (gate holder only)
 };
 
 using mutex = basic_mutex<client>;
