@@ -188,8 +188,9 @@ TEST(Security, TheMinimalAclSufficesAndEachPermissionIsNeeded) {
     reply_ptr r = sub.command({"SUBSCRIBE", "redislock:{acl}:released"});
     EXPECT_EQ(r->type, REDIS_REPLY_ARRAY);
     connection sub2(as_user(server, "redislock").connection);
-    if (redislock_test::server_version(admin) >= 60200)  // Redis 6.0 has no channel permissions
+    if (redislock_test::server_version(admin) >= 60200) {  // Redis 6.0 has no channel permissions
       EXPECT_THROW(sub2.command({"SUBSCRIBE", "elsewhere"}), auth_error);
+    }
   }
   for (std::size_t drop = 0; drop < mutex_commands.size(); ++drop) {
     std::vector<std::string> fewer = mutex_commands;
