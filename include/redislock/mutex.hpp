@@ -64,6 +64,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     lease_ms_ = std::to_string(options_.lease.count());
     wait_lease_ms_ = std::to_string(options_.wait_lease.count());
     token_ = tokens_.next();
+    lease_.describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
   }
 
   basic_mutex(const basic_mutex&) = delete;
@@ -77,6 +78,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
   release_status unlock_and_report() {
+    const auto observed = this->observe_release();
     if (!held_.load(std::memory_order_acquire)) return this->record(release_status::not_held);
     lease_.stop();  // before the release is sent: no renewal of this hold is sent after it (watchdog.hpp)
     release_status status = release_status::failed;

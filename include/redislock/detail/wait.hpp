@@ -2,6 +2,8 @@
 /// @file detail/wait.hpp
 /// @brief The pieces of waiting for a lock: a process-local gate, deadlines and backoff.
 
+#include <redislock/detail/observe_hooks.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -137,10 +139,12 @@ bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::ch
                  Attempt&& attempt) {
   backoff b(retry_min, retry_max);
   for (;;) {
+    probe_attempted();
     std::optional<std::chrono::milliseconds> holder_pttl = attempt();
     if (!holder_pttl) return true;
     if (d && steady::now() >= *d) return false;
     std::this_thread::sleep_for(b.next(*holder_pttl, d));
+    probe_woken(wake_cause::fallback);
   }
 }
 
