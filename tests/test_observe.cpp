@@ -147,20 +147,25 @@ std::vector<kind_case> kinds() {
   };
 }
 
-class Observe : public ::testing::TestWithParam<kind_case> {
+// One server and client per test; `rec` is installed for the test's length.
+template <class Base>
+class observed : public Base {
  protected:
   void SetUp() override { set_observer(rec); }
   void TearDown() override { set_observer(nullptr); }
+  std::shared_ptr<recorder> rec = std::make_shared<recorder>();
+  redis_server server;
+  client c{client_options{server.options()}};
+};
+
+class Observe : public observed<::testing::TestWithParam<kind_case>> {
+ protected:
   std::string name() const { return std::string("obs:") + GetParam().label; }
   std::string ev(const std::string& what) const { return what + " " + name() + " " + GetParam().type; }
   // Who makes the lock wait: one of the kind's own, a writer for the read side.
   std::unique_ptr<handle> holder_for(const kind_case& k) {
     return std::string(k.label) == "shared_read" ? kinds()[3].make(c, name(), {}) : k.make(c, name(), {});
   }
-
-  std::shared_ptr<recorder> rec = std::make_shared<recorder>();
-  redis_server server;
-  client c{client_options{server.options()}};
 };
 
 TEST_P(Observe, AnUncontendedCycleReportsAttemptAcquiredReleasedOnce) {
@@ -255,6 +260,8 @@ TEST_P(Observe, AnAcquisitionThatThrowsIsReportedAsAnError) {
 INSTANTIATE_TEST_SUITE_P(Kinds, Observe, ::testing::ValuesIn(kinds()),
                          [](const auto& info) { return std::string(info.param.label); });
 
+class ObserveContract : public observed<::testing::Test> {};
+
 struct thrower : lock_observer {
   void on_attempt(const attempt_event&) override { throw std::runtime_error("observer"); }
   void on_acquired(const acquired_event&) override { throw std::runtime_error("observer"); }
@@ -263,9 +270,7 @@ struct thrower : lock_observer {
   void on_lost(const lost_event&) override { throw std::runtime_error("observer"); }
 };
 
-TEST(ObserveContract, AnObserverThatThrowsChangesNothing) {
-  redis_server server;
-  client c(client_options{server.options()});
+TEST_F(ObserveContract, AnObserverThatThrowsChangesNothing) {
   set_observer(std::make_shared<thrower>());
   mutex a(c, "obs:throw"), b(c, "obs:throw");
   a.lock();
@@ -274,14 +279,9 @@ TEST(ObserveContract, AnObserverThatThrowsChangesNothing) {
   EXPECT_EQ(a.unlock_and_report(), release_status::lease_expired);
   EXPECT_TRUE(b.try_lock());
   EXPECT_EQ(b.unlock_and_report(), release_status::released);
-  set_observer(nullptr);
 }
 
-TEST(ObserveContract, TheWatchdogReportsRenewalsAndALostLeaseOnce) {
-  redis_server server;
-  client c(client_options{server.options()});
-  auto rec = std::make_shared<recorder>();
-  set_observer(rec);
+TEST_F(ObserveContract, TheWatchdogReportsRenewalsAndALostLeaseOnce) {
   lock_options o;
   o.lease = milliseconds(300);
   o.auto_renew = true;
@@ -293,16 +293,11 @@ TEST(ObserveContract, TheWatchdogReportsRenewalsAndALostLeaseOnce) {
   EXPECT_FALSE(m.extend());  // found again: not reported again
   EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
   EXPECT_EQ(rec->count("lost obs:renew"), 1);
-  set_observer(nullptr);
 }
 
 // Nested holds: each lock() and unlock() is reported; the inner release is marked nested and
 // both releases name the outermost hold.
-TEST(ObserveContract, NestedHoldsAreReportedEachWithTheOutermostHold) {
-  redis_server server;
-  client c(client_options{server.options()});
-  auto rec = std::make_shared<recorder>();
-  set_observer(rec);
+TEST_F(ObserveContract, NestedHoldsAreReportedEachWithTheOutermostHold) {
   reentrant_mutex r(c, "obs:nested");
   shared_mutex s(c, "obs:nested-read");
   r.lock();
@@ -313,7 +308,6 @@ TEST(ObserveContract, NestedHoldsAreReportedEachWithTheOutermostHold) {
   EXPECT_EQ(r.unlock_and_report(), release_status::released);
   EXPECT_EQ(s.unlock_shared_and_report(), release_status::released);
   EXPECT_EQ(s.unlock_shared_and_report(), release_status::released);
-  set_observer(nullptr);
   EXPECT_EQ(rec->count("acquired"), 4);
   EXPECT_EQ(rec->count("released obs:nested reentrant_mutex/exclusive released nested"), 1);
   EXPECT_EQ(rec->count("released obs:nested-read shared_mutex/shared released nested"), 1);
@@ -322,11 +316,7 @@ TEST(ObserveContract, NestedHoldsAreReportedEachWithTheOutermostHold) {
   EXPECT_TRUE(rec->open_holds.empty());
 }
 
-TEST(ObserveContract, NothingIsReportedWithoutAnObserver) {
-  redis_server server;
-  client c(client_options{server.options()});
-  auto rec = std::make_shared<recorder>();
-  set_observer(rec);
+TEST_F(ObserveContract, NothingIsReportedWithoutAnObserver) {
   set_observer(nullptr);
   mutex m(c, "obs:none");
   m.lock();

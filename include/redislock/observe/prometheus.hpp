@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -131,11 +132,8 @@ class prometheus_collector : public lock_observer {
     for (const auto& [k, s] : series_) histogram(out, p + "hold_seconds", k, s.hold, o_.hold_buckets);
     family(out, p + "releases_total", "counter",
            "Releases, by status: released, lease_expired (the lease had run out), failed (Redis unreachable).");
-    static const release_status statuses[] = {release_status::released, release_status::lease_expired,
-                                              release_status::failed};
-    for (const auto& [k, s] : series_)
-      for (release_status st : statuses)
-        sample(out, p + "releases_total", k, label("status", to_string(st)), s.releases[static_cast<std::size_t>(st)]);
+    by_enum(out, p + "releases_total", "status",
+            {release_status::released, release_status::lease_expired, release_status::failed}, &series::releases);
     family(out, p + "leases_lost_total", "counter", "Holds whose lease was found lost (once per hold).");
     for (const auto& [k, s] : series_) sample(out, p + "leases_lost_total", k, "", s.lost);
     family(out, p + "lease_lost_margin_seconds", "gauge",
@@ -144,10 +142,8 @@ class prometheus_collector : public lock_observer {
       if (s.lost > 0) sample(out, p + "lease_lost_margin_seconds", k, "", s.lost_margin);
     family(out, p + "wakeups_total", "counter",
            "Waiters woken, by cause: notice (release), timer (lease end or re-check), fallback (backoff).");
-    static const wake_cause causes[] = {wake_cause::notice, wake_cause::timer, wake_cause::fallback};
-    for (const auto& [k, s] : series_)
-      for (wake_cause c : causes)
-        sample(out, p + "wakeups_total", k, label("cause", to_string(c)), s.wakeups[static_cast<std::size_t>(c)]);
+    by_enum(out, p + "wakeups_total", "cause", {wake_cause::notice, wake_cause::timer, wake_cause::fallback},
+            &series::wakeups);
     family(out, p + "held", "gauge", "Holds this process has now (nested holds counted each).");
     for (const auto& [k, s] : series_) sample(out, p + "held", k, "", s.held);
     family(out, p + "waiting", "gauge",
@@ -224,6 +220,15 @@ class prometheus_collector : public lock_observer {
     double lost_margin = 0;
     histo wait, hold;
   };
+
+  // One sample per series and value of an enum (label `key`), from the series' counts by value.
+  template <class Enum, std::size_t N>
+  void by_enum(std::string& out, const std::string& name, const char* key, std::initializer_list<Enum> values,
+               std::array<std::uint64_t, N> series::*counts) const {
+    for (const auto& [k, s] : series_)
+      for (Enum v : values)
+        sample(out, name, k, label(key, to_string(v)), static_cast<double>((s.*counts)[static_cast<std::size_t>(v)]));
+  }
 
   static double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
