@@ -19,3 +19,4 @@
 #include <redislock/shared_mutex.hpp>
 #include <redislock/redlock.hpp>
 #include <redislock/lock_info.hpp>
+#include <redislock/observe.hpp>
