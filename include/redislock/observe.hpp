@@ -135,7 +135,8 @@ struct renewed_event {
 /// extend() or fencing_token() that found it gone, the clock (lost()), or the release.
 struct lost_event : lock_event {
   /// How long before the lease's end (as the client knew it: the last confirmed send plus the
-  /// lease) the loss was noticed; negative when noticed after it.
+  /// lease) the loss was noticed; negative when noticed after it; 0 when the hold was granted
+  /// while no observer was installed (its start was not taken).
   std::chrono::nanoseconds before_end{0};
 };
 

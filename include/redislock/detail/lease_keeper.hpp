@@ -125,8 +125,8 @@ class lease_keeper {
     valid_until_.store(never, std::memory_order_release);
     lost_.store(false, std::memory_order_release);
     lost_report_.reset();
-    if (current_observer() != nullptr)
-      started_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    started_.store(current_observer() != nullptr ? std::chrono::steady_clock::now().time_since_epoch().count() : 0,
+                   std::memory_order_relaxed);
   }
 
   /// With o.auto_renew, registers the hold with the client's watchdog. `confirmed` is the local
@@ -209,12 +209,12 @@ class lease_keeper {
   // The observer's lost_event, once per hold (observe.hpp).
   void note_lost() const noexcept {
     if (what_.name.empty()) return;  // not described
-    const ticks until = valid_until_.load();
-    const ticks end = until != never
-                          ? until
-                          : started_.load(std::memory_order_relaxed) +
-                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(lease_).count();
-    lost_report_.note(what_, std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(end)));
+    const ticks until = valid_until_.load(), started = started_.load(std::memory_order_relaxed);
+    std::optional<std::chrono::steady_clock::time_point> end;  // unknown: granted while nobody observed
+    if (until != never) end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
+    else if (started != 0)
+      end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(started)) + lease_;
+    lost_report_.note(what_, end);
   }
 
   mutable std::atomic<bool> lost_{false};

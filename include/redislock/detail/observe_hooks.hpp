@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -197,10 +198,11 @@ using clock_ticks = std::chrono::steady_clock::rep;
 class lost_reporter {
  public:
   void reset() noexcept { reported_.store(false, std::memory_order_relaxed); }
-  /// `end`: the lease's end as the client knows it.
-  void note(const lock_event& what, std::chrono::steady_clock::time_point end) noexcept {
+  /// `end`: the lease's end as the client knows it (nullopt: unknown, reported as 0).
+  void note(const lock_event& what, std::optional<std::chrono::steady_clock::time_point> end) noexcept {
     if (current_observer() == nullptr || reported_.exchange(true)) return;
-    const std::chrono::nanoseconds before_end = end - std::chrono::steady_clock::now();
+    const std::chrono::nanoseconds before_end =
+        end ? *end - std::chrono::steady_clock::now() : std::chrono::nanoseconds(0);
     notify([&](lock_observer& o) {
       lost_event e;
       static_cast<lock_event&>(e) = what;
