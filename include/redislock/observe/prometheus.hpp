@@ -155,18 +155,16 @@ class prometheus_collector : public lock_observer {
     family(out, p + "renewal_batch_seconds", "histogram",
            "Time of one watchdog batch of renewals (send to last reply).");
     histogram(out, p + "renewal_batch_seconds", "", renewal_latency_, o_.renewal_buckets);
-    family(out, p + "reconnects_total", "counter", "Connections established again after a failure, by endpoint.");
-    for (const auto& [ep, r] : reconnects_) sample(out, p + "reconnects_total", label("endpoint", ep), "", r.first);
-    family(out, p + "reconnect_downtime_seconds_total", "counter",
-           "Time connections were down before they were established again, by endpoint.");
-    for (const auto& [ep, r] : reconnects_)
-      sample(out, p + "reconnect_downtime_seconds_total", label("endpoint", ep), "", r.second);
-    family(out, p + "failovers_total", "counter", "Moves to a new master, by topology.");
-    for (const auto& [t, f] : failovers_) sample(out, p + "failovers_total", label("topology", t), "", f.first);
-    family(out, p + "failover_recovery_seconds", "gauge",
-           "For the latest failover: time from the first failure on the old master to the switch.");
-    for (const auto& [t, f] : failovers_)
-      sample(out, p + "failover_recovery_seconds", label("topology", t), "", f.second);
+    by_key(out, p + "reconnects_total", "counter", "Connections established again after a failure, by endpoint.",
+           "endpoint", reconnects_, [](const auto& r) { return static_cast<double>(r.first); });
+    by_key(out, p + "reconnect_downtime_seconds_total", "counter",
+           "Time connections were down before they were established again, by endpoint.", "endpoint", reconnects_,
+           [](const auto& r) { return r.second; });
+    by_key(out, p + "failovers_total", "counter", "Moves to a new master, by topology.", "topology", failovers_,
+           [](const auto& f) { return static_cast<double>(f.first); });
+    by_key(out, p + "failover_recovery_seconds", "gauge",
+           "For the latest failover: time from the first failure on the old master to the switch.", "topology",
+           failovers_, [](const auto& f) { return f.second; });
     return out;
   }
 
@@ -228,6 +226,14 @@ class prometheus_collector : public lock_observer {
     for (const auto& [k, s] : series_)
       for (Enum v : values)
         sample(out, name, k, label(key, to_string(v)), static_cast<double>((s.*counts)[static_cast<std::size_t>(v)]));
+  }
+
+  // A family with one sample per key of `m` (label `key`), valued value(m's value).
+  template <class Map, class Value>
+  static void by_key(std::string& out, const std::string& name, const char* type, const char* help, const char* key,
+                     const Map& m, Value&& value) {
+    family(out, name, type, help);
+    for (const auto& [k, v] : m) sample(out, name, label(key, k), "", value(v));
   }
 
   static double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
