@@ -271,9 +271,16 @@ inline std::unordered_map<const void*, shared_hold>& shared_holds() {
   return holds;
 }
 
+/// The release status this thread recorded last (lock_core's record()): the outcome of the
+/// release running on it, whatever other threads release meanwhile.
+inline release_status& release_recorded_here() noexcept {
+  thread_local release_status s = release_status::not_held;
+  return s;
+}
+
 /// One observed release, made at the start of a kind's unlock_and_report(): reports the
-/// outcome when it goes out of scope (the kind recorded it in last_release(), also when it
-/// throws). Nothing without an observer, when nothing was held, or during an acquisition of
+/// outcome when it goes out of scope (the kind recorded it with record(), on this thread, also
+/// when it throws). Nothing without an observer, when nothing was held, or during an acquisition of
 /// the same lock (a hold it could not keep is part of that acquisition's outcome).
 /// still_held(lock) tells whether the caller still holds this side afterwards (nested);
 /// hold_time(ended) returns the hold_report and stops the clock when ended.
@@ -284,6 +291,7 @@ class release_probe {
   release_probe(const Lock& lock, lock_mode mode, bool watched, StillHeld still_held, HoldTime hold_time) noexcept
       : lock_(lock), mode_(mode), still_held_(std::move(still_held)), hold_time_(std::move(hold_time)) {
     active_ = watched && still_held_(lock) && !acquisition_probe::acquiring(&lock);
+    if (active_) release_recorded_here() = release_status::failed;  // until the kind records its outcome
   }
   ~release_probe() {
     if (!active_) return;
@@ -294,7 +302,7 @@ class release_probe {
       static_cast<lock_event&>(e) = describe(lock_, mode_);
       e.held = hold.held;
       e.hold = hold.id;
-      e.status = lock_.last_release();
+      e.status = release_recorded_here();
       e.nested = nested;
       o.on_released(e);
     });
