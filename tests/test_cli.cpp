@@ -199,6 +199,13 @@ TEST_F(cli_test, BadInputIsOneLineAndExitTwoBeforeRedisIsTouched) {
       {"run", "--lease"},
       {"status"},
       {"status", "--bogus", "job"},
+      {"status", "--count", "2", "job"},
+      {"status", "--watch", "--interval", "10ms", "job"},
+      {"status", "--watch", "--interval", "2h", "job"},
+      {"status", "--watch", "--count", "0", "job"},
+      {"top", "a", "b"},
+      {"top", "--max-keys", "0"},
+      {"top", "--scan-count", "100000"},
       {"status", "--url", "redis://127.0.0.1:notaport", "job"},
       {"break"},
       {"break", "a", "b", "--yes"},
@@ -852,6 +859,78 @@ TEST_F(cli_test, InspectOfAFreeNameCountsTheWaitersOfEveryKind) {
   EXPECT_EQ(reader.unlock_shared_and_report(), redislock::release_status::lease_expired);
 }
 
+// status --watch: a refreshed view, --count refreshes for scripts, or until Ctrl-C.
+TEST_F(cli_test, StatusWatchRefreshesAndEndsAfterCountOrOnCtrlC) {
+  redislock::mutex holder(*pool, "job");
+  holder.lock();
+  const result r = run({"status", "--watch", "--count", "3", "--interval", "100ms", "job"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::size_t refreshes = 0;
+  for (std::size_t at = r.out.find("--- "); at != std::string::npos; at = r.out.find("--- ", at + 1)) ++refreshes;
+  EXPECT_EQ(refreshes, 3u) << r.out;
+  EXPECT_NE(r.out.find("(refresh 3, every 0.1 s; Ctrl-C ends) ---\njob: held (mutex)\n  holder "), std::string::npos)
+      << r.out;
+  holder.unlock();
+  tool t({"status", "--watch", "--interval", "1h", "job"}, url());
+  EXPECT_EQ(t.line().rfind("--- ", 0), 0u);
+  EXPECT_EQ(t.line(), "job: free");
+  t.signal(SIGINT);  // ends the hour's pause at once
+  EXPECT_EQ(t.wait(5s), 0) << t.err();
+}
+
+// top: the busiest names under a prefix (most waiters first), found with SCAN (never KEYS),
+// and a scan that stops at --max-keys says it is partial.
+TEST_F(cli_test, TopListsTheBusiestNamesUnderAPrefixWithBoundedScans) {
+  for (int i = 0; i < 50; ++i) admin->command({"SET", "unrelated:" + std::to_string(i), "x"});
+  redislock::mutex one(*pool, "order:1"), two(*pool, "order:2"), other(*pool, "invoice:1");
+  redislock::shared_mutex three(*pool, "order:3");
+  one.lock();
+  two.lock();
+  other.lock();
+  three.lock_shared();
+  std::thread waiter([&] {
+    redislock::mutex w(*pool, "order:1");
+    if (w.try_lock_for(20s)) w.unlock();
+  });
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin->command({"ZCARD", "redislock:{order:1}:queue"})->integer == 1;
+      },
+      bound));
+  const long long keys_before = redislock_test::command_calls(*admin, "keys");
+  const result r = run({"top", "order:"});
+  one.unlock();
+  waiter.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(r.out.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 5u) << r.out;
+  EXPECT_EQ(lines[0].rfind("NAME", 0), 0u);
+  EXPECT_EQ(lines[1].rfind("order:1 ", 0), 0u) << "the one with a waiter first:\n" << r.out;
+  EXPECT_NE(lines[1].find(" mutex "), std::string::npos);
+  EXPECT_NE(lines[1].find(" s left"), std::string::npos);
+  EXPECT_EQ(lines[2].rfind("order:2 ", 0), 0u) << r.out;
+  EXPECT_EQ(lines[3].rfind("order:3 ", 0), 0u) << r.out;
+  EXPECT_NE(lines[3].find(" shared "), std::string::npos);
+  EXPECT_EQ(lines[4].rfind("3 busy of 3 names; ", 0), 0u) << r.out;
+  EXPECT_NE(lines[4].find("on 1 node (complete)"), std::string::npos) << r.out;
+  EXPECT_EQ(redislock_test::command_calls(*admin, "keys"), keys_before) << "never KEYS";
+  EXPECT_GT(redislock_test::command_calls(*admin, "scan"), 0);
+
+  const result partial = run({"top", "--scan-count", "1", "--max-keys", "2"});
+  EXPECT_EQ(partial.status, 0) << partial.err;
+  EXPECT_NE(partial.out.find(" keys examined on 1 node (stopped at --max-keys: partial)"), std::string::npos)
+      << partial.out;
+  const result watched = run({"top", "--watch", "--count", "2", "--interval", "100ms", "invoice:"});
+  EXPECT_EQ(watched.status, 0) << watched.err;
+  EXPECT_NE(watched.out.find("(refresh 2, every 0.1 s; Ctrl-C ends) ---\nNAME"), std::string::npos) << watched.out;
+  EXPECT_NE(watched.out.find("\ninvoice:1 "), std::string::npos) << watched.out;
+  two.unlock();
+  other.unlock();
+  three.unlock_shared();
+}
+
 TEST_F(cli_test, BreakHandsAMutexToItsWaiterAndStopsTheRun) {
   auto args = ready_loop();
   args.insert(args.begin(), {"run", "--lease", "900ms", "job", "--"});
@@ -984,6 +1063,11 @@ TEST_F(cli_test, ClusterUrlRoutesEachNameToItsMaster) {
   EXPECT_EQ(during.status, 0) << during.err;
   EXPECT_EQ(json_field(during.out, "kind"), "\"mutex\"");
   EXPECT_EQ(run({"run", "--no-wait", names[1], "--", "true"}, cluster.uri()).status, 75);
+  const result busiest = run({"top", "job"}, cluster.uri());  // SCANs every master
+  EXPECT_EQ(busiest.status, 0) << busiest.err;
+  EXPECT_NE(busiest.out.find("\n" + names[1] + " "), std::string::npos) << busiest.out;
+  EXPECT_NE(busiest.out.find("1 busy of 3 names; "), std::string::npos) << busiest.out;
+  EXPECT_NE(busiest.out.find(" on 3 nodes (complete)"), std::string::npos) << busiest.out;
   const result b = run({"break", "--yes", names[1]}, cluster.uri());
   EXPECT_EQ(b.status, 0) << b.err;
   EXPECT_EQ(holder.wait(), 76) << holder.err();

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -491,9 +492,24 @@ void expect_notified_handoff(redislock::sentinel_client& c) {
   EXPECT_GT(c.wait_stats().wakeups, before) << "the waiter was not woken by the new master's notice";
 }
 
+// Counts the failovers reported to the observer (observe.hpp) and keeps the last one's ends.
+struct failover_seen : redislock::lock_observer {
+  void on_failover(const redislock::failover_event& e) override {
+    std::lock_guard<std::mutex> g(m);
+    ++count;
+    from = std::string(e.from);
+    to = std::string(e.to);
+  }
+  std::mutex m;
+  int count = 0;
+  std::string from, to;
+};
+
 }  // namespace
 
 TEST_F(sentinel_test, sentinel_failover_command_clients_move_to_the_new_master) {
+  auto seen = std::make_shared<failover_seen>();
+  redislock::set_observer(seen);
   redislock::basic_mutex<redislock::sentinel_client> warm(*client, "warm");
   ASSERT_TRUE(warm.try_lock());  // pool, subscriber and watchdog on the old master
   warm.unlock();
@@ -534,6 +550,13 @@ TEST_F(sentinel_test, sentinel_failover_command_clients_move_to_the_new_master) 
               recovery, errors);
   RecordProperty("recovery_ms", static_cast<int>(recovery));
   EXPECT_EQ(client->master_changes(), 1u);
+  redislock::set_observer(nullptr);
+  {
+    std::lock_guard<std::mutex> g(seen->m);
+    EXPECT_EQ(seen->count, 1) << "one failover, reported once";
+    EXPECT_EQ(seen->to, new_endpoint);
+    EXPECT_EQ(seen->from, "127.0.0.1:" + std::to_string(topology->node(master).port()));
+  }
   const bool healthy = topology->wait_healthy(30s);
   if (!healthy) topology->describe();
   ASSERT_TRUE(healthy);

@@ -10,6 +10,7 @@ inline const char* main_help() {
 SYNOPSIS
     redislock run [OPTIONS] NAME -- COMMAND [ARGS...]
     redislock status [OPTIONS] NAME...
+    redislock top [OPTIONS] [PREFIX]
     redislock break [OPTIONS] NAME
     redislock help [SUBCOMMAND] | --help | --version
 
@@ -19,6 +20,8 @@ DESCRIPTION
 
     run     hold NAME while COMMAND runs (the lease is renewed in the background)
     status  show who holds NAME, how long its lease lasts, waiters, the last fencing token
+            (--watch: refreshed until Ctrl-C)
+    top     the busiest names under a prefix: holders, waiters, lease left (SCAN, bounded)
     break   force-release NAME (administrator action)
 
     "redislock SUBCOMMAND --help" describes each one.
@@ -43,7 +46,8 @@ EXIT STATUS
               76 the lease was lost, or renewals went unconfirmed until it could run out,
                  while the command ran (it was stopped, --on-lost)
               126 COMMAND could not be executed, 127 COMMAND was not found
-    status    0 every NAME is held, 1 some NAME is free (or not a lock)
+    status    0 every NAME is held, 1 some NAME is free (or not a lock); with --watch 0
+    top       0
     break     0 a hold was removed, 1 NAME was free (nothing removed)
     all       2 bad usage (nothing was sent to Redis), 69 Redis unreachable or it refused
               (wrong password, NAME used by another kind of lock, ...)
@@ -52,6 +56,8 @@ EXAMPLES
     redislock run nightly-report -- /usr/local/bin/report --since yesterday
     redislock run --no-wait --lease 5m backup -- ./backup.sh || echo "backup already running"
     redislock status --json nightly-report backup
+    redislock status --watch --interval 2s nightly-report
+    redislock top order:
     redislock break --yes nightly-report
 )";
 }
@@ -210,7 +216,7 @@ inline const char* status_help() {
     redislock status - show the state of locks
 
 SYNOPSIS
-    redislock status [--json] [OPTIONS] NAME...
+    redislock status [--json] [--watch [--interval DUR] [--count N]] [OPTIONS] NAME...
 
 DESCRIPTION
     For each NAME, whatever kind of lock it is (mutex, reentrant, shared, semaphore): free or
@@ -230,16 +236,64 @@ OPTIONS
                  "waiters" (live places in the kind's queue; free name: in every kind's),
                  "writer_waiting_ms", "permits" (semaphore: N; else 0),
                  "holders": [{"owner", "object", "role", "count", "remaining_ms"}]}
+    --watch     refresh the view every --interval until Ctrl-C (or --count refreshes); each
+                refresh starts with a line "--- <UTC time> (refresh N, ...) ---" (on a
+                terminal the screen is cleared first). A refresh that fails (Redis
+                unreachable during a failover) prints "error: ..." and the view goes on.
+    --interval DUR  time between refreshes, from 100ms to 1h (default 1s)
+    --count N   end after N refreshes (for scripts and tests)
     --url, --prefix, --timeout  see "redislock --help"
 
 EXIT STATUS
     0 every NAME is held; 1 at least one is free or not a lock; 2 bad usage; 69 Redis
-    unreachable or refused.
+    unreachable or refused. With --watch: 0 when it ends (Ctrl-C or --count).
 
 EXAMPLES
     redislock status nightly-report
     redislock status --json backup | jq '.[0].holders'
     if redislock status backup >/dev/null; then echo "backup running"; fi
+)";
+}
+
+inline const char* top_help() {
+  return R"(NAME
+    redislock top - the busiest lock names under a prefix
+
+SYNOPSIS
+    redislock top [--limit N] [--scan-count N] [--max-keys N]
+                  [--watch [--interval DUR] [--count N]] [OPTIONS] [PREFIX]
+
+DESCRIPTION
+    Finds the names starting with PREFIX (all names without it) that are held or have
+    waiters, and lists the busiest first (most waiters, then most holders) with their kind,
+    holders, waiters and the least lease left among their holders.
+
+    The keys are found with SCAN ... MATCH <key prefix>{PREFIX* COUNT --scan-count, never
+    KEYS: each SCAN call does a bounded amount of work on the server, and the whole scan stops
+    after --max-keys keys (the last line then says "partial"). Each name found is read like
+    "redislock status" reads it (one read-only script, 1 to 3 round trips). On a cluster
+    (redis-cluster:// URL) every master is scanned. Safe against a production server; on a
+    keyspace with millions of keys, narrow PREFIX or lower --max-keys.
+
+OPTIONS
+    --limit N       rows shown (default 20)
+    --scan-count N  SCAN's COUNT hint, keys per call (default 200, at most 10000)
+    --max-keys N    stop after examining N keys over all nodes (default 10000)
+    --watch, --interval DUR, --count N  refresh as "redislock status --watch" does
+    --url, --prefix, --timeout  see "redislock --help"
+
+OUTPUT
+    NAME  KIND  HOLDERS  WAITERS  LEASE LEFT
+    then a last line: <B> busy of <N> names; <K> keys examined on <M> nodes, and whether the
+    scan was complete or stopped at --max-keys (partial).
+
+EXIT STATUS
+    0 the table was printed (also when nothing is busy); 2 bad usage; 69 Redis unreachable
+    or refused.
+
+EXAMPLES
+    redislock top order:
+    redislock top --watch --interval 5s --limit 10
 )";
 }
 

@@ -1,4 +1,5 @@
-// redislock — the command-line tool: `run` a command under a lock, `status`, `break`.
+// redislock — the command-line tool: `run` a command under a lock, `status` (once or
+// --watch), `top` (the busiest names under a prefix), `break`.
 // Every usage mistake is found before anything is sent to Redis (exit 2); see help.hpp for
 // the exit statuses.
 
@@ -11,15 +12,21 @@
 #include <redislock/sentinel_client.hpp>
 
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <ctime>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace redislock_cli {
@@ -454,12 +461,103 @@ std::string text(const redislock::lock_info& i) {
   return s.str();
 }
 
+// The text (or JSON array) of one snapshot of `names`; all_held tells whether each is held.
+template <class Client>
+std::string snapshot(Client& client, const std::vector<std::string>& names, const common_options& common, bool as_json,
+                     bool& all_held) {
+  all_held = true;
+  std::string out = as_json ? "[" : "";
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const redislock::lock_info info = redislock::inspect(client, names[k], common.lock);
+    all_held = all_held && info.held();
+    out += as_json ? (k ? "," : "") + json(info) : text(info);
+  }
+  return out + (as_json ? "]\n" : "");
+}
+
+// Set by SIGINT / SIGTERM while a --watch or top loop runs: it ends after the current refresh.
+volatile std::sig_atomic_t stop_requested = 0;
+extern "C" void request_stop(int) { stop_requested = 1; }
+
+// Sleeps `d` in short slices; false when a stop was requested meanwhile.
+bool pause_unless_stopped(std::chrono::milliseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (!stop_requested) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return true;
+    ::poll(nullptr, 0, static_cast<int>(std::min<long long>(left.count(), 100)));  // EINTR: checked above
+  }
+  return false;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Options of the refreshing views (status --watch, top --watch).
+struct refresh_options {
+  bool watch = false;
+  std::chrono::milliseconds interval{1000};
+  int count = 0;  // refreshes before it ends; 0: until Ctrl-C
+
+  bool parse(arg_cursor& a, const char* sub) {
+    std::string v;
+    if (a.option("--watch")) {
+      watch = true;
+    } else if (a.option("--interval", &v)) {
+      interval = parse_duration(v, "--interval");
+      if (interval < min_interval || interval > max_interval)
+        throw usage_error(std::string(sub) + ": --interval must be from 100ms to 1h");
+    } else if (a.option("--count", &v)) {
+      count = parse_int(v, "--count", 1, 1000000);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  static constexpr std::chrono::milliseconds min_interval{100}, max_interval{3600 * 1000};
+
+  // Runs show() once, or every interval until --count refreshes or Ctrl-C; a refresh that
+  // fails prints the error and the view goes on. Returns show()'s last status (0 when watching).
+  template <class Show>
+  int run(Show&& show) const {
+    if (!watch) return show();
+    stop_requested = 0;
+    struct sigaction sa {};
+    sa.sa_handler = request_stop;  // no SA_RESTART: a Ctrl-C cuts the pause short
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+    for (int n = 1;; ++n) {
+      std::fputs(terminal ? "\033[H\033[2J" : "", stdout);
+      std::printf("--- %s (refresh %d, every %.1f s; Ctrl-C ends) ---\n", utc_now().c_str(), n,
+                  static_cast<double>(interval.count()) / 1000.0);
+      try {
+        show();
+      } catch (const usage_error&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::printf("error: %s\n", e.what());
+      }
+      std::fflush(stdout);
+      if ((count > 0 && n >= count) || !pause_unless_stopped(interval)) return 0;
+    }
+  }
+};
+
 int status(const std::vector<std::string>& args) {
   arg_cursor a(args);
   common_options common;
+  refresh_options refresh;
   bool as_json = false;
   while (a.at_option()) {
-    if (common.parse(a)) continue;
+    if (common.parse(a) || refresh.parse(a, "status")) continue;
     if (a.option("--json")) {
       as_json = true;
     } else {
@@ -468,22 +566,183 @@ int status(const std::vector<std::string>& args) {
   }
   if (!a.done() && a.peek() == "--") a.take();
   std::vector<std::string> names = a.rest();
-  if (names.empty()) throw usage_error("status: missing NAME (usage: redislock status [--json] NAME...)");
+  if (names.empty()) throw usage_error("status: missing NAME (usage: redislock status [--json] [--watch] NAME...)");
+  if (refresh.count > 0 && !refresh.watch) throw usage_error("status: --count needs --watch");
   common.finish();
   for (const auto& n : names) checked_name(n, common.lock);
-  std::vector<redislock::lock_info> infos;
-  common.with_client([&](auto& client) {
-    for (const auto& n : names) infos.push_back(redislock::inspect(client, n, common.lock));
-    return 0;
+  return common.with_client([&](auto& client) {
+    return refresh.run([&] {
+      bool all_held = true;
+      std::fputs(snapshot(client, names, common, as_json, all_held).c_str(), stdout);
+      return all_held ? 0 : 1;
+    });
   });
-  bool all_held = true;
-  std::string out = as_json ? "[" : "";
-  for (std::size_t k = 0; k < infos.size(); ++k) {
-    all_held = all_held && infos[k].held();
-    out += as_json ? (k ? "," : "") + json(infos[k]) : text(infos[k]);
+}
+
+// ------------------------------------------------------------------------------ top
+
+// SCAN's MATCH pattern for the keys of names starting with `prefix`: glob characters escaped.
+std::string scan_pattern(const std::string& key_prefix, const std::string& prefix) {
+  std::string p;
+  for (const std::string* part : {&key_prefix, &prefix}) {
+    for (char c : *part) {
+      if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') p += '\\';
+      p += c;
+    }
+    if (part == &key_prefix) p += '{';
   }
-  std::fputs((out + (as_json ? "]\n" : "")).c_str(), stdout);
-  return all_held ? 0 : 1;
+  return p + '*';
+}
+
+// The lock name in one of its keys: "<key_prefix>{NAME}" or "<key_prefix>{NAME}:<suffix>".
+std::string name_in_key(std::string_view key, const std::string& key_prefix) {
+  key.remove_prefix(std::min(key.size(), key_prefix.size() + 1));
+  if (!key.empty() && key.back() == '}') return std::string(key.substr(0, key.size() - 1));
+  const auto end = key.find("}:");
+  return end == std::string_view::npos ? std::string() : std::string(key.substr(0, end));
+}
+
+struct scan_budget {
+  int count = 200;             // SCAN's COUNT hint
+  long long max_keys = 10000;  // keys examined (all nodes) before it stops
+  long long examined = 0;
+  bool complete = true;
+};
+
+// SCANs one node for keys matching `pattern` until its cursor ends or the budget runs out;
+// adds the names found. `command` sends one command to that node.
+template <class Command>
+void scan_node(Command&& command, const std::string& pattern, const std::string& key_prefix, scan_budget& b,
+               std::vector<std::string>& names) {
+  std::string cursor = "0";
+  do {
+    if (b.examined >= b.max_keys) {
+      b.complete = false;
+      return;
+    }
+    redislock::reply_ptr r = command({"SCAN", cursor, "MATCH", pattern, "COUNT", std::to_string(b.count)});
+    const redisReply& next = redislock::detail::element(*r, 0);
+    const redisReply& keys = redislock::detail::element(*r, 1);
+    cursor.assign(next.str, next.len);
+    for (std::size_t i = 0; i < keys.elements; ++i) {
+      ++b.examined;
+      std::string n = name_in_key(std::string_view(keys.element[i]->str, keys.element[i]->len), key_prefix);
+      if (!n.empty()) names.push_back(std::move(n));
+    }
+  } while (cursor != "0");
+}
+
+// Every node to scan: one server (single, Sentinel's master) or every master of a cluster.
+template <class Client, class F>
+void for_each_node(Client& client, const common_options& common, F&& f) {
+  if constexpr (std::is_same_v<Client, redislock::cluster_client>) {
+    client.refresh();
+    for (const std::string& endpoint : client.masters()) {
+      redislock::connection_options o = common.cluster.seeds.front();
+      const auto colon = endpoint.rfind(':');
+      o.host = endpoint.substr(0, colon);
+      o.port = std::stoi(endpoint.substr(colon + 1));
+      redislock::connection c(o);
+      f([&](std::initializer_list<std::string_view> argv) { return c.command(argv); });
+    }
+  } else {
+    f([&](std::initializer_list<std::string_view> argv) {
+      return client.run(std::string_view(), [&](redislock::connection& c) { return c.command(argv); });
+    });
+  }
+}
+
+struct busy_name {
+  redislock::lock_info info;
+  std::size_t holders() const { return info.holders.size(); }
+  long long waiters() const { return std::max<long long>(info.waiters, 0); }
+  // The least lease left among the holders (-1 ms: no expiry; 0 when free).
+  std::chrono::milliseconds lease_left() const {
+    std::chrono::milliseconds least{0};
+    bool first = true;
+    for (const auto& h : info.holders) {
+      if (first || (h.remaining.count() >= 0 && h.remaining < least)) least = h.remaining;
+      first = false;
+    }
+    return least;
+  }
+};
+
+std::string top_table(std::vector<busy_name>& busy, std::size_t limit, const scan_budget& b, std::size_t nodes,
+                      std::size_t names) {
+  // Busiest first: most waiters, then most holders, then by name.
+  std::sort(busy.begin(), busy.end(), [](const busy_name& x, const busy_name& y) {
+    if (x.waiters() != y.waiters()) return x.waiters() > y.waiters();
+    if (x.holders() != y.holders()) return x.holders() > y.holders();
+    return x.info.name < y.info.name;
+  });
+  std::ostringstream s;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-32s %-10s %7s %7s  %s\n", "NAME", "KIND", "HOLDERS", "WAITERS", "LEASE LEFT");
+  s << line;
+  for (std::size_t i = 0; i < busy.size() && i < limit; ++i) {
+    const busy_name& n = busy[i];
+    std::snprintf(line, sizeof line, "%-32s %-10s %7zu %7lld  %s\n", n.info.name.c_str(),
+                  redislock::to_string(n.info.kind), n.holders(), n.waiters(),
+                  n.holders() > 0 ? seconds(n.lease_left()).c_str() : "-");
+    s << line;
+  }
+  s << busy.size() << " busy of " << names << " names; " << b.examined << " keys examined on " << nodes << " node"
+    << (nodes == 1 ? "" : "s") << (b.complete ? " (complete)" : " (stopped at --max-keys: partial)") << "\n";
+  return s.str();
+}
+
+int top(const std::vector<std::string>& args) {
+  arg_cursor a(args);
+  common_options common;
+  refresh_options refresh;
+  scan_budget budget;
+  std::size_t limit = 20;
+  std::string v;
+  while (a.at_option()) {
+    if (common.parse(a) || refresh.parse(a, "top")) continue;
+    if (a.option("--limit", &v)) {
+      limit = static_cast<std::size_t>(parse_int(v, "--limit", 1, 10000));
+    } else if (a.option("--scan-count", &v)) {
+      budget.count = parse_int(v, "--scan-count", 1, 10000);
+    } else if (a.option("--max-keys", &v)) {
+      budget.max_keys = parse_int(v, "--max-keys", 1, 10000000);
+    } else {
+      unknown_option("top", a.peek());
+    }
+  }
+  if (!a.done() && a.peek() == "--") a.take();
+  const std::vector<std::string> operands = a.rest();
+  if (operands.size() > 1) throw usage_error("top: want at most one PREFIX (usage: redislock top [OPTIONS] [PREFIX])");
+  if (refresh.count > 0 && !refresh.watch) throw usage_error("top: --count needs --watch");
+  const std::string prefix = operands.empty() ? std::string() : operands[0];
+  common.finish();
+  const std::string pattern = scan_pattern(common.lock.key_prefix, prefix);
+  return common.with_client([&](auto& client) {
+    return refresh.run([&] {
+      scan_budget b = budget;
+      std::vector<std::string> names;
+      std::size_t nodes = 0;
+      for_each_node(client, common, [&](auto&& command) {
+        ++nodes;
+        scan_node(command, pattern, common.lock.key_prefix, b, names);
+      });
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      std::vector<busy_name> busy;
+      for (const std::string& n : names) {
+        redislock::lock_info info;
+        try {
+          info = redislock::inspect(client, n, common.lock);
+        } catch (const redislock::invalid_argument&) {
+          continue;  // a key under the prefix that no lock name makes
+        }
+        if (!info.holders.empty() || info.waiters > 0) busy.push_back(busy_name{std::move(info)});
+      }
+      std::fputs(top_table(busy, limit, b, nodes, names.size()).c_str(), stdout);
+      return 0;
+    });
+  });
 }
 
 int break_lock(const std::vector<std::string>& args) {
@@ -530,13 +789,14 @@ int break_lock(const std::vector<std::string>& args) {
 
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) throw usage_error("missing subcommand: run, status or break (see 'redislock --help')");
+  if (args.empty()) throw usage_error("missing subcommand: run, status, top or break (see 'redislock --help')");
   const std::string sub = args[0];
   args.erase(args.begin());
   if (sub == "--help" || sub == "-h" || sub == "help") {
     const std::string topic = args.empty() ? "" : args[0];
     std::fputs(topic == "run"      ? run_help()
                : topic == "status" ? status_help()
+               : topic == "top"    ? top_help()
                : topic == "break"  ? break_help()
                                    : main_help(),
                stdout);
@@ -548,16 +808,18 @@ int dispatch(int argc, char** argv) {
   }
   const char* help = sub == "run"      ? run_help()
                      : sub == "status" ? status_help()
+                     : sub == "top"    ? top_help()
                      : sub == "break"  ? break_help()
                                        : nullptr;
   if (help == nullptr)
-    throw usage_error("unknown subcommand '" + sub + "': want run, status or break (see 'redislock --help')");
+    throw usage_error("unknown subcommand '" + sub + "': want run, status, top or break (see 'redislock --help')");
   if (wants_help(args)) {
     std::fputs(help, stdout);
     return 0;
   }
   if (sub == "run") return run(args);
   if (sub == "status") return status(args);
+  if (sub == "top") return top(args);
   return break_lock(args);
 }
 

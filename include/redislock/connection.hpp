@@ -19,6 +19,7 @@
 
 #include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/no_sigpipe.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/server_features.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
@@ -416,6 +417,7 @@ class connection {
   }
 
   void reconnect() {
+    if (failed_at_ == std::chrono::steady_clock::time_point{}) failed_at_ = std::chrono::steady_clock::now();
     std::shared_ptr<void> tls;
     context_ptr fresh = open(tls);  // throws, leaving the old (broken) state in place
     context_ = std::move(fresh);    // frees the old context before its TLS context below
@@ -425,6 +427,14 @@ class connection {
     out_.clear();
     last_traffic_ = std::chrono::steady_clock::now();
     features_.reset();
+    const std::chrono::nanoseconds down_for = last_traffic_ - std::exchange(failed_at_, {});
+    detail::notify([&](lock_observer& o) {
+      const std::string endpoint = options_.endpoint();
+      reconnected_event e;
+      e.endpoint = endpoint;
+      e.down_for = down_for;
+      o.on_reconnected(e);
+    });
   }
 
   [[noreturn]] void fail(const char* during) {
@@ -433,6 +443,7 @@ class connection {
   [[noreturn]] void fail(const char* during, const char* reason, bool timeout) {
     std::string what = std::string(during) + " failed on " + options_.endpoint() + ": " + reason;
     close();  // the stream position is unknown now: never reuse this socket
+    if (failed_at_ == std::chrono::steady_clock::time_point{}) failed_at_ = std::chrono::steady_clock::now();
     if (timeout) throw timeout_error(what);
     throw connection_error(what);
   }
@@ -457,8 +468,9 @@ class connection {
   std::size_t pending_ = 0;
   std::chrono::milliseconds io_timeout_{options_.command_timeout};  // the socket timeout this object set last (0: none)
   std::chrono::steady_clock::time_point last_traffic_{};            // the last reply read (or the connect)
-  bool checked_ = false;                                            // ensure_ready() ran since the last command
-  std::optional<detail::server_features> features_;                 // found on this socket; none before features()
+  std::chrono::steady_clock::time_point failed_at_{};  // the first failure since the last connect (observe.hpp)
+  bool checked_ = false;                               // ensure_ready() ran since the last command
+  std::optional<detail::server_features> features_;    // found on this socket; none before features()
 };
 
 }  // namespace redislock

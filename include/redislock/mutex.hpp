@@ -58,7 +58,9 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
  public:
   /// Throws invalid_argument for an empty name or a lease outside (0, max_lease]. Sends nothing.
   basic_mutex(Client& client, std::string name, lock_options options = {})
-      : base(client, std::move(name), std::move(options)) {}
+      : base(client, std::move(name), std::move(options)) {
+    this->describe_lease();
+  }
 
   basic_mutex(const basic_mutex&) = delete;
   basic_mutex& operator=(const basic_mutex&) = delete;

@@ -20,3 +20,4 @@
 #include <redislock/semaphore.hpp>
 #include <redislock/redlock.hpp>
 #include <redislock/lock_info.hpp>
+#include <redislock/observe.hpp>

@@ -125,6 +125,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   ///   failed         neither: too few answers to tell (a master that did not answer may still
   ///                  hold our key); our keys run out with the lease.
   release_status unlock_and_report() {
+    const auto observed = this->observe_release();
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
     stop_renewal();
     const hold h = current();
@@ -138,6 +139,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     if (deleted >= quorum_->needed()) status = lost() ? release_status::lease_expired : release_status::released;
     else if (not_held > quorum_->size() - quorum_->needed() || (lost() && answered >= quorum_->needed()))
       status = release_status::lease_expired;
+    if (status == release_status::lease_expired) {
+      std::lock_guard<std::mutex> g(state_mutex_);
+      set_lost();  // found by the release, if not before
+    }
     drop_local_hold(status);
     if (status == release_status::failed) throw_unreachable(*r, "release");
     return status;
@@ -351,6 +356,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         std::lock_guard<std::mutex> g(state_mutex_);
         hold_ = std::move(h);
         lost_.store(false, std::memory_order_release);  // before the new end: never lost by the old one
+        lost_report_.reset();
         set_valid_until(valid_until);
       }
       held_.store(true, std::memory_order_release);
@@ -427,7 +433,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         return true;
       }
       if (t.no > quorum_->size() - quorum_->needed()) {
-        lost_.store(true, std::memory_order_release);
+        set_lost();
         return false;
       }
     }
@@ -497,6 +503,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         renewed = extend_hold(h, options_.lease);
       } catch (...) {  // too few answered: try again while the validity lasts
       }
+      detail::notify([&](lock_observer& o) {
+        renewed_event e;
+        e.batch = 1;
+        e.renewed = renewed ? 1 : 0;
+        e.latency = steady::now() - sent;
+        o.on_renewed(e);
+      });
       const steady::time_point now = steady::now(), valid = valid_until();
       if (!renewed && lost()) {
         mark_lost_if_current(h.token);
@@ -526,13 +539,19 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   // end undoes it. Under state_mutex_. Returns lost().
   bool keep_lost() noexcept {
     if (!lost()) return false;
-    lost_.store(true, std::memory_order_release);
+    set_lost();
     return true;
   }
 
   void mark_lost_if_current(const std::string& token) {
     std::lock_guard<std::mutex> g(state_mutex_);
-    if (hold_.token == token) lost_.store(true, std::memory_order_release);
+    if (hold_.token == token) set_lost();
+  }
+
+  // Under state_mutex_, for a hold found lost (by whatever noticed first: the observer hears once).
+  void set_lost() noexcept {
+    lost_.store(true, std::memory_order_release);
+    lost_report_.note(detail::describe(*this, lock_mode::exclusive), valid_until());
   }
 
   void require_held(const char* what) const {
@@ -571,6 +590,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::mutex fence_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false}, lost_{false};
+  detail::lost_reporter lost_report_;  // the observer's lost_event, once per hold
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
   bool renew_stop_ = false;  // under renew_mutex_

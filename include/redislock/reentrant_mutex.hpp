@@ -85,6 +85,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   /// nothing (nothing is sent); lease_expired: its lease had run out (or was found lost()).
   /// The last release (count 1 -> 0) stops the renewal before it is sent.
   release_status unlock_and_report() {
+    const auto observed = this->observe_release();
     return detail::release_one(
         owners_, last_release_,
         [](hold& h) {
@@ -192,7 +193,10 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     const bool outermost = ++h.count == 1;
     if (outermost) {
       h.fence = 0;  // drawn on demand (fencing_token())
-      if (!h.lease) h.lease = std::make_shared<detail::lease_keeper>();
+      if (!h.lease) {
+        h.lease = std::make_shared<detail::lease_keeper>();
+        h.lease->describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
+      }
       h.lease->acquired();
     }
     owners_.set_mine(h);

@@ -63,7 +63,9 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   /// Throws invalid_argument for permits outside [1, max_permits], an empty name or a lease
   /// outside (0, max_lease]. Sends nothing.
   basic_semaphore(Client& client, std::string name, std::int64_t permits, lock_options options = {})
-      : base(client, std::move(name), std::move(options)), permits_(checked_permits(permits, "semaphore")) {}
+      : base(client, std::move(name), std::move(options)), permits_(checked_permits(permits, "semaphore")) {
+    this->describe_lease();
+  }
 
   basic_semaphore(const basic_semaphore&) = delete;
   basic_semaphore& operator=(const basic_semaphore&) = delete;

@@ -34,6 +34,7 @@
 #include <redislock/connection.hpp>
 #include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/fork_guard.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/sentinel_discovery.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
@@ -438,22 +439,43 @@ class sentinel_client {
       if (master_) return {*master_, generation_};  // a recheck that failed: keep what worked
       throw;
     }
-    std::lock_guard<std::mutex> g(mutex_);
-    recheck_at_ = std::chrono::steady_clock::now() + options_.recheck_interval;
+    std::unique_lock<std::mutex> g(mutex_);
+    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+    recheck_at_ = now + options_.recheck_interval;
     preferred_sentinel_ = answered;
+    std::optional<detail::master_address> moved_from;
     if (!last_master_ || *last_master_ != a) {
       ++generation_;  // idle connections and the subscriber of an older one are replaced
       routing_epoch_.store(generation_, std::memory_order_release);
-      last_master_ = a;
+      moved_from = std::exchange(last_master_, a);
     }
     master_ = a;
-    return {a, generation_};
+    const std::uint64_t generation = generation_;
+    const std::chrono::steady_clock::time_point lost_at = std::exchange(master_lost_at_, {});
+    g.unlock();
+    if (moved_from) report_failover(moved_from->endpoint(), a.endpoint(), lost_at, now);
+    return {a, generation};
+  }
+
+  // Tells the observer (observe.hpp) that the client moved to a new master.
+  static void report_failover(const std::string& from, const std::string& to,
+                              std::chrono::steady_clock::time_point lost_at,
+                              std::chrono::steady_clock::time_point now) {
+    detail::notify([&](lock_observer& o) {
+      failover_event e;
+      e.topology = "sentinel";
+      e.from = from;
+      e.to = to;
+      if (lost_at != std::chrono::steady_clock::time_point{}) e.recovered_in = now - lost_at;
+      o.on_failover(e);
+    });
   }
 
   // A connection of `generation` found its node not (or no longer) the master.
   void forget_master(std::uint64_t generation) {
     std::lock_guard<std::mutex> g(mutex_);
     if (generation != generation_ || !master_) return;
+    if (master_lost_at_ == std::chrono::steady_clock::time_point{}) master_lost_at_ = std::chrono::steady_clock::now();
     master_.reset();  // the next call asks the sentinels,
     // starting with another one: the last to answer may not have heard of the failover yet
     preferred_sentinel_ = (preferred_sentinel_ + 1) % options_.sentinels.size();
@@ -553,12 +575,13 @@ class sentinel_client {
   std::condition_variable available_;
   std::vector<pooled> idle_;
   std::size_t open_ = 0;
-  std::optional<detail::master_address> master_;        // under mutex_; empty: ask the sentinels
-  std::optional<detail::master_address> last_master_;   // under mutex_; what generation_ refers to
-  std::uint64_t generation_ = 0;                        // under mutex_; +1 per master address change
-  std::atomic<std::uint64_t> routing_epoch_{0};         // generation_, readable without mutex_
-  std::size_t preferred_sentinel_ = 0;                  // under mutex_; the one that answered last
-  std::chrono::steady_clock::time_point recheck_at_{};  // under mutex_; next periodic discovery
+  std::optional<detail::master_address> master_;            // under mutex_; empty: ask the sentinels
+  std::optional<detail::master_address> last_master_;       // under mutex_; what generation_ refers to
+  std::chrono::steady_clock::time_point master_lost_at_{};  // under mutex_; when the master was first found gone
+  std::uint64_t generation_ = 0;                            // under mutex_; +1 per master address change
+  std::atomic<std::uint64_t> routing_epoch_{0};             // generation_, readable without mutex_
+  std::size_t preferred_sentinel_ = 0;                      // under mutex_; the one that answered last
+  std::chrono::steady_clock::time_point recheck_at_{};      // under mutex_; next periodic discovery
   std::atomic<bool> eviction_checked_{false};
   eviction_check eviction_;                                   // under mutex_
   std::vector<std::unique_ptr<detail::subscriber>> retired_;  // under mutex_; replaced subscribers

@@ -110,6 +110,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked.
   /// lease_expired: the write hold's lease had run out (or was found lost()).
   release_status unlock_and_report() {
+    const auto observed = this->observe_release();
     return release_side(
         [](hold& h) {
           const bool had = h.writing;
@@ -134,6 +135,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// Like unlock_shared(), but returns the outcome and throws when Redis could not be asked.
   /// lease_expired: the read hold's lease had run out (or was found lost_shared()).
   release_status unlock_shared_and_report() {
+    const auto observed = this->observe_release_shared();
     return release_side(
         [](hold& h) {
           if (h.reads == 0) return false;
@@ -329,7 +331,11 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     }
     if (!acquired) return false;
     hold h = owners_.mine();
-    if (!h.lease) h.lease = std::make_shared<leases>();
+    if (!h.lease) {
+      h.lease = std::make_shared<leases>();
+      h.lease->write.describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
+      h.lease->read.describe(detail::describe(*this, lock_mode::shared), options_.lease);
+    }
     if (h.idle()) h.fence = 0;  // a new hold: its token is drawn on demand (fencing_token())
     detail::lease_keeper* began = on_acquired(h);
     if (began == &h.lease->read) h.read_hold = wait;

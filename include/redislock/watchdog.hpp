@@ -39,6 +39,7 @@
 /// and callbacks run outside it, on entries marked in flight.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/reply.hpp>
 #include <redislock/script.hpp>
@@ -347,7 +348,9 @@ class watchdog {
       for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->confirmed + batch[i]->req.lease;
       g.unlock();
       std::vector<steady::time_point> sent(batch.size()), answered(batch.size());
+      const steady::time_point send_start = steady::now();
       const std::uint64_t pipelines = send(batch, ends, results, sent, answered);
+      report_renewals(batch.size() - expired, results, send_start);
       g.lock();
       stats_.in_flight = 0;
       stats_.batches += pipelines;
@@ -519,6 +522,18 @@ class watchdog {
       else results[i] = outcome::failed;
     }
     return refused;
+  }
+
+  // Tells the observer (observe.hpp) of the renewals just sent (none: nothing to tell).
+  static void report_renewals(std::size_t sent, const std::vector<outcome>& results, steady::time_point start) {
+    if (sent == 0) return;
+    detail::notify([&](lock_observer& o) {
+      renewed_event e;
+      e.batch = sent;
+      e.renewed = static_cast<std::size_t>(std::count(results.begin(), results.end(), outcome::renewed));
+      e.latency = steady::now() - start;
+      o.on_renewed(e);
+    });
   }
 
   // Under m_: records the results; returns the entries whose on_lost must be called.

@@ -20,6 +20,7 @@
 #include <redislock/watchdog.hpp>
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/reply.hpp>
 
@@ -123,10 +124,20 @@ class lease_keeper {
   lease_keeper(const lease_keeper&) = delete;
   lease_keeper& operator=(const lease_keeper&) = delete;
 
+  /// Names the lock and side in lost_events (the lock outlives the keeper's holds); `lease`:
+  /// the lock's, for the end of a hold that is not renewed. Called once, before the first hold.
+  void describe(lock_event what, std::chrono::milliseconds lease) noexcept {
+    what_ = what;
+    lease_ = lease;
+  }
+
   /// A new hold was granted: it is not lost (the previous hold's registration is gone).
   void acquired() noexcept {
     valid_until_.store(never, std::memory_order_release);
     lost_.store(false, std::memory_order_release);
+    lost_report_.reset();
+    started_.store(current_observer() != nullptr ? std::chrono::steady_clock::now().time_since_epoch().count() : 0,
+                   std::memory_order_relaxed);
   }
 
   /// With o.auto_renew, registers the hold with the client's watchdog. `confirmed` is the local
@@ -148,6 +159,12 @@ class lease_keeper {
       r.lost_flag = &lost_;
       r.valid_until = &valid_until_;
       r.on_lost = o.on_lost;
+      if (current_observer() != nullptr) {  // the watchdog found it lost: tell the observer first
+        r.on_lost = [this, user = std::move(r.on_lost)](const std::string& n) {
+          note_lost();
+          if (user) user(n);
+        };
+      }
       valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
       try {
         renewal_ = client.watchdog().add(std::move(r));
@@ -167,7 +184,10 @@ class lease_keeper {
   }
 
   /// An owner-checked command (extend) found the hold gone.
-  void mark_lost() noexcept { lost_.store(true, std::memory_order_release); }
+  void mark_lost() noexcept {
+    lost_.store(true, std::memory_order_release);
+    note_lost();
+  }
   bool lost() const noexcept {
     if (lost_.load()) return true;
     const ticks until = valid_until_.load();
@@ -175,6 +195,7 @@ class lease_keeper {
     // Sticky: a renewal confirmed later does not undo it. seq_cst (with the watchdog's store
     // of valid_until and its load of this flag) so that the watchdog then reports the loss.
     lost_.store(true);
+    note_lost();
     return true;
   }
 
@@ -189,6 +210,7 @@ class lease_keeper {
   /// The release's outcome: `ours` is the release script's verdict. Once found lost, never
   /// a clean release: the lease may have lapsed (and been taken) meanwhile.
   release_status outcome(bool ours) const noexcept {
+    if (!ours) note_lost();  // the release found it gone: noticed now, if not before
     return ours && !lost() ? release_status::released : release_status::lease_expired;
   }
 
@@ -196,7 +218,22 @@ class lease_keeper {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
+  // The observer's lost_event, once per hold (observe.hpp).
+  void note_lost() const noexcept {
+    if (what_.name.empty()) return;  // not described
+    const ticks until = valid_until_.load(), started = started_.load(std::memory_order_relaxed);
+    std::optional<std::chrono::steady_clock::time_point> end;  // unknown: granted while nobody observed
+    if (until != never) end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
+    else if (started != 0)
+      end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(started)) + lease_;
+    lost_report_.note(what_, end);
+  }
+
   mutable std::atomic<bool> lost_{false};
+  lock_event what_;
+  std::chrono::milliseconds lease_{0};
+  std::atomic<ticks> started_{0};  // when the hold was granted, if observed
+  mutable lost_reporter lost_report_;
   std::atomic<ticks> valid_until_{never};  // lease end while renewed (watchdog.hpp); never otherwise
   watchdog::registration renewal_;         // after the flags: it points there until reset
 };

@@ -70,7 +70,7 @@ class lock_identity {
 
   release_status record(release_status s) noexcept {
     last_release_.store(s, std::memory_order_release);
-    return s;
+    return release_recorded_here() = s;
   }
 
   /// An option that cannot mean anything for this kind was set: refused, nothing is sent.
@@ -159,7 +159,7 @@ std::uint64_t draw_fence(Client& client, const Keys& k, owner_table<State>& owne
 /// Records a release outcome in an atomic and returns it.
 inline release_status record(std::atomic<release_status>& last, release_status s) noexcept {
   last.store(s, std::memory_order_release);
-  return s;
+  return release_recorded_here() = s;
 }
 
 /// Drops one local hold of the calling thread and asks the server to drop it too; the outcome

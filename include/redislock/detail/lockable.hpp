@@ -8,8 +8,14 @@
 /// (none: wait forever), unlock_and_report returns a release_status and may throw. acquire
 /// may be private if the mixin is a friend. unlock() and unlock_shared() are the noexcept
 /// wrappers of the reporting ones, written here once for every kind.
+///
+/// Observation (observe.hpp) is written here once too: every acquisition goes through
+/// observed_acquire(), and each kind's unlock_and_report() starts with
+/// `const auto observed = this->observe_release();` (observe_release_shared() for the read
+/// side), which reports the release when the function returns or throws.
 
 #include <redislock/detail/call_deadline.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/wait.hpp>
 
 #include <chrono>
@@ -22,7 +28,9 @@ class timed_lockable {
  public:
   /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
   /// reached (an attempt never hangs beyond the client's timeouts).
-  void lock() { self().acquire(std::nullopt); }
+  void lock() {
+    observed(true, [&] { return self().acquire(std::nullopt); });
+  }
 
   /// One attempt, no waiting: true when acquired.
   /// The timed calls (try_lock, try_lock_for, try_lock_until) return by their deadline plus
@@ -30,16 +38,16 @@ class timed_lockable {
   /// deadline, and each connect or command is cut to end by then (detail/call_deadline.hpp).
   /// At the deadline they return false, or throw the error that kept them from finishing
   /// (connection_error, timeout_error).
-  bool try_lock() { return timed_acquire(steady::now()); }
+  bool try_lock() { return timed_acquire(steady::now(), false); }
 
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return timed_acquire(deadline_after(timeout));  // a huge timeout waits indefinitely
+    return timed_acquire(deadline_after(timeout), true);  // a huge timeout waits indefinitely
   }
 
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return timed_acquire(deadline_at(deadline));
+    return timed_acquire(deadline_at(deadline), true);
   }
 
   /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
@@ -60,26 +68,44 @@ class timed_lockable {
   Self& self() { return static_cast<Self&>(*this); }
   // Every command of the call, its retries and reconnects included, ends by `d` plus one
   // connect timeout (detail/call_deadline.hpp).
-  bool timed_acquire(const deadline& d) {
+  bool timed_acquire(const deadline& d, bool may_wait) {
     const call_deadline scope(d);
-    return self().acquire(d);
+    return observed(may_wait, [&] { return self().acquire(d); });
   }
+  template <class Acquire>
+  bool observed(bool may_wait, Acquire&& acquire) {
+    return observed_acquire(self(), lock_mode::exclusive, may_wait, acquire, [this] { return held_since_.began(); });
+  }
+
+ protected:
+  /// The release probe of the exclusive side (see above).
+  auto observe_release() noexcept {
+    const Self& me = self();
+    return release_probe(
+        me, lock_mode::exclusive, current_observer() != nullptr || held_since_.running(),
+        [](const Self& s) { return s.owns_lock(); }, [this](bool ended) { return held_since_.release(ended); });
+  }
+
+ private:
+  hold_clock held_since_;
 };
 
 template <class Self>
 class shared_timed_lockable {
  public:
-  void lock_shared() { self().acquire_shared(std::nullopt); }
-  bool try_lock_shared() { return timed_acquire_shared(steady::now()); }
+  void lock_shared() {
+    observed(true, [&] { return self().acquire_shared(std::nullopt); });
+  }
+  bool try_lock_shared() { return timed_acquire_shared(steady::now(), false); }
 
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return timed_acquire_shared(deadline_after(timeout));
+    return timed_acquire_shared(deadline_after(timeout), true);
   }
 
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return timed_acquire_shared(deadline_at(deadline));
+    return timed_acquire_shared(deadline_at(deadline), true);
   }
 
   /// Drops one shared hold. Never throws; the outcome is kept in last_release().
@@ -92,9 +118,34 @@ class shared_timed_lockable {
 
  private:
   Self& self() { return static_cast<Self&>(*this); }
-  bool timed_acquire_shared(const deadline& d) {  // as timed_lockable::timed_acquire
+  bool timed_acquire_shared(const deadline& d, bool may_wait) {  // as timed_lockable::timed_acquire
     const call_deadline scope(d);
-    return self().acquire_shared(d);
+    return observed(may_wait, [&] { return self().acquire_shared(d); });
+  }
+  template <class Acquire>
+  bool observed(bool may_wait, Acquire&& acquire) {
+    return observed_acquire(self(), lock_mode::shared, may_wait, acquire, [this] {
+      auto [it, fresh] = shared_holds().try_emplace(this);  // a nested read keeps the outermost's
+      if (fresh) it->second = {std::chrono::steady_clock::now().time_since_epoch().count(), next_hold_id()};
+      return it->second.id;
+    });
+  }
+
+ protected:
+  /// The release probe of the shared side: read holds are per thread, so is their clock.
+  auto observe_release_shared() noexcept {
+    const Self& me = self();
+    return release_probe(
+        me, lock_mode::shared, current_observer() != nullptr || !shared_holds().empty(),
+        [](const Self& s) { return s.owns_shared(); },
+        [this](bool ended) {
+          auto& holds = shared_holds();
+          const auto it = holds.find(this);
+          if (it == holds.end()) return hold_report{};
+          const hold_report r{elapsed_since(it->second.since), it->second.id};
+          if (ended) holds.erase(it);
+          return r;
+        });
   }
 };
 

@@ -46,6 +46,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   /// Like unlock(), but returns the outcome and throws when Redis could not be asked
   /// (connection_error, timeout_error, reply_error). The local hold is dropped either way.
   release_status unlock_and_report() {
+    const auto observed = this->observe_release();
     if (!held_.load(std::memory_order_acquire)) return this->record(release_status::not_held);
     lease_.stop();  // before the release is sent: no renewal of this hold is sent after it (watchdog.hpp)
     release_status status = release_status::failed;
@@ -139,6 +140,10 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   }
   // The kind's destructor releases a hold still kept (its own members are needed to send it).
   ~object_hold() = default;
+
+  // Names the holds in lease events (observe.hpp); called by the kind's constructor, once the
+  // kind is made.
+  void describe_lease() noexcept { lease_.describe(describe(self(), lock_mode::exclusive), this->options_.lease); }
 
   // Attempts return nullopt when they acquired, else the holder's remaining lease (< 0: unknown).
   using attempt_result = std::optional<std::chrono::milliseconds>;

@@ -2,6 +2,8 @@
 /// @file detail/wait.hpp
 /// @brief The pieces of waiting for a lock: a process-local gate, deadlines and backoff.
 
+#include <redislock/detail/observe_hooks.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -138,6 +140,7 @@ bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::ch
                  Attempt&& attempt, std::optional<steady::time_point> pause = std::nullopt) {
   backoff b(retry_min, retry_max);
   for (;;) {
+    probe_attempted();
     std::optional<std::chrono::milliseconds> holder_pttl = attempt();
     if (!holder_pttl) return true;
     const steady::time_point now = steady::now();
@@ -145,6 +148,7 @@ bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::ch
     std::chrono::nanoseconds sleep = b.next(*holder_pttl, d);
     if (pause) sleep = std::min(sleep, std::chrono::nanoseconds(*pause - now));
     std::this_thread::sleep_for(sleep);
+    probe_woken(wake_cause::fallback);
   }
 }
 

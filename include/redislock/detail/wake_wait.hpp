@@ -25,6 +25,7 @@
 /// and drop it from the lock's queue: its next "wait" attempt queues it again, behind those who
 /// came meanwhile; it loses its place, never the lock.
 
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/errors.hpp>
@@ -152,6 +153,7 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     int rejoins = 0;
     std::chrono::milliseconds resubscribe_after = kFirstResubscribe;
     for (;;) {
+      probe_attempted();
       std::optional<std::chrono::milliseconds> pttl = attempt();
       if (!pttl) return true;
       if (passed(d)) return false;
@@ -197,8 +199,13 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         continue;
       }
       if (*pttl == unknown_pttl) continue;
-      if (sub.wait_until(wake_limit(*pttl, d, plan.max_sleep))) {
-        if (handed_over(sub)) return true;
+      const bool noticed = sub.wait_until(wake_limit(*pttl, d, plan.max_sleep));
+      probe_woken(noticed ? wake_cause::notice : wake_cause::timer);
+      if (noticed) {
+        if (handed_over(sub)) {
+          probe_handed_over();
+          return true;
+        }
       } else if (plan.caller_tries_last && passed(d)) {
         return false;
       }
