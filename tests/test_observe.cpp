@@ -140,6 +140,10 @@ std::vector<kind_case> kinds() {
        }},
       {"shared_read", "shared_mutex/shared", true,  // readers share: they wait for a writer
        [](client& c, const std::string& n, lock_options o) { return std::make_unique<reader_handle>(c, n, o); }},
+      {"semaphore", "semaphore/exclusive", true,  // one permit: exclusive, like a mutex
+       [](client& c, const std::string& n, lock_options o) {
+         return std::make_unique<exclusive_handle<semaphore>>(c, n, 1, o);
+       }},
       {"redlock", "redlock/exclusive", false,
        [](client& c, const std::string& n, lock_options o) {
          redlock_options r;

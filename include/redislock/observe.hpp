@@ -39,6 +39,9 @@ namespace redislock {
 
 /// The lock kinds, as observers tell them apart (fair_mutex: a mutex with lock_options::fair).
 enum class lock_type { mutex, fair_mutex, reentrant_mutex, shared_mutex, redlock, semaphore };
+/// How many lock_type values there are.
+inline constexpr std::size_t kLockTypes = 6;
+static_assert(static_cast<std::size_t>(lock_type::semaphore) + 1 == kLockTypes, "kLockTypes counts every lock_type");
 /// Which side of a lock an event is about: every kind but shared_mutex's read side is exclusive.
 enum class lock_mode { exclusive, shared };
 /// How an acquisition got the lock: its own attempt found it free (direct), or a release

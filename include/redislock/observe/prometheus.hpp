@@ -318,8 +318,8 @@ class prometheus_collector : public lock_observer {
   mutable std::mutex m_;
   static constexpr std::size_t kMaxCachedNames = 4096;
   struct name_entry {
-    std::string label;                    // its `lock` label
-    std::array<series*, 10> series_of{};  // by kind and mode (std::map nodes do not move)
+    std::string label;                                // its `lock` label
+    std::array<series*, 2 * kLockTypes> series_of{};  // by kind and mode (std::map nodes do not move)
   };
   std::unordered_map<std::string, name_entry> names_;  // lock name -> its label and series
   std::size_t own_names_ = 0;                          // names_ counted under themselves
