@@ -328,6 +328,20 @@ TEST_P(LuaFree, AWaitWhoseAttemptTookTheLockButLostItsReplyLeavesTheLockFree) {
   EXPECT_EQ(get(key), "") << "the failed wait left its hold on the server, PTTL "
                           << admin->command({"PTTL", key})->integer << " ms";
 }
+// docs/servers.md: "redlock without scripting is not supported", and what needs a script is
+// refused "before anything is written, at first use". Redlock acquires with a plain SET NX PX,
+// so without scripting it takes the lock, then cannot renew or release it (both are scripts):
+// every acquisition leaks its hold for a whole lease. It must be refused before the SET.
+TEST_P(LuaFree, RedlockIsRefusedBeforeItWritesAnything) {
+  redlock r({std::ref(*locker)}, "rl", lock_options{});
+  EXPECT_THROW(
+      {
+        if (r.try_lock_for(milliseconds(300))) r.unlock();
+      },
+      scripting_unavailable_error);
+  EXPECT_EQ(get("redislock:{rl}"), "") << "the lock was taken and left behind, PTTL "
+                                       << admin->command({"PTTL", "redislock:{rl}"})->integer << " ms";
+}
 
 // --- servers with scripting --------------------------------------------------------------
 
