@@ -404,6 +404,43 @@ TEST(SetIfeqRenewal, OverMaxmemoryARenewalStillRenewsAsTheExtendScriptDoes) {
   watched.unlock();
 }
 
+// docs/servers.md: a script refused on a connection that found scripting (the user's ACL
+// changed) marks the connection as one without. The release then falls back at once; a
+// contended lock() does not: its queue script is refused and lock() throws, though the
+// Lua-free wait would take the lock.
+TEST(ServerFeatures, AWaitWhoseScriptIsRefusedAfterTheUsersAclChangedFallsBackToTheLuaFreeWait) {
+  redis_server server;
+  connection admin = server.admin();
+  const detail::server_features f = admin.features();
+  if (!f.scripting || !f.set_ifeq || !f.compare_and_delete())
+    GTEST_SKIP() << f.describe() << " has no Lua-free path, or runs no scripts for anyone";
+  std::vector<std::string> rule = {"ACL", "SETUSER", "revoked", "on", ">revoked-pw", "~*"};
+  for (const auto& c : redislock_test::acl_channel_rules(admin, "*")) rule.push_back(c);
+  rule.push_back("+@all");
+  admin.command(std::vector<std::string_view>(rule.begin(), rule.end()));
+  client_options o{server.options()};
+  o.connection.user = "revoked";
+  o.connection.password = "revoked-pw";
+  o.pool_size = 1;
+  client c(o);
+  lock_options lo;
+  lo.retry_min = milliseconds(20);
+  lo.retry_max = milliseconds(40);
+  mutex m(c, "revoked", lo);
+  ASSERT_TRUE(m.try_lock());  // the pooled connection finds scripting
+  m.unlock();
+  admin.command({"ACL", "SETUSER", "revoked", "-@scripting"});
+  admin.command({"SET", "redislock:{revoked}", "someone-else", "PX", "300"});
+  bool acquired = false;
+  try {
+    acquired = m.try_lock_for(seconds(3));
+  } catch (const error& e) {
+    ADD_FAILURE() << "try_lock_for threw: " << e.what();
+  }
+  EXPECT_TRUE(acquired);
+  if (acquired) EXPECT_EQ(m.unlock_and_report(), release_status::released);
+}
+
 TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {
   redis_server server;
   connection admin = server.admin();
