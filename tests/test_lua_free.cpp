@@ -438,7 +438,9 @@ TEST(ServerFeatures, AWaitWhoseScriptIsRefusedAfterTheUsersAclChangedFallsBackTo
     ADD_FAILURE() << "try_lock_for threw: " << e.what();
   }
   EXPECT_TRUE(acquired);
-  if (acquired) EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  if (acquired) {
+    EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  }
 }
 
 TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {

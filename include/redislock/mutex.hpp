@@ -221,7 +221,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     // still buffered on the channel is dropped now.
     channel_subscription_.discard_pending();
     bool first = true, queued = false, won_first = false;
-    auto attempt = [&] {
+    auto scripted_attempt = [&]() -> attempt_result {
       // Fair mode's first attempt is a script anyway; so is that of an object whose last
       // acquisition had to wait (the lock is likely held again: a SET that fails would be one
       // more command on the server). When our channel is still subscribed from an earlier wait
@@ -239,6 +239,19 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
       queued = true;
       return queue_attempt("wait");
     };
+    auto attempt = [&]() -> attempt_result {
+      const bool was_queued = queued;
+      try {
+        return scripted_attempt();
+      } catch (const scripting_unavailable_error&) {
+        // A script refused on a connection that now counts as one without scripting (the
+        // user's ACL changed; the refused script wrote nothing): the Lua-free wait goes on
+        // within the same deadline. queue_attempt checked that the Lua-free path is there.
+        if (!lua_free_.load(std::memory_order_relaxed)) throw;
+        queued = was_queued;
+        return wait_without_script(d);
+      }
+    };
     auto handed_over = [&](detail::subscriber::subscription& s) {
       if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
       finish_attempt(queue_sent_);                // the release made us the holder
@@ -251,11 +264,17 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
           detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &channel_subscription_);
     } catch (...) {
+      if (lua_free_.load(std::memory_order_relaxed)) release_lua_free_attempt();
       if (queued) leave_after_failure();
+      else if (lua_free_.load(std::memory_order_relaxed)) rotate_token_noexcept();
       throw;
     }
     waited_last_ = !won_first;
     if (acquired || !queued) return acquired;
+    if (lua_free_.load(std::memory_order_relaxed)) {
+      leave_after_failure();  // scripts are refused now: our place lapses on its own
+      return false;
+    }
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
     // and otherwise leaves the queue.
     try {
@@ -282,6 +301,22 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     // channel any more makes a release skip that place (it counts no listener on our channel) instead of
     // handing the lock to a token nobody will use.
     channel_subscription_.reset();
+    rotate_token_noexcept();
+  }
+
+  // A Lua-free attempt that failed unheard (its SET NX may have run, its reply lost) may have
+  // taken the lock: deleted if it holds our token (DELEX/DELIFEQ touch nothing else). The
+  // caller then rotates the token, so that nothing found later under the old one counts as ours.
+  void release_lua_free_attempt() noexcept {
+    try {
+      client_.run(keys_.lock, [&](connection& c) {
+        return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token_);
+      });
+    } catch (...) {
+    }
+  }
+
+  void rotate_token_noexcept() noexcept {
     try {
       rotate_token();
     } catch (...) {
@@ -417,9 +452,19 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     const detail::steady::time_point sent = detail::steady::now();
     if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
-      return detail::mutex_scripts::queue_attempt().run(
-          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
-          {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
+      try {
+        return detail::mutex_scripts::queue_attempt().run(
+            c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+            {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
+      } catch (const scripting_unavailable_error&) {
+        // Refused for want of scripting (the user's ACL changed): ran nothing. The next
+        // attempts take the Lua-free path where there is one (else that is refused here).
+        if (!c.features().scripting) {
+          require_lua_free_path(c.features());
+          lua_free_.store(true, std::memory_order_relaxed);
+        }
+        throw;
+      }
     });
     if (detail::as_integer(detail::element(*r, 0)) == 1) return finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));
@@ -469,10 +514,7 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
   }
 
   void drop_local_hold(release_status status) noexcept {
-    try {
-      rotate_token();  // a new token for the next acquisition
-    } catch (...) {
-    }
+    rotate_token_noexcept();  // a new token for the next acquisition
     holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
     held_.store(false, std::memory_order_release);
     this->record(status);
