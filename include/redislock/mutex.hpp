@@ -264,15 +264,14 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
           detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &channel_subscription_);
     } catch (...) {
-      if (lua_free_.load(std::memory_order_relaxed)) release_lua_free_attempt();
-      if (queued) leave_after_failure();
-      else if (lua_free_.load(std::memory_order_relaxed)) rotate_token_noexcept();
+      if (lua_free_.load(std::memory_order_relaxed)) leave_lua_free_wait(queued);
+      else if (queued) leave_after_failure();
       throw;
     }
     waited_last_ = !won_first;
     if (acquired || !queued) return acquired;
     if (lua_free_.load(std::memory_order_relaxed)) {
-      leave_after_failure();  // scripts are refused now: our place lapses on its own
+      leave_lua_free_wait(queued);  // queued before the scripts were refused: "leave" is refused too
       return false;
     }
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
@@ -304,16 +303,27 @@ class basic_mutex : public detail::lock_core<Client, detail::mutex_scripts::keys
     rotate_token_noexcept();
   }
 
-  // A Lua-free attempt that failed unheard (its SET NX may have run, its reply lost) may have
-  // taken the lock: deleted if it holds our token (DELEX/DELIFEQ touch nothing else). The
-  // caller then rotates the token, so that nothing found later under the old one counts as ours.
-  void release_lua_free_attempt() noexcept {
+  // A wait on the Lua-free path ends without the lock. An attempt that failed unheard (its
+  // SET NX ran, its reply was lost) may have taken the lock, and a wait that queued before its
+  // scripts were refused may have been handed it: the key is deleted if it holds our token
+  // (DELEX/DELIFEQ touch nothing else; errors are swallowed: the hold then lapses with its
+  // lease). A new token keeps whatever is found later under the old one from counting as ours.
+  void leave_lua_free_wait(bool queued) noexcept {
+    std::string token;
     try {
-      client_.run(keys_.lock, [&](connection& c) {
-        return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token_);
-      });
+      token = current_token();
     } catch (...) {
     }
+    if (queued) leave_after_failure();  // "leave" where scripts run again; else a new token
+    try {
+      if (!token.empty()) {
+        client_.run(keys_.lock, [&](connection& c) {
+          return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token);
+        });
+      }
+    } catch (...) {
+    }
+    if (!queued) rotate_token_noexcept();
   }
 
   void rotate_token_noexcept() noexcept {
