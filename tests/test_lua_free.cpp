@@ -9,6 +9,7 @@
 #include "redis_server.hpp"
 #include "redis_stats.hpp"
 #include "server_version.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -293,6 +294,54 @@ TEST_P(LuaFree, AUserWhoseScriptingIsRevokedWhileHoldingReleasesWithoutAScript) 
   EXPECT_EQ(m.unlock_and_report(), release_status::released);  // refused EVALSHA, then DELEX/DELIFEQ
   EXPECT_EQ(admin->command({"EXISTS", "redislock:{revoked}"})->integer, 0);
 }
+// A Lua-free waiter's attempt (SET NX GET PX) that took the lock but whose reply was lost makes
+// the wait throw. The scripted wait cleans up after such a failure (leave_after_failure: "leave"
+// takes a lock holding our token and passes it on); the Lua-free wait must too (DELEX/DELIFEQ
+// of its token), or the lock stays held by nobody for a whole lease.
+TEST_P(LuaFree, AWaitWhoseAttemptTookTheLockButLostItsReplyLeavesTheLockFree) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  const std::string key = "redislock:{lost-in-wait}";
+  admin->command({"SET", key, "someone-else", "PX", "30000"});
+  redislock_test::tcp_proxy proxy(server->options().port);
+  client_options o = locker->options();
+  o.connection.port = proxy.port();
+  client via_proxy(o);
+  lock_options lo;
+  lo.retry_min = milliseconds(20);
+  lo.retry_max = milliseconds(40);
+  mutex m(via_proxy, "lost-in-wait", lo);
+  ASSERT_FALSE(m.try_lock());  // the pooled connection has found the server (its probe is done)
+  const auto sets = [&] {
+    const std::string info = text(admin->command({"INFO", "commandstats"}));
+    const std::size_t at = info.find("cmdstat_set:calls=");
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
+  };
+  const long before = sets();
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_client);
+  auto waiting = std::async(std::launch::async, [&] { return m.try_lock_for(seconds(5)); });
+  ASSERT_TRUE(eventually([&] { return sets() > before; }));  // the first attempt ran (held)
+  proxy.cut_after_next_requests(1);                          // the next one runs, its reply is lost
+  admin->command({"DEL", key});
+  proxy.set_stalled(false, redislock_test::tcp_proxy::direction::to_client);
+  EXPECT_THROW(waiting.get(), error);
+  EXPECT_EQ(proxy.cut_after_request_count(), 1u);
+  EXPECT_EQ(get(key), "") << "the failed wait left its hold on the server, PTTL "
+                          << admin->command({"PTTL", key})->integer << " ms";
+}
+// docs/servers.md: "redlock without scripting is not supported", and what needs a script is
+// refused "before anything is written, at first use". Redlock acquires with a plain SET NX PX,
+// so without scripting it takes the lock, then cannot renew or release it (both are scripts):
+// every acquisition leaks its hold for a whole lease. It must be refused before the SET.
+TEST_P(LuaFree, RedlockIsRefusedBeforeItWritesAnything) {
+  redlock r({std::ref(*locker)}, "rl", lock_options{});
+  EXPECT_THROW(
+      {
+        if (r.try_lock_for(milliseconds(300))) r.unlock();
+      },
+      scripting_unavailable_error);
+  EXPECT_EQ(get("redislock:{rl}"), "") << "the lock was taken and left behind, PTTL "
+                                       << admin->command({"PTTL", "redislock:{rl}"})->integer << " ms";
+}
 
 // --- servers with scripting --------------------------------------------------------------
 
@@ -318,6 +367,80 @@ TEST(SetIfeqRenewal, WhereTheServerHasItTheWatchdogAndExtendUseSetIfeqInsteadOfT
             3);
   EXPECT_FALSE(m.lost());
   EXPECT_EQ(m.unlock_and_report(), release_status::released);
+}
+
+// SET is a deny-oom command: over maxmemory (noeviction) the server refuses `SET ... IFEQ` with
+// -OOM, while the extend script it replaces (GET, then PEXPIRE: neither is deny-oom, and a
+// script without flags is checked per command) still renews. A holder must not lose a hold
+// that the script would have kept.
+TEST(SetIfeqRenewal, OverMaxmemoryARenewalStillRenewsAsTheExtendScriptDoes) {
+  redis_server server;
+  connection admin = server.admin();
+  if (!admin.features().scripting) GTEST_SKIP() << admin.features().describe() << " runs no scripts";
+  client c(client_options{server.options()});
+  mutex held(c, "oom", lock_options{});
+  ASSERT_TRUE(held.try_lock());
+  lock_options renewed;
+  renewed.lease = milliseconds(1500);  // renewed every 500 ms: room for a busy machine
+  renewed.auto_renew = true;
+  mutex watched(c, "oom-watched", renewed);
+  ASSERT_TRUE(watched.try_lock());
+  admin.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  admin.command({"CONFIG", "SET", "maxmemory", "1"});  // every deny-oom command is refused now
+  bool extended = false;
+  try {
+    extended = held.extend(seconds(20));
+  } catch (const error& e) {
+    ADD_FAILURE() << "extend() threw: " << e.what();
+  }
+  EXPECT_TRUE(extended);
+  EXPECT_GT(admin.command({"PTTL", "redislock:{oom}"})->integer, 10000);
+  const std::uint64_t before = c.watchdog().stats().renewals;
+  EXPECT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= before + 2 || watched.lost(); }));
+  EXPECT_FALSE(watched.lost()) << "the watchdog's renewals were refused (" << c.watchdog().stats().failures
+                               << " failures, " << c.watchdog().stats().renewals - before << " renewals)";
+  admin.command({"CONFIG", "SET", "maxmemory", "0"});
+  held.unlock();
+  watched.unlock();
+}
+
+// docs/servers.md: a script refused on a connection that found scripting (the user's ACL
+// changed) marks the connection as one without. The release then falls back at once; a
+// contended lock() does not: its queue script is refused and lock() throws, though the
+// Lua-free wait would take the lock.
+TEST(ServerFeatures, AWaitWhoseScriptIsRefusedAfterTheUsersAclChangedFallsBackToTheLuaFreeWait) {
+  redis_server server;
+  connection admin = server.admin();
+  const detail::server_features f = admin.features();
+  if (!f.scripting || !f.set_ifeq || !f.compare_and_delete())
+    GTEST_SKIP() << f.describe() << " has no Lua-free path, or runs no scripts for anyone";
+  std::vector<std::string> rule = {"ACL", "SETUSER", "revoked", "on", ">revoked-pw", "~*"};
+  for (const auto& c : redislock_test::acl_channel_rules(admin, "*")) rule.push_back(c);
+  rule.push_back("+@all");
+  admin.command(std::vector<std::string_view>(rule.begin(), rule.end()));
+  client_options o{server.options()};
+  o.connection.user = "revoked";
+  o.connection.password = "revoked-pw";
+  o.pool_size = 1;
+  client c(o);
+  lock_options lo;
+  lo.retry_min = milliseconds(20);
+  lo.retry_max = milliseconds(40);
+  mutex m(c, "revoked", lo);
+  ASSERT_TRUE(m.try_lock());  // the pooled connection finds scripting
+  m.unlock();
+  admin.command({"ACL", "SETUSER", "revoked", "-@scripting"});
+  admin.command({"SET", "redislock:{revoked}", "someone-else", "PX", "300"});
+  bool acquired = false;
+  try {
+    acquired = m.try_lock_for(seconds(3));
+  } catch (const error& e) {
+    ADD_FAILURE() << "try_lock_for threw: " << e.what();
+  }
+  EXPECT_TRUE(acquired);
+  if (acquired) {
+    EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  }
 }
 
 TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {

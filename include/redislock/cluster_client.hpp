@@ -295,12 +295,11 @@ class cluster_client {
         if (!target) target = owner_of(slot, give_up);
         return target->pool.run(key, [&](connection& c) -> result {
           c.ensure_ready();  // a failed reconnect throws here: nothing sent
-          if (asking) {
-            // ASKING admits the next command only: the connection's server probe
-            // (connection::features(), which f may ask for) is made before it.
-            (void)c.features();
-            c.command({"ASKING"});  // no effect of its own: safe to repeat
-          }
+          // The connection's server probe (connection::features(), which f may ask for; one
+          // round trip per connect) writes nothing: made here, a failure in it is retried like
+          // a failed connect. ASKING admits the next command only, so it also comes first.
+          (void)c.features();
+          if (asking) c.command({"ASKING"});  // no effect of its own: safe to repeat
           started = true;
           if constexpr (std::is_same_v<result, reply_ptr>) {
             // Callers that read raw replies (the mutex's plain SET) get the cluster's

@@ -103,7 +103,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // The cheapest attempt first; then the queued wait (detail::object_hold::wait_queued).
   bool wait_for_hold(const detail::deadline& d) {
     bool first = true, queued = false, won_first = false;
-    auto attempt = [&] {
+    auto scripted_attempt = [&]() -> attempt_result {
       // Fair mode's first attempt is a script anyway; so is that of an object whose last
       // acquisition had to wait (the lock is likely held again: a SET that fails would be one
       // more command on the server). When our channel is still subscribed from an earlier wait
@@ -121,12 +121,50 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
       queued = true;
       return queue_attempt("wait");
     };
+    auto attempt = [&]() -> attempt_result {
+      const bool was_queued = queued;
+      try {
+        return scripted_attempt();
+      } catch (const scripting_unavailable_error&) {
+        // A script refused on a connection that now counts as one without scripting (the
+        // user's ACL changed; the refused script wrote nothing): the Lua-free wait goes on
+        // within the same deadline. queue_attempt checked that the Lua-free path is there.
+        if (!lua_free_.load(std::memory_order_relaxed)) throw;
+        queued = was_queued;
+        return wait_without_script(d);
+      }
+    };
     const bool acquired = this->wait_queued(d, attempt, queued);
     waited_last_ = !won_first;
     return acquired;
   }
 
   attempt_result attempt_leave() { return queue_attempt("leave"); }
+
+  bool waits_without_script() const noexcept { return lua_free_.load(std::memory_order_relaxed); }
+
+  // A wait on the Lua-free path ends without the lock. An attempt that failed unheard (its
+  // SET NX ran, its reply was lost) may have taken the lock, and a wait that queued before its
+  // scripts were refused may have been handed it: the key is deleted if it holds our token
+  // (DELEX/DELIFEQ touch nothing else; errors are swallowed: the hold then lapses with its
+  // lease). A new token keeps whatever is found later under the old one from counting as ours.
+  void leave_unscripted_wait(bool queued) noexcept {
+    std::string token;
+    try {
+      token = this->current_token();
+    } catch (...) {
+    }
+    if (queued) this->leave_after_failure();  // "leave" where scripts run again; else a new token
+    try {
+      if (!token.empty()) {
+        client_.run(keys_.lock, [&](connection& c) {
+          return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token);
+        });
+      }
+    } catch (...) {
+    }
+    if (!queued) this->rotate_token_noexcept();
+  }
 
   // A script refused for want of scripting (the user's ACL changed since the connection looked)
   // ran nothing: the Lua-free release follows on the same connection.
@@ -263,9 +301,19 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   attempt_result queue_attempt(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
-      return detail::mutex_scripts::queue_attempt().run(
-          c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
-          {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
+      try {
+        return detail::mutex_scripts::queue_attempt().run(
+            c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+            {token_, lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_, keys_.waiter_prefix});
+      } catch (const scripting_unavailable_error&) {
+        // Refused for want of scripting (the user's ACL changed): ran nothing. The next
+        // attempts take the Lua-free path where there is one (else that is refused here).
+        if (!c.features().scripting) {
+          require_lua_free_path(c.features());
+          lua_free_.store(true, std::memory_order_relaxed);
+        }
+        throw;
+      }
     });
     if (detail::as_integer(detail::element(*r, 0)) == 1) return this->finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));

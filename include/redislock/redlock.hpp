@@ -337,6 +337,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   // One attempt on all masters. True: acquired with positive validity. False: not acquired
   // (cleaned up). Throws when fewer than a majority answered (after cleaning up).
   bool attempt() {
+    if (!scripting_checked_.load(std::memory_order_relaxed)) require_scripting_everywhere();
     hold h;
     h.token = detail::random_token();
     const steady::time_point start = steady::now();
@@ -344,6 +345,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     h.acquired = quorum_->send(
         keys_.lock,
         [key = keys_.lock, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
+          require_scripting(c);  // nothing is written where the hold could be neither renewed nor released
           reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
           return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
         },
@@ -351,7 +353,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     // Not closed when it succeeds: masters that answer late still get the key (more margin).
     const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
     const steady::time_point valid_until = start + options_.lease - drift();
-    if (t.yes >= quorum_->needed() && steady::now() < valid_until) {
+    const bool refused = scripting_refused(*h.acquired);  // a master we could not release on
+    if (!refused && t.yes >= quorum_->needed() && steady::now() < valid_until) {
       {
         std::lock_guard<std::mutex> g(state_mutex_);
         hold_ = std::move(h);
@@ -369,10 +372,51 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     cleanup->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
     // Unreachable: too many masters failed (or never answered) for any outcome; refused by a
     // holder otherwise (a round decided early may leave answers pending: they do not count).
+    if (refused) std::rethrow_exception(h.acquired->first_error());
     const bool timed_out = !decided()(t);
     if (t.failed + (timed_out ? t.pending : 0) > quorum_->size() - quorum_->needed())
       throw_unreachable(*h.acquired, "lock");
     return false;
+  }
+
+  // Renewal and release are scripts; redlock has no Lua-free path (docs/servers.md).
+  static void require_scripting(connection& c) {
+    if (!c.features().scripting)
+      throw scripting_unavailable_error("", "redlock: " + c.features().describe() + " at " + c.options().endpoint() +
+                                                " runs no scripts for this connection (an ACL user without "
+                                                "@scripting, or Valkey without Lua): redlock renews and releases "
+                                                "with scripts and needs them on every master");
+  }
+
+  // Before this object's first acquisition: every master is asked whether it runs our scripts
+  // (a round trip per connection's first use), so that a master without scripting is refused
+  // before anything is written on any. Asked once (a master that does not answer costs the first
+  // attempt one instance_timeout); after that each acquire checks its own connection before its
+  // SET, and an attempt refused so releases what it wrote elsewhere and throws.
+  void require_scripting_everywhere() {
+    auto r = quorum_->send(
+        keys_.lock,
+        [](connection& c, std::int64_t&) {
+          require_scripting(c);
+          return detail::answer::yes;
+        },
+        false);
+    r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
+    if (scripting_refused(*r)) std::rethrow_exception(r->first_error());
+    scripting_checked_.store(true, std::memory_order_relaxed);
+  }
+
+  // True when the round's (first) error is require_scripting()'s refusal.
+  static bool scripting_refused(const detail::round& r) {
+    const std::exception_ptr e = r.first_error();
+    if (!e) return false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const scripting_unavailable_error&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
 
   // Compare-and-delete on every master the hold's acquire may have reached. Never skipped
@@ -590,7 +634,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::mutex fence_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false}, lost_{false};
-  detail::lost_reporter lost_report_;  // the observer's lost_event, once per hold
+  detail::lost_reporter lost_report_;           // the observer's lost_event, once per hold
+  std::atomic<bool> scripting_checked_{false};  // require_scripting_everywhere() passed
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
   bool renew_stop_ = false;  // under renew_mutex_

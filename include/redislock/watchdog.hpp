@@ -14,7 +14,9 @@
 /// (NOSCRIPT: SCRIPT LOAD, then one more pipeline of the refused ones). A renewal whose
 /// script is an owner-checked PEXPIRE alone (renewal_request::as_set_ifeq) is sent as
 /// `SET key token IFEQ token PX lease` where the server has it (Redis 8.4+, Valkey 8.1+): no
-/// script, and the server's cheapest owner-checked renewal (docs/servers.md).
+/// script, and the server's cheapest owner-checked renewal (docs/servers.md). SET is refused
+/// over maxmemory (noeviction) where the script is not: a SET IFEQ refused with OOM goes again
+/// as the script, in the same round, when the connection runs scripts.
 ///
 /// Loss: a renewal answered 0 means the lock is no longer ours. Renewals that fail
 /// (connection errors, error replies) are retried every lease/10 until C + lease; from then
@@ -98,6 +100,13 @@ inline void append_renewal(connection& c, const script& s, bool as_set_ifeq, con
                            std::size_t nkeys, const std::string_view* args, std::size_t nargs) {
   if (as_set_ifeq) c.append({"SET", keys[0], args[0], "IFEQ", args[0], "PX", args[1]});
   else s.append(c, keys, nkeys, args, nargs);
+}
+
+/// An error reply for a deny-oom command over maxmemory (noeviction). SET is one; the extend
+/// scripts (GET, PEXPIRE, no shebang flags) are not, so a SET IFEQ renewal refused so is sent
+/// again as its script where the connection runs scripts.
+inline bool is_oom(const redisReply& r) noexcept {
+  return r.type == REDIS_REPLY_ERROR && std::string_view(r.str, r.len).substr(0, 3) == "OOM";
 }
 
 /// A renewal's answer, script or SET IFEQ: 1 renewed (1, OK), 0 not ours (0; nil: SET IFEQ
@@ -468,19 +477,33 @@ class watchdog {
           read_deadline bounded(c, reply_deadline, retry);
           cut_short = bounded.shortened();
           const bool set_ifeq = c.features().set_ifeq;  // one round trip per connect, within the deadline
-          std::vector<std::size_t> refused = pipeline(c, batch, group, results, set_ifeq);
+          const bool scripting = c.features().scripting;
+          std::vector<std::size_t> noscript, oom;
+          pipeline(c, batch, group, results, set_ifeq, scripting, noscript, oom);
           ++pipelines;
-          if (refused.empty()) return;
+          // Again, within the same deadline and counted from the same send time: the scripts
+          // refused with NOSCRIPT (loaded first; refused again after a load: failed), and the
+          // SET IFEQs refused over maxmemory, as their scripts.
           std::vector<const script*> loaded;
-          for (std::size_t i : refused) {
-            const script* s = batch[i]->req.extend;
-            if (std::find(loaded.begin(), loaded.end(), s) != loaded.end()) continue;
-            s->load(c);
-            loaded.push_back(s);
+          for (int round = 0; round < 2 && !(noscript.empty() && oom.empty()); ++round) {
+            std::vector<std::size_t> which = std::move(oom);
+            oom.clear();
+            for (std::size_t i : noscript) {
+              const script* s = batch[i]->req.extend;
+              if (std::find(loaded.begin(), loaded.end(), s) != loaded.end()) {
+                results[i] = outcome::failed;
+                continue;
+              }
+              s->load(c);
+              loaded.push_back(s);
+              which.push_back(i);
+            }
+            noscript.clear();
+            if (which.empty()) break;
+            pipeline(c, batch, which, results, false, false, noscript, oom);
+            ++pipelines;
           }
-          refused = pipeline(c, batch, refused, results, set_ifeq);
-          ++pipelines;
-          for (std::size_t i : refused) results[i] = outcome::failed;
+          for (std::size_t i : noscript) results[i] = outcome::failed;
         });
         failed_at_.erase(server);
       } catch (...) {
@@ -503,25 +526,25 @@ class watchdog {
   }
 
   // One round trip: appends the renewals of `which` (EVALSHA, or SET IFEQ where the server
-  // has it), reads their replies. Returns the ones refused with NOSCRIPT (left pending).
-  static std::vector<std::size_t> pipeline(connection& c, const std::vector<entry_ptr>& batch,
-                                           const std::vector<std::size_t>& which, std::vector<outcome>& results,
-                                           bool set_ifeq) {
+  // has it), reads their replies. Adds to `noscript` the ones refused with NOSCRIPT and, when
+  // `oom_as_script`, to `oom` the SET IFEQs refused over maxmemory (both left pending).
+  static void pipeline(connection& c, const std::vector<entry_ptr>& batch, const std::vector<std::size_t>& which,
+                       std::vector<outcome>& results, bool set_ifeq, bool oom_as_script,
+                       std::vector<std::size_t>& noscript, std::vector<std::size_t>& oom) {
     for (std::size_t i : which) {
       const entry& e = *batch[i];
       detail::append_renewal(c, *e.req.extend, e.req.as_set_ifeq && set_ifeq, e.keys.data(), e.keys.size(),
                              e.args.data(), e.args.size());
     }
-    std::vector<std::size_t> refused;
     for (std::size_t i : which) {
       reply_ptr r = c.read_reply();
       const int renewed = detail::renewal_answer(*r);
-      if (script::is_noscript(*r)) refused.push_back(i);
+      if (script::is_noscript(*r)) noscript.push_back(i);
+      else if (oom_as_script && set_ifeq && batch[i]->req.as_set_ifeq && detail::is_oom(*r)) oom.push_back(i);
       else if (renewed == 1) results[i] = outcome::renewed;
       else if (renewed == 0) results[i] = outcome::not_ours;
       else results[i] = outcome::failed;
     }
-    return refused;
   }
 
   // Tells the observer (observe.hpp) of the renewals just sent (none: nothing to tell).

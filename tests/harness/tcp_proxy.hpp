@@ -105,6 +105,10 @@ class tcp_proxy {
   void set_cut_after_request(bool on) {
     command([&] { cut_after_request_ = on; });
   }
+  /// Like set_cut_after_request(true) for the next `n` requests only, then forwards again.
+  void cut_after_next_requests(unsigned long n) {
+    command([&] { cut_budget_ = n; });
+  }
   /// New connections are reset right after accept while true.
   void set_refusing(bool refusing) {
     command([&] { refusing_ = refusing; });
@@ -114,6 +118,7 @@ class tcp_proxy {
     command([&] {
       up_ = down_ = rules{};
       cut_after_request_ = refusing_ = false;
+      cut_budget_ = 0;
     });
   }
 
@@ -311,12 +316,14 @@ class tcp_proxy {
     for (;;) {
       rules up, down;
       bool cut_after_request;
+      unsigned long cut_budget;
       {
         std::lock_guard<std::mutex> g(m_);
         if (stop_) return;
         up = up_;
         down = down_;
         cut_after_request = cut_after_request_;
+        cut_budget = cut_budget_;
         if (changes_seen_ < changes_) {
           changes_seen_ = changes_;
           done_.notify_all();
@@ -383,7 +390,12 @@ class tcp_proxy {
                         step(p.server, p.client, sev, p.down, down, replies);
         if (!ok) {
           close_pair(p);
-        } else if (cut_after_request && requests > 0) {
+        } else if ((cut_after_request || cut_budget > 0) && requests > 0) {
+          if (!cut_after_request) {
+            --cut_budget;
+            std::lock_guard<std::mutex> g(m_);
+            if (cut_budget_ > 0) --cut_budget_;
+          }
           ++cut_requests_;
           cut_keeping_request(p);
         } else if ((p.up.source_closed && p.up.queue.empty()) || (p.down.source_closed && p.down.queue.empty())) {
@@ -411,7 +423,7 @@ class tcp_proxy {
   std::condition_variable done_;
   bool stop_ = false, refusing_ = false, cut_after_request_ = false;
   rules up_, down_;
-  unsigned long cuts_requested_ = 0, cuts_done_ = 0, changes_ = 0, changes_seen_ = 0;
+  unsigned long cuts_requested_ = 0, cuts_done_ = 0, changes_ = 0, changes_seen_ = 0, cut_budget_ = 0;
   unsigned long holds_requested_ = 0, holds_done_ = 0, releases_requested_ = 0, releases_done_ = 0;
 };
 

@@ -53,15 +53,21 @@ struct renewal_target {
 };
 
 /// Runs `t` once on `c` (SET IFEQ where it is equivalent and the server has it, else the
-/// script, loaded on NOSCRIPT). Returns 1 renewed, 0 not ours; throws on an error reply.
+/// script, loaded on NOSCRIPT; a SET IFEQ refused over maxmemory is sent again as the script,
+/// see watchdog.hpp). Returns 1 renewed, 0 not ours; throws on an error reply. The caller's
+/// lease count starts before this call, so it also covers a resent renewal.
 inline std::int64_t renew_once(connection& c, const renewal_target& t) {
-  const bool set_ifeq = t.as_set_ifeq && c.features().set_ifeq;
+  bool set_ifeq = t.as_set_ifeq && c.features().set_ifeq;
   const std::vector<std::string_view> keys(t.keys.begin(), t.keys.end()), args(t.args.begin(), t.args.end());
   auto send = [&] {
     append_renewal(c, *t.extend, set_ifeq, keys.data(), keys.size(), args.data(), args.size());
     return c.read_reply();
   };
   reply_ptr r = send();
+  if (set_ifeq && is_oom(*r) && c.features().scripting) {
+    set_ifeq = false;
+    r = send();
+  }
   if (script::is_noscript(*r)) {
     t.extend->load(c);
     r = send();

@@ -198,10 +198,15 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
           wait_plan{this->options_.retry_min, this->options_.retry_max, this->options_.recheck_interval, true}, attempt,
           handed_over, &channel_subscription_);
     } catch (...) {
-      if (queued) leave_after_failure();
+      if (self().waits_without_script()) self().leave_unscripted_wait(queued);
+      else if (queued) leave_after_failure();
       throw;
     }
     if (acquired || !queued) return acquired;
+    if (self().waits_without_script()) {
+      self().leave_unscripted_wait(queued);  // queued before the scripts were refused: "leave" is refused too
+      return false;
+    }
     // The last attempt: "leave" takes a free hold, keeps a hand-off that reached us meanwhile,
     // and otherwise leaves the queue.
     try {
@@ -215,6 +220,12 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     rotate_token();
     return false;
   }
+
+  // A kind whose waits can go on without scripts (the mutex's Lua-free path) says so here, and
+  // cleans up a wait that ends without the hold in leave_unscripted_wait() instead of the
+  // queue's "leave" (which needs a script). These defaults are for kinds that always script.
+  bool waits_without_script() const noexcept { return false; }
+  void leave_unscripted_wait(bool /*queued*/) noexcept {}
 
   // The current send time, kept as the start of a hand-off's lease when mode is "wait".
   steady::time_point attempt_sent(std::string_view mode) {
@@ -273,10 +284,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     // channel any more makes a release skip that place (it counts no listener on our channel)
     // instead of handing the hold to a token nobody will use.
     channel_subscription_.reset();
-    try {
-      rotate_token();
-    } catch (...) {
-    }
+    rotate_token_noexcept();
   }
 
   void rotate_token() {
@@ -284,6 +292,12 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     std::lock_guard<std::mutex> g(token_mutex_);
     token_.swap(fresh);
     fence_ = 0;
+  }
+  void rotate_token_noexcept() noexcept {
+    try {
+      rotate_token();
+    } catch (...) {
+    }
   }
 
   // A reply about `token` says the lease is gone: that is news only while it is still ours.
@@ -301,10 +315,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   }
 
   void drop_local_hold(release_status status) noexcept {
-    try {
-      rotate_token();  // a new token for the next acquisition
-    } catch (...) {
-    }
+    rotate_token_noexcept();  // a new token for the next acquisition
     holder_thread_.store(std::thread::id(), std::memory_order_relaxed);
     held_.store(false, std::memory_order_release);
     this->record(status);
