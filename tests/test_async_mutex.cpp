@@ -327,19 +327,23 @@ TEST_F(AsyncMutexTest, OneLoopThreadServesManyFairWaitersInOrder) {
   // An unrelated periodic timer on the same loop: its worst lateness.
   std::atomic<bool> stop{false};
   std::atomic<long long> worst_us{0};
+  std::promise<void> ticking_stopped;
   asio::steady_timer tick(runner->io);
   std::function<void(steady::time_point)> arm = [&](steady::time_point due) {
     tick.expires_at(due);
     tick.async_wait([&, due](std::error_code) {
       const long long late = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - due).count();
       if (late > worst_us.load()) worst_us.store(late);
-      if (!stop.load()) arm(steady::now() + milliseconds(1));
+      if (stop.load()) return ticking_stopped.set_value();
+      arm(steady::now() + milliseconds(1));
     });
   };
   asio::post(runner->io, [&] { arm(steady::now() + milliseconds(1)); });
   for (auto& b : blockers) b->unlock();
-  ASSERT_TRUE(eventually([&] { return finished.load() == kNames * kPerName; }, seconds(60)));
+  const bool all_served = eventually([&] { return finished.load() == kNames * kPerName; }, seconds(60));
   stop = true;
+  ticking_stopped.get_future().wait();  // the timer is not destroyed under its handler
+  ASSERT_TRUE(all_served);
   for (int n = 0; n < kNames; ++n) {
     std::vector<int> expected(kPerName);
     for (int i = 0; i < kPerName; ++i) expected[i] = i;
@@ -348,7 +352,6 @@ TEST_F(AsyncMutexTest, OneLoopThreadServesManyFairWaitersInOrder) {
   }
   std::printf("[ info ] %d waiters over %d names on one loop thread; worst lateness of a 1 ms timer: %lld us\n",
               kNames * kPerName, kNames, worst_us.load());
-  asio::post(runner->io, [&] { tick.cancel(); });
 }
 
 // Several threads run the io_context; acquisitions from all of them exclude each other.
@@ -377,6 +380,92 @@ TEST_F(AsyncMutexTest, AMultiThreadedLoopKeepsExclusion) {
     EXPECT_EQ(overlaps.load(), 0);
   }
   threaded.reset();
+}
+
+// The subscriber connection is killed while a waiter sleeps: the waiter subscribes again at
+// once and queues again, so the next release hands it the lock (no wait for recheck_interval).
+TEST_F(AsyncMutexTest, AWaiterWhoseSubscriptionWasKilledSubscribesAgain) {
+  mutex blocking(*pool, "kill");
+  lock_options o;
+  o.recheck_interval = seconds(30);
+  async_mutex m(*client, "kill", o);
+  blocking.lock();
+  auto waiting = m.async_lock(asio::use_future);
+  auto channels = [&] { return admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"})->elements; };
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1 && channels() == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return channels() == 1; }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  blocking.unlock();
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  async_hold h = waiting.get();
+  EXPECT_TRUE(h.owns_lock());
+  EXPECT_FALSE(unlock_now(h));
+}
+
+// Its own server with a password: AUTH goes first on both connections, and a contended wait
+// (the subscriber connection) keeps working past command_timeout.
+TEST(AsyncMutexAuth, AuthenticatesBothConnections) {
+  redislock_test::redis_server server({"--requirepass", "pw"});
+  connection_options o = server.options();
+  o.password = "pw";
+  o.command_timeout = milliseconds(200);
+  loop runner;
+  {
+    async_client c(runner.io.get_executor(), async_client_options{o});
+    async_mutex m(c, "auth");
+    async_hold h = m.async_lock(asio::use_future).get();
+    auto waiting = m.async_lock(asio::use_future);
+    std::this_thread::sleep_for(milliseconds(400));  // beyond command_timeout, subscribed
+    EXPECT_FALSE(unlock_now(h));
+    async_hold next = waiting.get();
+    EXPECT_TRUE(next.owns_lock());
+    EXPECT_EQ(c.stats().handed_over, 1u);
+    EXPECT_FALSE(unlock_now(next));
+    // A wrong password fails the acquisition, it does not hang.
+    connection_options bad = o;
+    bad.password = "wrong";
+    async_client wrong(runner.io.get_executor(), async_client_options{bad});
+    async_mutex w(wrong, "auth");
+    EXPECT_THROW(w.async_lock(asio::use_future).get(), std::system_error);
+  }
+}
+
+TEST(AsyncMutexDown, AnUnreachableServerFailsTheAcquisition) {
+  connection_options o;
+  o.port = redislock_test::free_port();  // nothing listens there
+  loop runner;
+  {
+    async_client c(runner.io.get_executor(), async_client_options{o});
+    async_mutex m(c, "down");
+    try {
+      m.async_lock(asio::use_future).get();
+      FAIL() << "acquired without a server";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), async_errc::connection_failed);
+    }
+  }
+}
+
+// The client goes away while an acquisition waits: it completes with connection_failed.
+TEST_F(AsyncMutexTest, DestroyingTheClientEndsItsWaits) {
+  mutex blocking(*pool, "gone");
+  blocking.lock();
+  std::future<async_hold> waiting;
+  {
+    async_client c(runner->io.get_executor(), async_client_options{server->options()});
+    async_mutex m(c, "gone");
+    waiting = m.async_lock(asio::use_future);
+    ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  }
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  try {
+    waiting.get();
+    FAIL() << "acquired after its client was destroyed";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), async_errc::connection_failed);
+  }
+  blocking.unlock();
 }
 
 }  // namespace

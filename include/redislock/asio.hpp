@@ -98,7 +98,7 @@ struct async_stats {
   std::uint64_t background_released = 0;       ///< destructor releases that found the hold ours
   std::uint64_t background_lease_expired = 0;  ///< ... that found the lease gone
   std::uint64_t background_failed = 0;         ///< ... that could not reach Redis
-  std::uint64_t passed_on = 0;  ///< hand-offs to an acquisition that had given up, released at once
+  std::uint64_t passed_on = 0;                 ///< hand-offs to an acquisition that had given up, released at once
 };
 
 namespace detail {
@@ -282,8 +282,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
         wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
 
   ~async_mutex_core() {
-    if (subscribed_ != sub_state::none)
-      asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
+    if (subscribed_ != sub_state::none) asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
   }
 
   const std::string& name() const noexcept { return name_; }
@@ -298,8 +297,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   // ---- on the strand ----
   std::string next_token() { return tokens_.next(); }
 
-  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args,
-           reply_callback cb) {
+  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args, reply_callback cb) {
     client_->run_script(s, std::move(keys), std::move(args), std::move(cb));
   }
 
@@ -312,10 +310,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
     subscribed_ = sub_state::pending;
     client_->subscribe(channel_, shared_from_this());
   }
-  void on_subscribed(bool ok) {
-    subscribed_ = ok ? sub_state::active : sub_state::none;
-    for (auto& w : std::exchange(subscribe_waiters_, {})) w(ok);
-  }
+  inline void on_subscribed(bool ok);
 
   inline void on_notice(std::string_view token);
 
@@ -422,12 +417,14 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     auto on_reply = [self = shared_from_this(), sent, with_get](redisReply* r) {
       auto& c = self->mutex->client();
       if (r == nullptr) return self->failed(async_errc::connection_failed, false);
-      if (r->type == REDIS_REPLY_ERROR && with_get && std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+      if (r->type == REDIS_REPLY_ERROR && with_get &&
+          std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
         c.set_get_supported = false;
         return self->first_attempt();
       }
       if (r->type == REDIS_REPLY_ERROR) return self->failed(async_errc::server_error, false);
-      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return self->on_attempt(std::nullopt, sent);
+      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS)
+        return self->on_attempt(std::nullopt, sent);
       if (!with_get || std::string_view(r->str, r->len) == self->token) return self->attempt("try");
       self->on_attempt(unknown_pttl, sent);
     };
@@ -443,25 +440,25 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     const bool wait = std::string_view(mode) == "wait", leave = std::string_view(mode) == "leave";
     phase = phase_t::attempting;
     if (wait) notified = false;
-    mutex->run(mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
-               {token, mutex->lease_ms(), mode, mutex->options().fair ? "1" : "0", mutex->wait_lease_ms(),
-                k.waiter_prefix},
-               [self = shared_from_this(), sent, wait, leave](redisReply* r) {
-                 if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
-                 if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-                     r->element[1]->type != REDIS_REPLY_INTEGER)
-                   return self->failed(async_errc::server_error, self->queued);
-                 if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
-                 if (wait) {
-                   self->queued = true;
-                   self->last_wait_sent = sent;  // a later hand-off set its lease after this
-                 }
-                 if (leave) {
-                   self->queued = false;
-                   return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
-                 }
-                 self->on_attempt(std::chrono::milliseconds(r->element[1]->integer), sent);
-               });
+    mutex->run(
+        mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
+        {token, mutex->lease_ms(), mode, mutex->options().fair ? "1" : "0", mutex->wait_lease_ms(), k.waiter_prefix},
+        [self = shared_from_this(), sent, wait, leave](redisReply* r) {
+          if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
+          if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+              r->element[1]->type != REDIS_REPLY_INTEGER)
+            return self->failed(async_errc::server_error, self->queued);
+          if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
+          if (wait) {
+            self->queued = true;
+            self->last_wait_sent = sent;  // a later hand-off set its lease after this
+          }
+          if (leave) {
+            self->queued = false;
+            return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
+          }
+          self->on_attempt(std::chrono::milliseconds(r->element[1]->integer), sent);
+        });
   }
 
   void on_attempt(attempt_result pttl, steady::time_point sent) {
@@ -489,16 +486,23 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     phase = phase_t::sleeping;
     timer.expires_at(wake_limit(pttl, deadline_, mutex->options().recheck_interval));
     timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
-      if (gen != self->timer_generation || self->phase != phase_t::sleeping) return;
-      if (passed(self->deadline_)) return self->give_up();
-      // Subscribed again first when the subscriber connection was lost meanwhile.
-      self->phase = phase_t::subscribing;
-      self->mutex->when_subscribed([self](bool ok) {
-        if (self->phase == phase_t::done) return;
-        if (self->cancelled) return self->give_up();
-        if (!ok) return self->failed(async_errc::connection_failed, true);
-        self->attempt("wait");
-      });
+      if (gen == self->timer_generation) self->wake();
+    });
+  }
+
+  // The sleep ended (its time, or the subscriber connection was lost: no notice can reach us).
+  void wake() {
+    if (phase != phase_t::sleeping) return;
+    ++timer_generation;
+    timer.cancel();
+    if (passed(deadline_)) return give_up();
+    // Subscribed again first when the subscriber connection was lost meanwhile.
+    phase = phase_t::subscribing;
+    mutex->when_subscribed([self = shared_from_this()](bool ok) {
+      if (self->phase == phase_t::done) return;
+      if (self->cancelled) return self->give_up();
+      if (!ok) return self->failed(async_errc::connection_failed, true);
+      self->attempt("wait");
     });
   }
 
@@ -509,20 +513,21 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     finish(cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
   }
 
-  // An error: a queued waiter still leaves the queue (best effort), passing on a hand-off.
+  // An error. The attempt may have run with its reply lost (the lock may be ours, or we may be
+  // queued): best effort, on a fresh connection, a queued waiter leaves the queue and whatever
+  // our token holds is released (owner-checked: a no-op when it holds nothing).
   void failed(async_errc e, bool leave_queue) {
     if (phase == phase_t::done) return;
+    auto m = mutex;
+    std::string t = token;
+    auto release = [m, t] { m->send_release(t, [](int) {}); };
     if (leave_queue) {
       const auto& k = mutex->keys();
-      auto m = mutex;
-      std::string t = token;
       mutex->run(mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
                  {t, m->lease_ms(), "leave", m->options().fair ? "1" : "0", m->wait_lease_ms(), k.waiter_prefix},
-                 [m, t](redisReply* r) {
-                   if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
-                       r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1)
-                     m->send_release(t, [](int) {});
-                 });
+                 [release](redisReply*) { release(); });
+    } else {
+      release();
     }
     finish(e);
   }
@@ -568,6 +573,19 @@ std::shared_ptr<async_acquire_op> async_mutex_core::acquire(deadline d, acquire_
   auto op = std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
   asio::post(strand(), [op] { op->start(); });
   return op;
+}
+
+void async_mutex_core::on_subscribed(bool ok) {
+  const bool lost = !ok && subscribed_ == sub_state::active;
+  subscribed_ = ok ? sub_state::active : sub_state::none;
+  for (auto& w : std::exchange(subscribe_waiters_, {})) w(ok);
+  if (!lost) return;
+  // The subscriber connection ended: a release now passes over our sleeping waiters (nobody
+  // listens on our channel) and drops their places. Wake them to subscribe again and re-queue.
+  std::vector<std::shared_ptr<async_acquire_op>> sleeping;
+  for (auto& [token, w] : waiting_)
+    if (auto op = w.lock()) sleeping.push_back(std::move(op));
+  for (auto& op : sleeping) op->wake();
 }
 
 void async_mutex_core::on_notice(std::string_view token) {
@@ -696,9 +714,8 @@ class async_hold {
   template <class Token>
   auto async_unlock(Token&& token) {
     return on_strand<void(std::error_code, release_status)>(
-        std::forward<Token>(token), release_status::not_held, [](const state_ptr& s, auto done) {
-          s->mutex->release(s, std::move(done));
-        }, true);
+        std::forward<Token>(token), release_status::not_held,
+        [](const state_ptr& s, auto done) { s->mutex->release(s, std::move(done)); }, true);
   }
 
   /// Resets the lease to options().lease (or `lease`) from now, if still ours: void(error_code, bool).
@@ -710,37 +727,38 @@ class async_hold {
   template <class Token>
   auto async_extend(std::chrono::milliseconds lease, Token&& token) {
     if (lease.count() != 0) detail::checked_lease(lease, "async_extend", state_ ? &state_->mutex->options() : nullptr);
-    return on_strand<void(std::error_code, bool)>(std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
-      auto& m = *s->mutex;
-      const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
-      m.run(detail::mutex_scripts::extend(), {m.keys().lock}, {s->token, ms}, [s, done](redisReply* r) {
-        if (r == nullptr) return done(async_errc::connection_failed, false);
-        if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
-        if (r->integer != 1) s->lost.store(true);
-        done({}, r->integer == 1);
-      });
-    });
+    return on_strand<void(std::error_code, bool)>(
+        std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
+          auto& m = *s->mutex;
+          const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
+          m.run(detail::mutex_scripts::extend(), {m.keys().lock}, {s->token, ms}, [s, done](redisReply* r) {
+            if (r == nullptr) return done(async_errc::connection_failed, false);
+            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
+            if (r->integer != 1) s->lost.store(true);
+            done({}, r->integer == 1);
+          });
+        });
   }
 
   /// The fencing token of this hold (detail/fence_scripts.hpp): void(error_code, uint64_t).
   /// Drawn on the first call, then cached. async_errc::lease_lost when the lease has run out.
   template <class Token>
   auto async_fencing_token(Token&& token) {
-    return on_strand<void(std::error_code, std::uint64_t)>(std::forward<Token>(token), std::uint64_t{0},
-                                                           [](const state_ptr& s, auto done) {
-      if (s->fence != 0) return done({}, s->fence);
-      auto& m = *s->mutex;
-      m.run(detail::mutex_scripts::fence(), {m.keys().lock, m.keys().fence}, {s->token}, [s, done](redisReply* r) {
-        if (r == nullptr) return done(async_errc::connection_failed, 0);
-        if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
-        if (r->integer <= 0) {
-          s->lost.store(true);
-          return done(async_errc::lease_lost, 0);
-        }
-        if (s->fence == 0) s->fence = static_cast<std::uint64_t>(r->integer);
-        done({}, s->fence);
-      });
-    });
+    return on_strand<void(std::error_code, std::uint64_t)>(
+        std::forward<Token>(token), std::uint64_t{0}, [](const state_ptr& s, auto done) {
+          if (s->fence != 0) return done({}, s->fence);
+          auto& m = *s->mutex;
+          m.run(detail::mutex_scripts::fence(), {m.keys().lock, m.keys().fence}, {s->token}, [s, done](redisReply* r) {
+            if (r == nullptr) return done(async_errc::connection_failed, 0);
+            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
+            if (r->integer <= 0) {
+              s->lost.store(true);
+              return done(async_errc::lease_lost, 0);
+            }
+            if (s->fence == 0) s->fence = static_cast<std::uint64_t>(r->integer);
+            done({}, s->fence);
+          });
+        });
   }
 
   /// What the server says is left of the lease: void(error_code, milliseconds); zero when not ours.
@@ -876,17 +894,18 @@ class async_mutex {
     return asio::async_initiate<Token, void(std::error_code, async_hold)>(
         [core = core_, d](auto handler) {
           auto slot = asio::get_associated_cancellation_slot(handler);
-          auto done = detail::make_completion<std::error_code, async_hold>(std::move(handler),
-                                                                           core->client().executor());
+          auto done =
+              detail::make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
           auto op = core->acquire(d, [done](std::error_code e, detail::async_mutex_core::hold_ptr h) {
             done(e, async_hold(std::move(h)));
           });
           if (slot.is_connected()) {
-            slot.assign([w = std::weak_ptr<detail::async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
-              asio::post(strand, [w] {
-                if (auto op = w.lock()) op->cancel();
-              });
-            });
+            slot.assign(
+                [w = std::weak_ptr<detail::async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
+                  asio::post(strand, [w] {
+                    if (auto op = w.lock()) op->cancel();
+                  });
+                });
           }
         },
         token);

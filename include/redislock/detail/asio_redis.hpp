@@ -9,9 +9,9 @@
 ///
 /// A command connection reconnects on the next command after a failure; commands pending on a
 /// failed connection complete with an error (hiredis calls their callbacks with no reply). A
-/// command whose reply takes longer than command_timeout breaks the connection (all pending
-/// commands fail). A subscriber connection forwards every message to on_message and tells
-/// on_broken when it ends; it reconnects on the next subscribe().
+/// command whose reply (or SUBSCRIBE whose confirmation) takes longer than command_timeout
+/// breaks the connection (all pending commands fail). A subscriber connection forwards every message to on_message and
+/// tells on_broken when it ends; it reconnects on the next subscribe().
 ///
 /// Lifetime: whoever owns it calls close() on the strand before letting go (a pending socket
 /// wait holds a reference, so an open connection is not destroyed by itself).
@@ -91,7 +91,9 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   bool pubsub(std::string_view verb, std::string_view channel) {
     if (verb == "SUBSCRIBE" && !ensure_open()) return false;
     if (ac_ == nullptr) return false;
-    return send({verb, channel}, &async_redis::on_pubsub, this);
+    if (!send({verb, channel}, &async_redis::on_pubsub, this)) return false;
+    expect_reply();  // its confirmation; messages are not replies
+    return true;
   }
 
   bool connected() const noexcept { return ac_ != nullptr; }
@@ -182,7 +184,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   static void on_reply(redisAsyncContext* ac, void* reply, void* priv) {
     std::unique_ptr<reply_callback> cb(static_cast<reply_callback*>(priv));
     auto* self = static_cast<async_redis*>(ac->data);
-    if (!self->subscriber_ && !self->sent_at_.empty()) self->sent_at_.pop_front();
+    if (!self->sent_at_.empty()) self->sent_at_.pop_front();
     (*cb)(static_cast<redisReply*>(reply));
   }
 
@@ -194,9 +196,11 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     const redisReply* channel = r->element[1];
     const redisReply* payload = r->element[2];
     if (type->type != REDIS_REPLY_STRING || channel->type != REDIS_REPLY_STRING || !self->on_message_) return;
+    const std::string_view kind(type->str, type->len);
+    if ((kind == "subscribe" || kind == "unsubscribe") && !self->sent_at_.empty()) self->sent_at_.pop_front();
     const std::string_view body =
         payload->type == REDIS_REPLY_STRING ? std::string_view(payload->str, payload->len) : std::string_view();
-    self->on_message_(std::string_view(type->str, type->len), std::string_view(channel->str, channel->len), body);
+    self->on_message_(kind, std::string_view(channel->str, channel->len), body);
   }
 
   // Command timeout: the oldest reply still due breaks the connection once it is overdue.
@@ -209,7 +213,8 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     reply_timer_.expires_at(sent_at_.front() + options_.command_timeout);
     reply_timer_.async_wait([self = shared_from_this(), gen = generation_](const asio::error_code& e) {
       if (e || gen != self->generation_ || self->ac_ == nullptr) return;
-      if (!self->sent_at_.empty() && std::chrono::steady_clock::now() >= self->sent_at_.front() + self->options_.command_timeout)
+      if (!self->sent_at_.empty() &&
+          std::chrono::steady_clock::now() >= self->sent_at_.front() + self->options_.command_timeout)
         self->close();
       else self->arm_reply_timer();
     });
@@ -247,7 +252,8 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     }
     connect_timer_.cancel();
     reply_timer_.cancel();
-    if (on_broken_) asio::post(strand_, [self = weak_from_this()] {
+    if (on_broken_)
+      asio::post(strand_, [self = weak_from_this()] {
         if (auto s = self.lock(); s && s->on_broken_) s->on_broken_();
       });
   }
