@@ -73,6 +73,17 @@ struct AsyncMutexTest : redislock_test::server_test {
   std::unique_ptr<async_client> client;
 };
 
+// Runs `start(callback)` and waits for its outcome. Errors are checked as error codes, not as
+// exceptions through a future: libstdc++'s exception_ptr is not instrumented, so TSan reports
+// its release on the completing thread as a race.
+template <class T, class Start>
+std::pair<std::error_code, T> outcome(Start start) {
+  auto p = std::make_shared<std::promise<std::pair<std::error_code, T>>>();
+  auto f = p->get_future();
+  start([p](std::error_code e, T value) { p->set_value({e, std::move(value)}); });
+  return f.get();
+}
+
 std::error_code unlock_now(async_hold& h, release_status* status = nullptr) {
   std::promise<std::pair<std::error_code, release_status>> p;
   h.async_unlock([&](std::error_code e, release_status s) { p.set_value({e, s}); });
@@ -250,7 +261,7 @@ TEST_F(AsyncMutexTest, FencingTokensExtendAndRemainingLease) {
   admin->command({"DEL", m.key()});
   EXPECT_FALSE(g.async_extend(asio::use_future).get());
   EXPECT_TRUE(g.lost());
-  EXPECT_THROW(g.async_fencing_token(asio::use_future).get(), std::system_error);
+  EXPECT_EQ(outcome<std::uint64_t>([&](auto cb) { g.async_fencing_token(cb); }).first, async_errc::lease_lost);
 }
 
 #if ASIO_VERSION >= 102200
@@ -427,7 +438,7 @@ TEST(AsyncMutexAuth, AuthenticatesBothConnections) {
     bad.password = "wrong";
     async_client wrong(runner.io.get_executor(), async_client_options{bad});
     async_mutex w(wrong, "auth");
-    EXPECT_THROW(w.async_lock(asio::use_future).get(), std::system_error);
+    EXPECT_EQ(outcome<async_hold>([&](auto cb) { w.async_lock(cb); }).first, async_errc::connection_failed);
   }
 }
 
@@ -438,12 +449,9 @@ TEST(AsyncMutexDown, AnUnreachableServerFailsTheAcquisition) {
   {
     async_client c(runner.io.get_executor(), async_client_options{o});
     async_mutex m(c, "down");
-    try {
-      m.async_lock(asio::use_future).get();
-      FAIL() << "acquired without a server";
-    } catch (const std::system_error& e) {
-      EXPECT_EQ(e.code(), async_errc::connection_failed);
-    }
+    auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_lock(cb); });
+    EXPECT_EQ(e, async_errc::connection_failed);
+    EXPECT_FALSE(h.owns_lock());
   }
 }
 
@@ -451,20 +459,16 @@ TEST(AsyncMutexDown, AnUnreachableServerFailsTheAcquisition) {
 TEST_F(AsyncMutexTest, DestroyingTheClientEndsItsWaits) {
   mutex blocking(*pool, "gone");
   blocking.lock();
-  std::future<async_hold> waiting;
+  std::promise<std::error_code> waited;
   {
     async_client c(runner->io.get_executor(), async_client_options{server->options()});
     async_mutex m(c, "gone");
-    waiting = m.async_lock(asio::use_future);
+    m.async_lock([&](std::error_code e, async_hold) { waited.set_value(e); });
     ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
   }
+  auto waiting = waited.get_future();
   ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
-  try {
-    waiting.get();
-    FAIL() << "acquired after its client was destroyed";
-  } catch (const std::system_error& e) {
-    EXPECT_EQ(e.code(), async_errc::connection_failed);
-  }
+  EXPECT_EQ(waiting.get(), async_errc::connection_failed);
   blocking.unlock();
 }
 
