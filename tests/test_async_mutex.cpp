@@ -30,6 +30,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -412,6 +413,35 @@ TEST_F(AsyncMutexTest, AWaiterWhoseSubscriptionWasKilledSubscribesAgain) {
   async_hold h = waiting.get();
   EXPECT_TRUE(h.owns_lock());
   EXPECT_FALSE(unlock_now(h));
+}
+
+// The loop stops while a hold and a waiter are alive; they and the client are destroyed while
+// it is stopped, then the io_context without running again: nothing crashes or leaks (the
+// sanitizer builds check), the posted release never runs and the lease ends on the server.
+TEST_F(AsyncMutexTest, TheLoopStopsWithAHoldAndAWaiterAlive) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  auto io = std::make_unique<asio::io_context>();
+  std::string key;
+  {
+    async_client c(io->get_executor(), async_client_options{server->options()});
+    async_mutex m(c, "stopped", o);
+    key = m.key();
+    std::optional<async_hold> hold;
+    m.async_lock([&](std::error_code e, async_hold h) {
+      EXPECT_FALSE(e);
+      hold.emplace(std::move(h));
+    });
+    m.async_lock([](std::error_code, async_hold) {});  // a waiter, never served
+    ASSERT_TRUE(eventually([&] {
+      io->run_for(milliseconds(5));
+      return hold.has_value() && queued(key) == 1;
+    }));
+    io->stop();
+  }
+  io.reset();
+  EXPECT_TRUE(eventually([&] { return !exists(key); }));  // its lease ran out, no longer renewed
 }
 
 // Its own server with a password: AUTH goes first on both connections, and a contended wait

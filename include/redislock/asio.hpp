@@ -188,9 +188,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   }
 
   /// The mutex of `channel` is gone: stop listening (a release then skips its stale places).
+  /// Only a channel subscribed on the current connection (a lost connection forgot them all).
   void forget(const std::string& channel) {
-    channels_.erase(channel);
-    subscriber_->pubsub("UNSUBSCRIBE", channel);
+    if (channels_.erase(channel) != 0) subscriber_->pubsub("UNSUBSCRIBE", channel);
   }
 
   /// For good: later operations fail with connection_failed.
@@ -291,8 +291,10 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   async_client_core& client() noexcept { return *client_; }
   const async_strand& strand() const noexcept { return client_->strand(); }
 
-  /// Starts an acquisition (from any thread); done gets the hold, or nullptr when the deadline passed.
-  inline std::shared_ptr<async_acquire_op> acquire(deadline d, acquire_done done);
+  /// An acquisition (from any thread), started by start_acquisition(); done gets the hold, or
+  /// nullptr when the deadline passed.
+  inline std::shared_ptr<async_acquire_op> acquisition(deadline d, acquire_done done);
+  inline void start_acquisition(const std::shared_ptr<async_acquire_op>& op);
 
   // ---- on the strand ----
   std::string next_token() { return tokens_.next(); }
@@ -319,11 +321,12 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   void hold_started(const std::string& token) { held_.insert(token); }
   void hold_ended(const std::string& token) { held_.erase(token); }
 
-  /// The owner-checked release script for `token`; done(1 released, 0 not ours, -1 failed).
+  /// The owner-checked release script for `token`; done(1 released, 0 not ours, -1 no reply,
+  /// -2 an error reply).
   void send_release(const std::string& token, std::function<void(int)> done) {
     run(mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
         [done = std::move(done)](redisReply* r) {
-          done(r == nullptr || r->type != REDIS_REPLY_INTEGER ? -1 : static_cast<int>(r->integer));
+          done(r == nullptr ? -1 : r->type != REDIS_REPLY_INTEGER ? -2 : static_cast<int>(r->integer));
         });
   }
 
@@ -569,10 +572,12 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   steady::time_point last_wait_sent{};
 };
 
-std::shared_ptr<async_acquire_op> async_mutex_core::acquire(deadline d, acquire_done done) {
-  auto op = std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
+std::shared_ptr<async_acquire_op> async_mutex_core::acquisition(deadline d, acquire_done done) {
+  return std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
+}
+
+void async_mutex_core::start_acquisition(const std::shared_ptr<async_acquire_op>& op) {
   asio::post(strand(), [op] { op->start(); });
-  return op;
 }
 
 void async_mutex_core::on_subscribed(bool ok) {
@@ -607,7 +612,8 @@ void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_
   hold_ended(h->token);
   h->valid_until.store(async_hold_state::never);  // lost() keeps what it found (sticky)
   send_release(h->token, [h, done = std::move(done)](int ours) {
-    if (ours < 0) return done(async_errc::connection_failed, release_status::failed);
+    if (ours < 0)
+      return done(ours == -1 ? async_errc::connection_failed : async_errc::server_error, release_status::failed);
     if (ours == 0) h->lost.store(true);
     done({}, ours == 1 && !h->lost.load() ? release_status::released : release_status::lease_expired);
   });
@@ -896,9 +902,10 @@ class async_mutex {
           auto slot = asio::get_associated_cancellation_slot(handler);
           auto done =
               detail::make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
-          auto op = core->acquire(d, [done](std::error_code e, detail::async_mutex_core::hold_ptr h) {
+          auto op = core->acquisition(d, [done](std::error_code e, detail::async_mutex_core::hold_ptr h) {
             done(e, async_hold(std::move(h)));
           });
+          // Before the start: the completion clears the slot, which must not be assigned after.
           if (slot.is_connected()) {
             slot.assign(
                 [w = std::weak_ptr<detail::async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
@@ -907,6 +914,7 @@ class async_mutex {
                   });
                 });
           }
+          core->start_acquisition(op);
         },
         token);
   }

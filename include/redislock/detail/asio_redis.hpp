@@ -92,7 +92,9 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     if (verb == "SUBSCRIBE" && !ensure_open()) return false;
     if (ac_ == nullptr) return false;
     if (!send({verb, channel}, &async_redis::on_pubsub, this)) return false;
-    expect_reply();  // its confirmation; messages are not replies
+    // A SUBSCRIBE's confirmation is due within command_timeout (messages are not replies). An
+    // UNSUBSCRIBE's is not awaited: hiredis passes it on only for a channel it knows.
+    if (verb == "SUBSCRIBE") expect_reply();
     return true;
   }
 
@@ -197,7 +199,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     const redisReply* payload = r->element[2];
     if (type->type != REDIS_REPLY_STRING || channel->type != REDIS_REPLY_STRING || !self->on_message_) return;
     const std::string_view kind(type->str, type->len);
-    if ((kind == "subscribe" || kind == "unsubscribe") && !self->sent_at_.empty()) self->sent_at_.pop_front();
+    if (kind == "subscribe" && !self->sent_at_.empty()) self->sent_at_.pop_front();
     const std::string_view body =
         payload->type == REDIS_REPLY_STRING ? std::string_view(payload->str, payload->len) : std::string_view();
     self->on_message_(kind, std::string_view(channel->str, channel->len), body);
