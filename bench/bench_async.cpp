@@ -190,8 +190,14 @@ BENCHMARK(BM_async_one_loop_thread)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_blocking_threads)->ArgName("n")->Arg(8)->Arg(64)->Arg(1024)->Iterations(1)->UseManualTime()->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_blocking_threads)
+    ->ArgName("n")
+    ->Arg(8)
+    ->Arg(64)
+    ->Arg(1024)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -202,6 +202,39 @@ TEST_F(AsyncMutexTest, CancelledWaitersLeaveTheQueueAndNeverAcquire) {
   EXPECT_TRUE(eventually([&] { return !exists(m.key()); }));  // a grant that raced is released
 }
 
+// The grant races the cancellation, deterministically: on the (blocked) loop thread the waiter
+// is cancelled first, then the holder's release hands it the lock (run by the admin
+// connection); the waiter's "leave" finds the lock its own and releases it.
+TEST_F(AsyncMutexTest, ACancellationThatRacedWithAGrantReleasesIt) {
+  async_mutex m(*client, "race");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  asio::cancellation_signal signal;
+  std::promise<std::pair<std::error_code, bool>> result;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    result.set_value({e, h.owns_lock()});
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::promise<void> handed;
+  asio::post(runner->io, [&] {
+    signal.emit(asio::cancellation_type::terminal);  // runs on the client's strand after this task
+    const auto& release = detail::mutex_scripts::release();
+    admin->command({"EVAL", release.source(), "4", m.key(), m.key() + ":fence", m.key() + ":queue",
+                    m.key() + ":waiters", holder.token(), m.key() + ":w:"});
+    handed.set_value();
+  });
+  handed.get_future().wait();
+  EXPECT_NE(get(m.key()), holder.token());  // handed to the waiter
+  auto [e, held] = result.get_future().get();
+  EXPECT_EQ(e, asio::error::operation_aborted);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(client->stats().released_after_cancel, 1u);
+  EXPECT_FALSE(exists(m.key()));
+  EXPECT_EQ(queued(m.key()), 0);
+  release_status s{};
+  EXPECT_FALSE(unlock_now(holder, &s));
+  EXPECT_EQ(s, release_status::lease_expired);  // the holder's release above was not its own
+}
+
 TEST_F(AsyncMutexTest, ATimerCancelsOneWaitAmongOthers) {
   async_mutex m(*client, "tc");
   async_hold holder = m.async_lock(asio::use_future).get();

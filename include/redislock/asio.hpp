@@ -99,6 +99,7 @@ struct async_stats {
   std::uint64_t background_lease_expired = 0;  ///< ... that found the lease gone
   std::uint64_t background_failed = 0;         ///< ... that could not reach Redis
   std::uint64_t passed_on = 0;                 ///< hand-offs to an acquisition that had given up, released at once
+  std::uint64_t released_after_cancel = 0;     ///< grants that reached a cancelled acquisition, released at once
 };
 
 namespace detail {
@@ -215,11 +216,12 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     s.background_lease_expired = background_lease_expired_.load(std::memory_order_relaxed);
     s.background_failed = background_failed_.load(std::memory_order_relaxed);
     s.passed_on = passed_on_.load(std::memory_order_relaxed);
+    s.released_after_cancel = released_after_cancel_.load(std::memory_order_relaxed);
     return s;
   }
 
   std::atomic<std::uint64_t> acquired_{0}, handed_over_{0}, background_released_{0}, background_lease_expired_{0},
-      background_failed_{0}, passed_on_{0};
+      background_failed_{0}, passed_on_{0}, released_after_cancel_{0};
   bool set_get_supported = true;  // false once the server refused SET NX GET (Redis < 7); strand only
 
  private:
@@ -469,6 +471,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     if (!pttl) {
       if (!cancelled) return acquired(sent);
       // Cancelled while the grant was on its way: release what we got.
+      mutex->client().count(mutex->client().released_after_cancel_);
       return pass_on(asio::error::operation_aborted);
     }
     if (cancelled || passed(deadline_)) return give_up();
