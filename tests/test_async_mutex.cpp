@@ -68,6 +68,12 @@ struct AsyncMutexTest : redislock_test::server_test {
     runner.reset();  // runs until the client's connections are closed
   }
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":queue"})->integer; }
+  // The mutex's release script for `token`, run by the admin connection (a release by another
+  // process: it hands the lock to the head of the queue).
+  void release_as(const async_mutex& m, const std::string& token) {
+    admin->command({"EVAL", detail::mutex_scripts::release().source(), "4", m.key(), m.key() + ":fence",
+                    m.key() + ":queue", m.key() + ":waiters", token, m.key() + ":w:"});
+  }
   bool exists(const std::string& key) { return admin->command({"EXISTS", key})->integer == 1; }
 
   std::unique_ptr<loop> runner;
@@ -217,9 +223,7 @@ TEST_F(AsyncMutexTest, ACancellationThatRacedWithAGrantReleasesIt) {
   std::promise<void> handed;
   asio::post(runner->io, [&] {
     signal.emit(asio::cancellation_type::terminal);  // runs on the client's strand after this task
-    const auto& release = detail::mutex_scripts::release();
-    admin->command({"EVAL", release.source(), "4", m.key(), m.key() + ":fence", m.key() + ":queue",
-                    m.key() + ":waiters", holder.token(), m.key() + ":w:"});
+    release_as(m, holder.token());
     handed.set_value();
   });
   handed.get_future().wait();
@@ -233,6 +237,53 @@ TEST_F(AsyncMutexTest, ACancellationThatRacedWithAGrantReleasesIt) {
   release_status s{};
   EXPECT_FALSE(unlock_now(holder, &s));
   EXPECT_EQ(s, release_status::lease_expired);  // the holder's release above was not its own
+}
+
+// A grant races the deadline: the waiter's deadline passes while the loop is blocked, and the
+// holder's release hands it the lock meanwhile. Whichever the waiter sees first (its timer, then
+// "leave" finds the lock its own; or the notice), the acquisition succeeds with the hold.
+TEST_F(AsyncMutexTest, AGrantThatRacedWithTheDeadlineIsKept) {
+  async_mutex m(*client, "deadline-race");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  auto waiting = m.async_try_lock_for(milliseconds(100), asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::promise<void> handed;
+  asio::post(runner->io, [&] {
+    std::this_thread::sleep_for(milliseconds(150));  // past the waiter's deadline
+    release_as(m, holder.token());
+    handed.set_value();
+  });
+  handed.get_future().wait();
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  EXPECT_FALSE(unlock_now(h));
+  EXPECT_EQ(queued(m.key()), 0);
+}
+
+// A hold moves between threads while its renewals are in flight: renewal belongs to the
+// acquisition, so it goes on, and the hold is released once, by its last owner.
+TEST_F(AsyncMutexTest, AHoldMovedWhileItsRenewalIsInFlightKeepsItsLease) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  async_mutex m(*client, "moving", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  const auto until = steady::now() + milliseconds(500);
+  while (steady::now() < until) {
+    std::thread([&] {
+      async_hold mine = std::move(h);
+      EXPECT_TRUE(mine.owns_lock());
+      std::this_thread::sleep_for(milliseconds(10));
+      h = std::move(mine);
+    }).join();
+  }
+  EXPECT_FALSE(h.lost());
+  EXPECT_EQ(get(m.key()), h.token());
+  release_status s{};
+  EXPECT_FALSE(unlock_now(h, &s));
+  EXPECT_EQ(s, release_status::released);
+  EXPECT_EQ(client->stats().background_released + client->stats().background_failed, 0u);
 }
 
 TEST_F(AsyncMutexTest, ATimerCancelsOneWaitAmongOthers) {
