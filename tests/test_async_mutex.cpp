@@ -3,6 +3,7 @@
 // under contention; renewal and loss; many waiters on one loop thread; a multi-threaded loop.
 #include "eventually.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/asio.hpp>
 #include <redislock/redislock.hpp>
@@ -526,6 +527,23 @@ TEST_F(AsyncMutexTest, TheLoopStopsWithAHoldAndAWaiterAlive) {
   }
   io.reset();
   EXPECT_TRUE(eventually([&] { return !exists(key); }));  // its lease ran out, no longer renewed
+}
+
+// The acquiring SET runs on the server but its reply is lost with the connection: the
+// acquisition fails with connection_failed and, on a fresh connection, releases the lock its
+// lost reply took (owner-checked), rather than leaving it blocked for the whole lease.
+TEST_F(AsyncMutexTest, AnAcquisitionWhoseReplyWasLostReleasesWhatItTook) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options o = server->options();
+  o.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{o});
+  async_mutex m(c, "lost-reply");
+  proxy.set_cut_after_request(true);  // every command runs, every reply is lost
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_lock(cb); });
+  EXPECT_EQ(e, async_errc::connection_failed);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_TRUE(eventually([&] { return !exists(m.key()); }, seconds(2)));
+  proxy.heal();
 }
 
 // Its own server with a password: AUTH goes first on both connections, and a contended wait

@@ -158,14 +158,15 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   const asio::any_io_executor& executor() const noexcept { return executor_; }
   async_redis& commands() noexcept { return *commands_; }
 
-  /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). On the strand.
+  /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). `by_source`:
+  /// EVAL at once (a best-effort command whose reply may be lost, NOSCRIPT included). On the strand.
   void run_script(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args,
-                  reply_callback cb) {
+                  reply_callback cb, bool by_source = false) {
     std::vector<std::string_view> argv;
     const std::string nkeys = std::to_string(keys.size());
     argv.reserve(3 + keys.size() + args.size());
-    argv.push_back("EVALSHA");
-    argv.push_back(s.sha1());
+    argv.push_back(by_source ? "EVAL" : "EVALSHA");
+    argv.push_back(by_source ? std::string_view(s.source()) : std::string_view(s.sha1()));
     argv.push_back(nkeys);
     argv.insert(argv.end(), keys.begin(), keys.end());
     argv.insert(argv.end(), args.begin(), args.end());
@@ -301,8 +302,9 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   // ---- on the strand ----
   std::string next_token() { return tokens_.next(); }
 
-  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args, reply_callback cb) {
-    client_->run_script(s, std::move(keys), std::move(args), std::move(cb));
+  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args, reply_callback cb,
+           bool by_source = false) {
+    client_->run_script(s, std::move(keys), std::move(args), std::move(cb), by_source);
   }
 
   /// Calls ready(true) once our channel is subscribed (at once when it is), ready(false) when
@@ -324,12 +326,14 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   void hold_ended(const std::string& token) { held_.erase(token); }
 
   /// The owner-checked release script for `token`; done(1 released, 0 not ours, -1 no reply,
-  /// -2 an error reply).
-  void send_release(const std::string& token, std::function<void(int)> done) {
-    run(mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
+  /// -2 an error reply). by_source: see async_client_core::run_script.
+  void send_release(const std::string& token, std::function<void(int)> done, bool by_source = false) {
+    run(
+        mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
         [done = std::move(done)](redisReply* r) {
           done(r == nullptr ? -1 : r->type != REDIS_REPLY_INTEGER ? -2 : static_cast<int>(r->integer));
-        });
+        },
+        by_source);
   }
 
   inline void release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done);
@@ -521,20 +525,25 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
 
   // An error. The attempt may have run with its reply lost (the lock may be ours, or we may be
   // queued): best effort, on a fresh connection, a queued waiter leaves the queue and whatever
-  // our token holds is released (owner-checked: a no-op when it holds nothing).
+  // our token holds is released (owner-checked: a no-op when it holds nothing). Posted: when
+  // the connection just failed, hiredis is still freeing it (the next command reconnects only
+  // once it is gone).
   void failed(async_errc e, bool leave_queue) {
     if (phase == phase_t::done) return;
-    auto m = mutex;
-    std::string t = token;
-    auto release = [m, t] { m->send_release(t, [](int) {}); };
-    if (leave_queue) {
-      const auto& k = mutex->keys();
-      mutex->run(mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
-                 {t, m->lease_ms(), "leave", m->options().fair ? "1" : "0", m->wait_lease_ms(), k.waiter_prefix},
-                 [release](redisReply*) { release(); });
-    } else {
-      release();
-    }
+    asio::post(mutex->strand(), [m = mutex, t = token, leave_queue] {
+      // By source: a server that never ran the script would answer NOSCRIPT, and that reply
+      // may be lost too.
+      auto release = [m, t] {
+        m->send_release(
+            t, [](int) {}, true);
+      };
+      if (!leave_queue) return release();
+      const auto& k = m->keys();
+      m->run(
+          mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
+          {t, m->lease_ms(), "leave", m->options().fair ? "1" : "0", m->wait_lease_ms(), k.waiter_prefix},
+          [release](redisReply*) { release(); }, true);
+    });
     finish(e);
   }
 

@@ -245,6 +245,9 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   // hiredis frees the context (an error, the peer's close, or close()): it closes the
   // descriptor right after this, so the stream_descriptor lets go of it first.
   void context_gone() noexcept {
+    // hiredis 0.14 calls this twice when the connection fails (on the error, then when freeing
+    // it): the second call must not take a context opened in between for this one.
+    if (ac_ != nullptr) ac_->ev.cleanup = nullptr;
     ac_ = nullptr;
     ++generation_;
     sent_at_.clear();
