@@ -546,6 +546,31 @@ TEST_F(AsyncMutexTest, AnAcquisitionWhoseReplyWasLostReleasesWhatItTook) {
   proxy.heal();
 }
 
+// The server stops answering while a hold is renewed: on_lost runs when the last confirmed
+// lease ends, by the clock alone, not when the command timeout finally breaks the connection.
+TEST_F(AsyncMutexTest, AStalledServerMakesTheHoldLostWhenItsLeaseEnds) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = seconds(30);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  auto lost = std::make_shared<std::promise<steady::time_point>>();  // outlives a failed test
+  o.on_lost = [lost](const std::string&) { lost->set_value(steady::now()); };
+  async_mutex m(c, "stalled", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  proxy.set_stalled(true);
+  auto reported = lost->get_future();
+  ASSERT_EQ(reported.wait_for(seconds(5)), std::future_status::ready);
+  const steady::time_point at = reported.get();
+  ASSERT_TRUE(h.lease_confirmed_until().has_value());
+  EXPECT_GE(at, *h.lease_confirmed_until());  // never before the lease may have ended
+  EXPECT_TRUE(h.lost());
+  proxy.heal();
+}
+
 // Its own server with a password: AUTH goes first on both connections, and a contended wait
 // (the subscriber connection) keeps working past command_timeout.
 TEST(AsyncMutexAuth, AuthenticatesBothConnections) {

@@ -658,6 +658,9 @@ void async_mutex_core::renew(const hold_ptr& h) {
     const steady::time_point until{steady::duration(h->valid_until.load())};
     m.schedule_renewal(h, std::min(steady::now() + m.options_.lease / 10, until));
   });
+  // Should no reply come before the lease ends (a stalled server), the timer finds the hold
+  // lost then and reports it, not command_timeout later. A reply reschedules it.
+  schedule_renewal(h, steady::time_point(steady::duration(h->valid_until.load())));
 }
 
 void async_client_core::on_pubsub(std::string_view type, std::string_view channel, std::string_view payload) {
