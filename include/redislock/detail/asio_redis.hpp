@@ -98,8 +98,6 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     return true;
   }
 
-  bool connected() const noexcept { return ac_ != nullptr; }
-
   /// Closes for good: no reconnection after this.
   void shutdown() noexcept {
     shut_ = true;
