@@ -1,0 +1,940 @@
+#pragma once
+/// @file asio.hpp
+/// @brief redislock::async_client, async_mutex and async_hold: the exclusive lock for event
+/// loops, on standalone asio (optional: nothing else in redislock includes this header).
+///
+/// Every operation takes an asio completion token (a callback, asio::use_future,
+/// asio::use_awaitable, asio::experimental::deferred) and never blocks the loop: the client
+/// talks to Redis over hiredis's async API, driven by the io_context through a strand of its
+/// own (detail/asio_redis.hpp), so any number of threads may run the io_context.
+///
+/// Same protocol as redislock::mutex: the same scripts, keys, queue and hand-off notices
+/// (detail/mutex_scripts.hpp), so async and blocking holders of one name exclude each other
+/// and hand the lock to each other. A hold belongs to the acquisition (an async_hold you can
+/// move to another coroutine or thread), never to a thread.
+///
+/// Lifetime: destroy holds, mutexes and clients before their io_context, and keep running it
+/// until the releases you want sent have been sent (a hold destroyed while the loop is stopped
+/// is released when it runs again, or its lease runs out).
+
+#include <redislock/detail/asio_redis.hpp>
+#include <redislock/detail/lock_core.hpp>
+#include <redislock/detail/mutex_scripts.hpp>
+#include <redislock/detail/random.hpp>
+#include <redislock/detail/wait.hpp>
+#include <redislock/detail/wake_wait.hpp>
+#include <redislock/lock_options.hpp>
+#include <redislock/options.hpp>
+#include <redislock/script.hpp>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace redislock {
+
+/// Errors of the async operations (besides asio::error::operation_aborted for a cancelled one).
+enum class async_errc {
+  connection_failed = 1,  ///< Redis could not be reached, or the connection ended before the reply
+  server_error,           ///< Redis answered with an error (WRONGTYPE, OOM, a refused script...)
+  not_held,               ///< the hold was already released (or empty)
+  lease_lost,             ///< the lease had run out: the lock may be someone else's
+};
+
+inline const std::error_category& async_category() noexcept {
+  struct category : std::error_category {
+    const char* name() const noexcept override { return "redislock.async"; }
+    std::string message(int e) const override {
+      switch (static_cast<async_errc>(e)) {
+        case async_errc::connection_failed: return "Redis could not be reached or the connection failed";
+        case async_errc::server_error: return "Redis answered with an error";
+        case async_errc::not_held: return "the hold is not held";
+        case async_errc::lease_lost: return "the lease has run out";
+      }
+      return "unknown";
+    }
+  };
+  static const category c;
+  return c;
+}
+inline std::error_code make_error_code(async_errc e) noexcept { return {static_cast<int>(e), async_category()}; }
+
+}  // namespace redislock
+
+template <>
+struct std::is_error_code_enum<redislock::async_errc> : std::true_type {};
+
+namespace redislock {
+
+struct async_client_options {
+  connection_options connection;
+  /// Where the outcome of a release sent by an async_hold's destructor goes (it runs on the
+  /// client's strand: it must not block). Also counted in async_client::stats().
+  std::function<void(const std::string& name, release_status)> on_background_release{};
+};
+
+/// Counters of an async_client (read with stats(), from any thread).
+struct async_stats {
+  std::uint64_t acquired = 0;                  ///< acquisitions granted
+  std::uint64_t handed_over = 0;               ///< of them, by a release's hand-off notice
+  std::uint64_t background_released = 0;       ///< destructor releases that found the hold ours
+  std::uint64_t background_lease_expired = 0;  ///< ... that found the lease gone
+  std::uint64_t background_failed = 0;         ///< ... that could not reach Redis
+  std::uint64_t passed_on = 0;                 ///< hand-offs to an acquisition that had given up, released at once
+  std::uint64_t released_after_cancel = 0;     ///< grants that reached a cancelled acquisition, released at once
+};
+
+namespace detail {
+
+class async_mutex_core;
+
+/// Wraps a completion handler in a copyable function that posts the completion to the
+/// handler's executor (the client's strand never runs user code) and clears its cancellation
+/// slot there, on the side that emits cancellations.
+template <class... Args, class Handler>
+std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_io_executor& fallback) {
+  using handler_t = std::decay_t<Handler>;
+  auto ex = asio::get_associated_executor(handler, fallback);
+  struct state {
+    state(handler_t&& h, decltype(ex) e) : h(std::move(h)), work(e) {}
+    std::optional<handler_t> h;
+    asio::executor_work_guard<decltype(ex)> work;
+  };
+  auto s = std::make_shared<state>(std::forward<Handler>(handler), ex);
+  return [s](Args... args) {
+    if (!s->h) return;
+    auto work_ex = s->work.get_executor();
+    asio::post(work_ex, [s, t = std::make_tuple(std::move(args)...)]() mutable {
+      handler_t h = std::move(*s->h);
+      s->h.reset();
+      asio::get_associated_cancellation_slot(h).clear();
+      s->work.reset();
+      std::apply(std::move(h), std::move(t));
+    });
+  };
+}
+
+/// The client's shared state: its strand, the command and subscriber connections, and the
+/// channels subscribed for its mutexes. Everything but the counters is used on the strand.
+class async_client_core : public std::enable_shared_from_this<async_client_core> {
+ public:
+  async_client_core(asio::any_io_executor ex, async_client_options o)
+      : executor_(ex),
+        strand_(asio::make_strand(ex)),
+        options_(std::move(o)),
+        commands_(std::make_shared<async_redis>(strand_, options_.connection, false)),
+        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true)) {}
+
+  void start() {
+    std::weak_ptr<async_client_core> w = weak_from_this();
+    subscriber_->set_sinks(
+        [w](std::string_view type, std::string_view channel, std::string_view payload) {
+          if (auto self = w.lock()) self->on_pubsub(type, channel, payload);
+        },
+        [w] {
+          if (auto self = w.lock()) self->on_subscriber_broken();
+        });
+  }
+
+  const async_strand& strand() const noexcept { return strand_; }
+  const asio::any_io_executor& executor() const noexcept { return executor_; }
+  async_redis& commands() noexcept { return *commands_; }
+
+  /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). `by_source`:
+  /// EVAL at once (a best-effort command whose reply may be lost, NOSCRIPT included). On the strand.
+  void run_script(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args,
+                  reply_callback cb, bool by_source = false) {
+    std::vector<std::string_view> argv;
+    const std::string nkeys = std::to_string(keys.size());
+    argv.reserve(3 + keys.size() + args.size());
+    argv.push_back(by_source ? "EVAL" : "EVALSHA");
+    argv.push_back(by_source ? std::string_view(s.source()) : std::string_view(s.sha1()));
+    argv.push_back(nkeys);
+    argv.insert(argv.end(), keys.begin(), keys.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    // The retry needs the arguments after this call returned: kept as strings.
+    auto kept = std::make_shared<std::vector<std::string>>(argv.begin(), argv.end());
+    commands_->command(argv, [this, self = shared_from_this(), &s, kept, cb = std::move(cb)](redisReply* r) {
+      if (r == nullptr || !script::is_noscript(*r)) return cb(r);
+      (*kept)[0] = "EVAL";
+      (*kept)[1] = s.source();
+      std::vector<std::string_view> again(kept->begin(), kept->end());
+      commands_->command(again, cb);
+    });
+  }
+
+  /// Subscribes `channel` for `m` (or finds it subscribed); done(true) once confirmed. On the strand.
+  void subscribe(const std::string& channel, const std::shared_ptr<async_mutex_core>& m) {
+    channels_[channel] = m;
+    if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
+      asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
+    }
+  }
+
+  /// The mutex of `channel` is gone: stop listening (a release then skips its stale places).
+  /// Only a channel subscribed on the current connection (a lost connection forgot them all).
+  void forget(const std::string& channel) {
+    if (channels_.erase(channel) != 0) subscriber_->pubsub("UNSUBSCRIBE", channel);
+  }
+
+  /// For good: later operations fail with connection_failed.
+  void close() {
+    commands_->shutdown();
+    subscriber_->shutdown();
+  }
+
+  void count(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
+  void report_background(const std::string& name, release_status s) {
+    count(s == release_status::released        ? background_released_
+          : s == release_status::lease_expired ? background_lease_expired_
+                                               : background_failed_);
+    if (options_.on_background_release) options_.on_background_release(name, s);
+  }
+
+  async_stats stats() const noexcept {
+    async_stats s;
+    s.acquired = acquired_.load(std::memory_order_relaxed);
+    s.handed_over = handed_over_.load(std::memory_order_relaxed);
+    s.background_released = background_released_.load(std::memory_order_relaxed);
+    s.background_lease_expired = background_lease_expired_.load(std::memory_order_relaxed);
+    s.background_failed = background_failed_.load(std::memory_order_relaxed);
+    s.passed_on = passed_on_.load(std::memory_order_relaxed);
+    s.released_after_cancel = released_after_cancel_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  std::atomic<std::uint64_t> acquired_{0}, handed_over_{0}, background_released_{0}, background_lease_expired_{0},
+      background_failed_{0}, passed_on_{0}, released_after_cancel_{0};
+  bool set_get_supported = true;  // false once the server refused SET NX GET (Redis < 7); strand only
+
+ private:
+  inline void on_pubsub(std::string_view type, std::string_view channel, std::string_view payload);
+  inline void confirm(const std::string& channel, bool ok);
+  inline void on_subscriber_broken();
+
+  asio::any_io_executor executor_;
+  async_strand strand_;
+  async_client_options options_;
+  std::shared_ptr<async_redis> commands_, subscriber_;
+  std::unordered_map<std::string, std::weak_ptr<async_mutex_core>> channels_;
+};
+
+struct async_acquire_op;
+
+/// One hold: its token, lease bookkeeping and renewal. Shared by the async_hold handle and the
+/// renewal timer, so moving the handle never disturbs a renewal in flight.
+struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
+  using ticks = std::chrono::steady_clock::rep;
+  static constexpr ticks never = std::numeric_limits<ticks>::max();
+
+  async_hold_state(std::shared_ptr<async_mutex_core> m, std::string t, steady::time_point sent)
+      : mutex(std::move(m)), token(std::move(t)), acquired_at(sent) {}
+
+  bool is_lost() const noexcept {
+    if (lost.load()) return true;
+    const ticks until = valid_until.load();
+    if (until == never || steady::now().time_since_epoch().count() < until) return false;
+    lost.store(true);
+    return true;
+  }
+
+  std::shared_ptr<async_mutex_core> mutex;
+  const std::string token;
+  const steady::time_point acquired_at;
+  mutable std::atomic<bool> lost{false};
+  std::atomic<ticks> valid_until{never};  // with auto_renew: send time of the last confirmed renewal + lease
+  std::atomic<bool> release_requested{false};
+  // Strand only:
+  bool released = false, lost_reported = false;
+  std::uint64_t fence = 0;
+  std::optional<asio::steady_timer> renew_timer;
+};
+
+/// A mutex name on one client: keys, channel, options, and the acquisitions and holds of it
+/// that are under way (by token), so a hand-off notice finds its acquisition.
+class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
+ public:
+  using hold_ptr = std::shared_ptr<async_hold_state>;
+  using acquire_done = std::function<void(std::error_code, hold_ptr)>;
+
+  async_mutex_core(std::shared_ptr<async_client_core> client, std::string name, lock_options options)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        options_(std::move(options)),
+        keys_((validate(name_, options_), mutex_scripts::keys(name_, options_))),
+        channel_(keys_.waiter_prefix + tokens_.id()),
+        lease_ms_(std::to_string(options_.lease.count())),
+        wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
+
+  ~async_mutex_core() {
+    if (subscribed_ != sub_state::none) asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
+  }
+
+  const std::string& name() const noexcept { return name_; }
+  const lock_options& options() const noexcept { return options_; }
+  const mutex_scripts::keys& keys() const noexcept { return keys_; }
+  async_client_core& client() noexcept { return *client_; }
+  const async_strand& strand() const noexcept { return client_->strand(); }
+
+  /// An acquisition (from any thread), started by start_acquisition(); done gets the hold, or
+  /// nullptr when the deadline passed.
+  inline std::shared_ptr<async_acquire_op> acquisition(deadline d, acquire_done done);
+  inline void start_acquisition(const std::shared_ptr<async_acquire_op>& op);
+
+  // ---- on the strand ----
+  std::string next_token() { return tokens_.next(); }
+
+  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args, reply_callback cb,
+           bool by_source = false) {
+    client_->run_script(s, std::move(keys), std::move(args), std::move(cb), by_source);
+  }
+
+  /// Calls ready(true) once our channel is subscribed (at once when it is), ready(false) when
+  /// the subscription failed.
+  void when_subscribed(std::function<void(bool)> ready) {
+    if (subscribed_ == sub_state::active) return ready(true);
+    subscribe_waiters_.push_back(std::move(ready));
+    if (subscribed_ == sub_state::pending) return;
+    subscribed_ = sub_state::pending;
+    client_->subscribe(channel_, shared_from_this());
+  }
+  inline void on_subscribed(bool ok);
+
+  inline void on_notice(std::string_view token);
+
+  void attach(const std::string& token, std::weak_ptr<async_acquire_op> op) { waiting_[token] = std::move(op); }
+  void detach(const std::string& token) { waiting_.erase(token); }
+  void hold_started(const std::string& token) { held_.insert(token); }
+  void hold_ended(const std::string& token) { held_.erase(token); }
+
+  /// The owner-checked release script for `token`; done(1 released, 0 not ours, -1 no reply,
+  /// -2 an error reply). by_source: see async_client_core::run_script.
+  void send_release(const std::string& token, std::function<void(int)> done, bool by_source = false) {
+    run(
+        mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
+        [done = std::move(done)](redisReply* r) {
+          done(r == nullptr ? -1 : r->type != REDIS_REPLY_INTEGER ? -2 : static_cast<int>(r->integer));
+        },
+        by_source);
+  }
+
+  inline void release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done);
+  inline void start_renewal(const hold_ptr& h);
+
+  const std::string& lease_ms() const noexcept { return lease_ms_; }
+  const std::string& wait_lease_ms() const noexcept { return wait_lease_ms_; }
+
+ private:
+  inline void renew(const hold_ptr& h);
+  void schedule_renewal(const hold_ptr& h, steady::time_point at) {
+    h->renew_timer->expires_at(at);
+    h->renew_timer->async_wait([w = std::weak_ptr<async_hold_state>(h)](const asio::error_code& e) {
+      auto h = w.lock();
+      if (e || !h || h->released) return;
+      h->mutex->renew(h);
+    });
+  }
+  // The renewal found the lease gone (or the clock says it may be): lost, reported once.
+  void report_lost(const hold_ptr& h) {
+    h->lost.store(true);
+    if (std::exchange(h->lost_reported, true)) return;
+    if (options_.on_lost) options_.on_lost(name_);
+  }
+
+  enum class sub_state { none, pending, active };
+
+  std::shared_ptr<async_client_core> client_;
+  std::string name_;
+  lock_options options_;
+  mutex_scripts::keys keys_;
+  token_sequence tokens_;
+  std::string channel_, lease_ms_, wait_lease_ms_;
+  sub_state subscribed_ = sub_state::none;
+  std::vector<std::function<void(bool)>> subscribe_waiters_;
+  std::unordered_map<std::string, std::weak_ptr<async_acquire_op>> waiting_;
+  std::unordered_set<std::string> held_;
+};
+
+/// One acquisition in progress, on the strand: the first attempt, then (subscribed to the
+/// mutex's channel) "wait" attempts and sleeps until a hand-off notice, the holder's lease or
+/// recheck_interval; at the deadline or on cancellation one "leave" (which keeps a hand-off
+/// that reached it: then released, when cancelled).
+struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
+  using attempt_result = std::optional<std::chrono::milliseconds>;  // nullopt: acquired
+
+  async_acquire_op(std::shared_ptr<async_mutex_core> m, deadline d, async_mutex_core::acquire_done done)
+      : mutex(std::move(m)), deadline_(d), done_(std::move(done)), timer(mutex->strand()) {}
+
+  void start() {
+    token = mutex->next_token();
+    if (cancelled) return finish(asio::error::operation_aborted);
+    mutex->attach(token, weak_from_this());
+    if (mutex->options().fair) return attempt("try");
+    first_attempt();
+  }
+
+  void cancel() {
+    if (phase == phase_t::done || cancelled) return;
+    cancelled = true;
+    if (phase == phase_t::sleeping) {
+      ++timer_generation;
+      timer.cancel();
+      give_up();
+    }
+    // attempting / subscribing: the reply (or confirmation) sees `cancelled`.
+  }
+
+  // A hand-off notice for our token: the lock is ours, unless an attempt is on its way (its
+  // reply says so, or says the lease ran out meanwhile: then we wait on).
+  void on_notice() {
+    if (phase == phase_t::done) return;
+    if (phase != phase_t::sleeping || cancelled) {
+      notified = true;  // the reply of the attempt in flight decides; a "not acquired" one asks again
+      return;
+    }
+    ++timer_generation;
+    timer.cancel();
+    mutex->client().count(mutex->client().handed_over_);
+    acquired(last_wait_sent);
+  }
+
+  // The uncontended path, as basic_mutex::attempt_first: SET NX GET PX.
+  void first_attempt() {
+    auto& client = mutex->client();
+    const steady::time_point sent = steady::now();
+    const bool with_get = client.set_get_supported;
+    const auto& k = mutex->keys();
+    phase = phase_t::attempting;
+    auto on_reply = [self = shared_from_this(), sent, with_get](redisReply* r) {
+      auto& c = self->mutex->client();
+      if (r == nullptr) return self->failed(async_errc::connection_failed, false);
+      if (r->type == REDIS_REPLY_ERROR && with_get &&
+          std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
+        c.set_get_supported = false;
+        return self->first_attempt();
+      }
+      if (r->type == REDIS_REPLY_ERROR) return self->failed(async_errc::server_error, false);
+      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS)
+        return self->on_attempt(std::nullopt, sent);
+      if (!with_get || std::string_view(r->str, r->len) == self->token) return self->attempt("try");
+      self->on_attempt(unknown_pttl, sent);
+    };
+    const std::string& lease = mutex->lease_ms();
+    if (with_get) client.commands().command({"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
+    else client.commands().command({"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
+  }
+
+  // The queue script (mutex_scripts::queue_attempt) in mode "try", "wait" or "leave".
+  void attempt(const char* mode) {
+    const steady::time_point sent = steady::now();
+    const auto& k = mutex->keys();
+    const bool wait = std::string_view(mode) == "wait", leave = std::string_view(mode) == "leave";
+    phase = phase_t::attempting;
+    if (wait) notified = false;
+    mutex->run(
+        mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
+        {token, mutex->lease_ms(), mode, mutex->options().fair ? "1" : "0", mutex->wait_lease_ms(), k.waiter_prefix},
+        [self = shared_from_this(), sent, wait, leave](redisReply* r) {
+          if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
+          if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+              r->element[1]->type != REDIS_REPLY_INTEGER)
+            return self->failed(async_errc::server_error, self->queued);
+          if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
+          if (wait) {
+            self->queued = true;
+            self->last_wait_sent = sent;  // a later hand-off set its lease after this
+          }
+          if (leave) {
+            self->queued = false;
+            return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
+          }
+          self->on_attempt(std::chrono::milliseconds(r->element[1]->integer), sent);
+        });
+  }
+
+  void on_attempt(attempt_result pttl, steady::time_point sent) {
+    if (phase == phase_t::done) return;  // completed by a notice meanwhile: the same hold
+    if (!pttl) {
+      if (!cancelled) return acquired(sent);
+      // Cancelled while the grant was on its way: release what we got.
+      mutex->client().count(mutex->client().released_after_cancel_);
+      return pass_on(asio::error::operation_aborted);
+    }
+    if (cancelled || passed(deadline_)) return give_up();
+    if (std::exchange(notified, false) && queued) return attempt("wait");  // a notice came during the attempt
+    if (!queued) {
+      phase = phase_t::subscribing;
+      return mutex->when_subscribed([self = shared_from_this()](bool ok) {
+        if (self->phase == phase_t::done) return;
+        if (self->cancelled) return self->give_up();
+        if (!ok) return self->failed(async_errc::connection_failed, false);
+        self->attempt("wait");
+      });
+    }
+    sleep(*pttl);
+  }
+
+  void sleep(std::chrono::milliseconds pttl) {
+    phase = phase_t::sleeping;
+    timer.expires_at(wake_limit(pttl, deadline_, mutex->options().recheck_interval));
+    timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
+      if (gen == self->timer_generation) self->wake();
+    });
+  }
+
+  // The sleep ended (its time, or the subscriber connection was lost: no notice can reach us).
+  void wake() {
+    if (phase != phase_t::sleeping) return;
+    ++timer_generation;
+    timer.cancel();
+    if (passed(deadline_)) return give_up();
+    // Subscribed again first when the subscriber connection was lost meanwhile.
+    phase = phase_t::subscribing;
+    mutex->when_subscribed([self = shared_from_this()](bool ok) {
+      if (self->phase == phase_t::done) return;
+      if (self->cancelled) return self->give_up();
+      if (!ok) return self->failed(async_errc::connection_failed, true);
+      self->attempt("wait");
+    });
+  }
+
+  // The deadline passed or the caller cancelled: leave the queue ("leave" keeps a hand-off
+  // that reached us; a cancelled one then releases it).
+  void give_up() {
+    if (queued) return attempt("leave");
+    finish(cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
+  }
+
+  // An error. The attempt may have run with its reply lost (the lock may be ours, or we may be
+  // queued): best effort, on a fresh connection, a queued waiter leaves the queue and whatever
+  // our token holds is released (owner-checked: a no-op when it holds nothing). Posted: when
+  // the connection just failed, hiredis is still freeing it (the next command reconnects only
+  // once it is gone).
+  void failed(async_errc e, bool leave_queue) {
+    if (phase == phase_t::done) return;
+    asio::post(mutex->strand(), [m = mutex, t = token, leave_queue] {
+      // By source: a server that never ran the script would answer NOSCRIPT, and that reply
+      // may be lost too.
+      auto release = [m, t] {
+        m->send_release(
+            t, [](int) {}, true);
+      };
+      if (!leave_queue) return release();
+      const auto& k = m->keys();
+      m->run(
+          mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
+          {t, m->lease_ms(), "leave", m->options().fair ? "1" : "0", m->wait_lease_ms(), k.waiter_prefix},
+          [release](redisReply*) { release(); }, true);
+    });
+    finish(e);
+  }
+
+  // We got the lock but must not keep it (cancelled): release it, then complete.
+  void pass_on(std::error_code e) {
+    phase = phase_t::attempting;
+    mutex->send_release(token, [self = shared_from_this(), e](int) { self->finish(e); });
+  }
+
+  void acquired(steady::time_point sent) {
+    auto h = std::make_shared<async_hold_state>(mutex, token, sent);
+    mutex->hold_started(token);
+    mutex->client().count(mutex->client().acquired_);
+    if (mutex->options().auto_renew) mutex->start_renewal(h);
+    finish({}, std::move(h));
+  }
+
+  void finish(std::error_code e, async_mutex_core::hold_ptr h = nullptr) {
+    if (phase == phase_t::done) return;
+    phase = phase_t::done;
+    ++timer_generation;
+    timer.cancel();
+    mutex->detach(token);
+    auto done = std::move(done_);
+    done(e, std::move(h));
+  }
+
+  enum class phase_t { idle, attempting, subscribing, sleeping, done };
+
+  std::shared_ptr<async_mutex_core> mutex;
+  deadline deadline_;
+  async_mutex_core::acquire_done done_;
+  asio::steady_timer timer;
+  std::string token;
+  phase_t phase = phase_t::idle;
+  std::uint64_t timer_generation = 0;
+  bool cancelled = false, queued = false, notified = false;
+  steady::time_point last_wait_sent{};
+};
+
+std::shared_ptr<async_acquire_op> async_mutex_core::acquisition(deadline d, acquire_done done) {
+  return std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
+}
+
+void async_mutex_core::start_acquisition(const std::shared_ptr<async_acquire_op>& op) {
+  asio::post(strand(), [op] { op->start(); });
+}
+
+void async_mutex_core::on_subscribed(bool ok) {
+  const bool lost = !ok && subscribed_ == sub_state::active;
+  subscribed_ = ok ? sub_state::active : sub_state::none;
+  for (auto& w : std::exchange(subscribe_waiters_, {})) w(ok);
+  if (!lost) return;
+  // The subscriber connection ended: a release now passes over our sleeping waiters (nobody
+  // listens on our channel) and drops their places. Wake them to subscribe again and re-queue.
+  std::vector<std::shared_ptr<async_acquire_op>> sleeping;
+  for (auto& [token, w] : waiting_)
+    if (auto op = w.lock()) sleeping.push_back(std::move(op));
+  for (auto& op : sleeping) op->wake();
+}
+
+void async_mutex_core::on_notice(std::string_view token) {
+  const std::string t(token);
+  if (auto it = waiting_.find(t); it != waiting_.end()) {
+    if (auto op = it->second.lock()) return op->on_notice();
+  }
+  if (held_.count(t) != 0) return;  // a late notice for a hold we have (its attempt said so first)
+  // Handed to an acquisition that gave up without being able to leave the queue: pass it on
+  // (owner-checked: a no-op when the lock is no longer that token's).
+  client_->count(client_->passed_on_);
+  send_release(t, [](int) {});
+}
+
+void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
+  if (h->released) return done(async_errc::not_held, release_status::not_held);
+  h->released = true;
+  if (h->renew_timer) h->renew_timer->cancel();
+  hold_ended(h->token);
+  h->valid_until.store(async_hold_state::never);  // lost() keeps what it found (sticky)
+  send_release(h->token, [h, done = std::move(done)](int ours) {
+    if (ours < 0)
+      return done(ours == -1 ? async_errc::connection_failed : async_errc::server_error, release_status::failed);
+    if (ours == 0) h->lost.store(true);
+    done({}, ours == 1 && !h->lost.load() ? release_status::released : release_status::lease_expired);
+  });
+}
+
+void async_mutex_core::start_renewal(const hold_ptr& h) {
+  h->renew_timer.emplace(strand());
+  h->valid_until.store((h->acquired_at + options_.lease).time_since_epoch().count());
+  // A hand-off's lease runs from our last "wait": when a third of it is gone, renew at once.
+  schedule_renewal(h, std::max(steady::now(), h->acquired_at + options_.lease / 3));
+}
+
+// One owner-checked extend. The lease is counted from the send time (never more optimistic
+// than the server); a failed renewal retries soon, and the clock alone makes the hold lost
+// once the last confirmed lease has passed.
+void async_mutex_core::renew(const hold_ptr& h) {
+  if (h->is_lost()) return report_lost(h);
+  const steady::time_point sent = steady::now();
+  run(mutex_scripts::extend(), {keys_.lock}, {h->token, lease_ms_}, [h, sent](redisReply* r) {
+    async_mutex_core& m = *h->mutex;
+    if (h->released) return;
+    if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 0) return m.report_lost(h);
+    if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 && !h->is_lost()) {
+      const auto until = (sent + m.options_.lease).time_since_epoch().count();
+      if (until > h->valid_until.load()) h->valid_until.store(until);
+      return m.schedule_renewal(h, sent + m.options_.lease / 3);
+    }
+    if (h->is_lost()) return m.report_lost(h);
+    // Failed: again soon, and in time to see the lease end.
+    const steady::time_point until{steady::duration(h->valid_until.load())};
+    m.schedule_renewal(h, std::min(steady::now() + m.options_.lease / 10, until));
+  });
+  // Should no reply come before the lease ends (a stalled server), the timer finds the hold
+  // lost then and reports it, not command_timeout later. A reply reschedules it.
+  schedule_renewal(h, steady::time_point(steady::duration(h->valid_until.load())));
+}
+
+void async_client_core::on_pubsub(std::string_view type, std::string_view channel, std::string_view payload) {
+  if (type == "subscribe") return confirm(std::string(channel), true);
+  if (type != "message") return;
+  auto it = channels_.find(std::string(channel));
+  if (it == channels_.end()) return;
+  if (auto m = it->second.lock()) m->on_notice(payload);
+}
+
+void async_client_core::confirm(const std::string& channel, bool ok) {
+  auto it = channels_.find(channel);
+  if (it == channels_.end()) return;
+  auto m = it->second.lock();
+  if (!ok) channels_.erase(it);
+  if (m) m->on_subscribed(ok);
+}
+
+void async_client_core::on_subscriber_broken() {
+  // Every channel is gone with the connection: each mutex subscribes again on its next wait.
+  for (auto& [channel, w] : std::exchange(channels_, {}))
+    if (auto m = w.lock()) m->on_subscribed(false);
+}
+
+}  // namespace detail
+
+class async_mutex;
+
+/// The hold of one acquisition. Movable (to another coroutine or thread); empty after a
+/// timed-out acquisition, a move, or async_unlock(). Its destructor releases a hold still
+/// owned, without blocking: the release is posted to the client's strand and its outcome goes
+/// to async_client_options::on_background_release and async_client::stats().
+class async_hold {
+ public:
+  async_hold() = default;
+  async_hold(async_hold&& o) noexcept = default;
+  async_hold& operator=(async_hold&& o) noexcept {
+    if (this != &o) {
+      release_in_background();
+      state_ = std::move(o.state_);
+    }
+    return *this;
+  }
+  async_hold(const async_hold&) = delete;
+  async_hold& operator=(const async_hold&) = delete;
+  ~async_hold() { release_in_background(); }
+
+  /// True from the acquisition until async_unlock() (or the move that emptied it).
+  bool owns_lock() const noexcept { return state_ && !state_->release_requested.load(); }
+  explicit operator bool() const noexcept { return owns_lock(); }
+
+  /// The lease was found lost: by a renewal (auto_renew; also by the clock once the last
+  /// confirmed renewal's lease has passed), async_extend(), async_fencing_token() or the release.
+  bool lost() const noexcept { return state_ && state_->is_lost(); }
+
+  /// With auto_renew: the local time until which the server certainly keeps the lease.
+  std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
+    if (!state_) return std::nullopt;
+    const auto until = state_->valid_until.load();
+    if (until == detail::async_hold_state::never) return std::nullopt;
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
+  }
+
+  /// The owner token (the lock key's value while held).
+  const std::string& token() const noexcept {
+    static const std::string none;
+    return state_ ? state_->token : none;
+  }
+
+  /// Releases: void(std::error_code, release_status). The hold is empty at once; the outcome is
+  /// released, lease_expired (the lease had run out), or failed with async_errc::connection_failed.
+  template <class Token>
+  auto async_unlock(Token&& token) {
+    return on_strand<void(std::error_code, release_status)>(
+        std::forward<Token>(token), release_status::not_held,
+        [](const state_ptr& s, auto done) { s->mutex->release(s, std::move(done)); }, true);
+  }
+
+  /// Resets the lease to options().lease (or `lease`) from now, if still ours: void(error_code, bool).
+  /// false: the lease had run out (also marks lost()).
+  template <class Token>
+  auto async_extend(Token&& token) {
+    return async_extend(std::chrono::milliseconds(0), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_extend(std::chrono::milliseconds lease, Token&& token) {
+    if (lease.count() != 0) detail::checked_lease(lease, "async_extend", state_ ? &state_->mutex->options() : nullptr);
+    return on_strand<void(std::error_code, bool)>(
+        std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
+          auto& m = *s->mutex;
+          const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
+          m.run(detail::mutex_scripts::extend(), {m.keys().lock}, {s->token, ms}, [s, done](redisReply* r) {
+            if (r == nullptr) return done(async_errc::connection_failed, false);
+            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
+            if (r->integer != 1) s->lost.store(true);
+            done({}, r->integer == 1);
+          });
+        });
+  }
+
+  /// The fencing token of this hold (detail/fence_scripts.hpp): void(error_code, uint64_t).
+  /// Drawn on the first call, then cached. async_errc::lease_lost when the lease has run out.
+  template <class Token>
+  auto async_fencing_token(Token&& token) {
+    return on_strand<void(std::error_code, std::uint64_t)>(
+        std::forward<Token>(token), std::uint64_t{0}, [](const state_ptr& s, auto done) {
+          if (s->fence != 0) return done({}, s->fence);
+          auto& m = *s->mutex;
+          m.run(detail::mutex_scripts::fence(), {m.keys().lock, m.keys().fence}, {s->token}, [s, done](redisReply* r) {
+            if (r == nullptr) return done(async_errc::connection_failed, 0);
+            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
+            if (r->integer <= 0) {
+              s->lost.store(true);
+              return done(async_errc::lease_lost, 0);
+            }
+            if (s->fence == 0) s->fence = static_cast<std::uint64_t>(r->integer);
+            done({}, s->fence);
+          });
+        });
+  }
+
+  /// What the server says is left of the lease: void(error_code, milliseconds); zero when not ours.
+  template <class Token>
+  auto async_remaining_lease(Token&& token) {
+    return on_strand<void(std::error_code, std::chrono::milliseconds)>(
+        std::forward<Token>(token), std::chrono::milliseconds(0), [](const state_ptr& s, auto done) {
+          auto& m = *s->mutex;
+          m.run(detail::mutex_scripts::remaining(), {m.keys().lock}, {s->token}, [done](redisReply* r) {
+            if (r == nullptr) return done(async_errc::connection_failed, std::chrono::milliseconds(0));
+            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, std::chrono::milliseconds(0));
+            done({}, detail::to_remaining(r->integer));
+          });
+        });
+  }
+
+ private:
+  friend class async_mutex;
+  using state_ptr = std::shared_ptr<detail::async_hold_state>;
+  explicit async_hold(state_ptr s) : state_(std::move(s)) {}
+
+  // Runs body(state, done) on the strand for a held hold; completes with (not_held, empty)
+  // when there is none. `ending`: this call ends the hold (async_unlock).
+  template <class Signature, class Token, class Empty, class Body>
+  auto on_strand(Token&& token, Empty empty, Body body, bool ending = false) {
+    state_ptr s = owns_lock() ? state_ : nullptr;
+    if (s && ending) s->release_requested.store(true);
+    return asio::async_initiate<Token, Signature>(
+        [s, empty, body](auto handler) mutable {
+          auto ex = s ? asio::any_io_executor(s->mutex->client().executor()) : asio::any_io_executor();
+          if (!s) {
+            // No strand to run on: complete on the handler's own executor.
+            auto hex = asio::get_associated_executor(handler);
+            asio::post(hex, [h = std::move(handler), empty]() mutable {
+              std::move(h)(std::error_code(async_errc::not_held), empty);
+            });
+            return;
+          }
+          auto done = completion_for<Signature>(std::move(handler), ex);
+          asio::post(s->mutex->strand(), [s, body, done]() mutable { body(s, done); });
+        },
+        token);
+  }
+
+  template <class Signature>
+  struct completion_maker;
+  template <class... Args>
+  struct completion_maker<void(Args...)> {
+    template <class Handler>
+    static auto make(Handler&& h, const asio::any_io_executor& ex) {
+      return detail::make_completion<Args...>(std::forward<Handler>(h), ex);
+    }
+  };
+  template <class Signature, class Handler>
+  static auto completion_for(Handler&& h, const asio::any_io_executor& ex) {
+    return completion_maker<Signature>::make(std::forward<Handler>(h), ex);
+  }
+
+  void release_in_background() noexcept {
+    if (!state_ || state_->release_requested.exchange(true)) return;
+    state_ptr s = std::move(state_);
+    try {
+      asio::post(s->mutex->strand(), [s] {
+        s->mutex->release(s, [s](std::error_code, release_status st) {
+          if (st != release_status::not_held) s->mutex->client().report_background(s->mutex->name(), st);
+        });
+      });
+    } catch (...) {  // out of memory: the lease runs out on its own
+    }
+  }
+
+  state_ptr state_;
+};
+
+/// A client for async locks: one command connection and one subscriber connection (opened on
+/// the first contended wait) to one server, driven by `executor`'s io_context through a strand.
+/// Thread-safe: its mutexes may be used from any thread.
+class async_client {
+ public:
+  /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
+  explicit async_client(asio::any_io_executor executor, async_client_options options = {}) {
+    detail::check_connection_options(options.connection, "async_client");
+    core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options));
+    core_->start();
+  }
+  async_client(const async_client&) = delete;
+  async_client& operator=(const async_client&) = delete;
+  /// Closes the connections (posted): operations still under way complete with
+  /// async_errc::connection_failed; holds still alive end with their leases.
+  ~async_client() {
+    asio::post(core_->strand(), [c = core_] { c->close(); });
+  }
+
+  asio::any_io_executor get_executor() const noexcept { return core_->executor(); }
+  async_stats stats() const noexcept { return core_->stats(); }
+
+ private:
+  friend class async_mutex;
+  std::shared_ptr<detail::async_client_core> core_;
+};
+
+/// An exclusive lock named `name` for async acquisitions: any number may be under way at once
+/// (each is a separate would-be holder with its own token). Cheap to keep; copies nothing to
+/// Redis until used. Key layout and scripts: detail/mutex_scripts.hpp.
+class async_mutex {
+ public:
+  /// Throws invalid_argument for an empty name or bad options. Sends nothing. on_lost (with
+  /// auto_renew) runs on the client's strand: it must not block.
+  async_mutex(async_client& client, std::string name, lock_options options = {})
+      : core_(std::make_shared<detail::async_mutex_core>(client.core_, std::move(name), std::move(options))) {}
+
+  const std::string& name() const noexcept { return core_->name(); }
+  const std::string& key() const noexcept { return core_->keys().lock; }
+  const lock_options& options() const noexcept { return core_->options(); }
+
+  /// Waits until the lock is ours: void(std::error_code, async_hold). Cancellable (asio
+  /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
+  /// (asio::error::operation_aborted).
+  template <class Token>
+  auto async_lock(Token&& token) {
+    return initiate(std::nullopt, std::forward<Token>(token));
+  }
+
+  /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+ private:
+  template <class Token>
+  auto initiate(detail::deadline d, Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code, async_hold)>(
+        [core = core_, d](auto handler) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          auto done =
+              detail::make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
+          auto op = core->acquisition(d, [done](std::error_code e, detail::async_mutex_core::hold_ptr h) {
+            done(e, async_hold(std::move(h)));
+          });
+          // Before the start: the completion clears the slot, which must not be assigned after.
+          if (slot.is_connected()) {
+            slot.assign(
+                [w = std::weak_ptr<detail::async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
+                  asio::post(strand, [w] {
+                    if (auto op = w.lock()) op->cancel();
+                  });
+                });
+          }
+          core->start_acquisition(op);
+        },
+        token);
+  }
+
+  std::shared_ptr<detail::async_mutex_core> core_;
+};
+
+}  // namespace redislock

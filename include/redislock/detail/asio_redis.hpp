@@ -1,0 +1,278 @@
+#pragma once
+/// @file detail/asio_redis.hpp
+/// @brief One hiredis async connection (redisAsyncContext) driven by an asio strand.
+///
+/// The adapter watches the context's socket with an asio::posix::stream_descriptor that never
+/// owns the descriptor (hiredis closes it): read and write readiness call redisAsyncHandleRead
+/// and redisAsyncHandleWrite. Everything here runs on the strand; no call ever blocks it,
+/// except the host name look-up of redisAsyncConnect (give an address, or a Unix socket).
+///
+/// A command connection reconnects on the next command after a failure; commands pending on a
+/// failed connection complete with an error (hiredis calls their callbacks with no reply). A
+/// command whose reply (or SUBSCRIBE whose confirmation) takes longer than command_timeout
+/// breaks the connection (all pending commands fail). A subscriber connection forwards every message to on_message and
+/// tells on_broken when it ends; it reconnects on the next subscribe().
+///
+/// Lifetime: whoever owns it calls close() on the strand before letting go (a pending socket
+/// wait holds a reference, so an open connection is not destroyed by itself).
+
+#include <redislock/options.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace redislock::detail {
+
+using async_strand = asio::strand<asio::any_io_executor>;
+
+/// A reply, or nullptr when the connection failed before one came (the callback then owns
+/// nothing; the reply is freed by hiredis once the callback returns).
+using reply_callback = std::function<void(redisReply* reply)>;
+
+class async_redis : public std::enable_shared_from_this<async_redis> {
+ public:
+  using message_sink = std::function<void(std::string_view type, std::string_view channel, std::string_view payload)>;
+
+  async_redis(async_strand strand, connection_options options, bool subscriber)
+      : strand_(std::move(strand)),
+        options_(std::move(options)),
+        subscriber_(subscriber),
+        socket_(strand_),
+        connect_timer_(strand_),
+        reply_timer_(strand_) {}
+
+  async_redis(const async_redis&) = delete;
+  async_redis& operator=(const async_redis&) = delete;
+  ~async_redis() { close(); }
+
+  /// Subscriber connections: messages and (un)subscribe confirmations; broken: the connection ended.
+  void set_sinks(message_sink on_message, std::function<void()> on_broken) {
+    on_message_ = std::move(on_message);
+    on_broken_ = std::move(on_broken);
+  }
+
+  /// Sends a command (connecting first when needed); cb gets its reply or nullptr. On the strand.
+  void command(const std::vector<std::string_view>& argv, reply_callback cb) {
+    if (!ensure_open()) {
+      asio::post(strand_, [cb = std::move(cb)] { cb(nullptr); });
+      return;
+    }
+    auto* owned = new reply_callback(std::move(cb));
+    if (!send(argv, &async_redis::on_reply, owned)) {
+      asio::post(strand_, [owned] {
+        std::unique_ptr<reply_callback> c(owned);
+        (*c)(nullptr);
+      });
+      return;
+    }
+    if (!subscriber_) expect_reply();
+  }
+
+  /// Subscriber connections: SUBSCRIBE or UNSUBSCRIBE one channel; the confirmation comes to
+  /// on_message (type "subscribe"). Returns false when it could not be sent (no connection).
+  bool pubsub(std::string_view verb, std::string_view channel) {
+    if (verb == "SUBSCRIBE" && !ensure_open()) return false;
+    if (ac_ == nullptr) return false;
+    if (!send({verb, channel}, &async_redis::on_pubsub, this)) return false;
+    // A SUBSCRIBE's confirmation is due within command_timeout (messages are not replies). An
+    // UNSUBSCRIBE's is not awaited: hiredis passes it on only for a channel it knows.
+    if (verb == "SUBSCRIBE") expect_reply();
+    return true;
+  }
+
+  /// Closes for good: no reconnection after this.
+  void shutdown() noexcept {
+    shut_ = true;
+    close();
+  }
+
+  /// Frees the context: pending callbacks get nullptr. On the strand (or with nothing else left).
+  void close() noexcept {
+    if (ac_ == nullptr) return;
+    redisAsyncContext* ac = std::exchange(ac_, nullptr);
+    redisAsyncFree(ac);  // deferred by hiredis when called from one of its callbacks
+  }
+
+ private:
+  bool send(const std::vector<std::string_view>& argv, redisCallbackFn* fn, void* priv) {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    ptrs.reserve(argv.size());
+    lens.reserve(argv.size());
+    for (std::string_view a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    return redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(argv.size()), ptrs.data(), lens.data()) == REDIS_OK;
+  }
+
+  // Opens a context when there is none: connect (non-blocking), then AUTH and SELECT queued
+  // ahead of any command (an error reply to either breaks the connection).
+  bool ensure_open() {
+    if (ac_ != nullptr) return true;
+    if (shut_) return false;
+    redisAsyncContext* ac = options_.unix_path.empty() ? redisAsyncConnect(options_.host.c_str(), options_.port)
+                                                       : redisAsyncConnectUnix(options_.unix_path.c_str());
+    if (ac == nullptr) return false;
+    if (ac->err != 0) {
+      redisAsyncFree(ac);
+      return false;
+    }
+    const int flags = ::fcntl(ac->c.fd, F_GETFD);
+    if (flags != -1) ::fcntl(ac->c.fd, F_SETFD, flags | FD_CLOEXEC);
+    asio::error_code ec;
+    socket_.assign(ac->c.fd, ec);
+    if (ec) {
+      redisAsyncFree(ac);
+      return false;
+    }
+    ac_ = ac;
+    ++generation_;
+    want_read_ = want_write_ = read_armed_ = write_armed_ = false;
+    ac->data = this;
+    ac->ev.data = this;
+    ac->ev.addRead = [](void* p) { static_cast<async_redis*>(p)->want(true, true); };
+    ac->ev.delRead = [](void* p) { static_cast<async_redis*>(p)->want(true, false); };
+    ac->ev.addWrite = [](void* p) { static_cast<async_redis*>(p)->want(false, true); };
+    ac->ev.delWrite = [](void* p) { static_cast<async_redis*>(p)->want(false, false); };
+    ac->ev.cleanup = [](void* p) { static_cast<async_redis*>(p)->context_gone(); };
+    // After the hooks: hiredis then asks for the first write readiness (the connect's end).
+    redisAsyncSetConnectCallback(ac, [](const redisAsyncContext*, int) {});
+    if (options_.connect_timeout.count() > 0) {
+      connect_timer_.expires_after(options_.connect_timeout);
+      connect_timer_.async_wait([self = shared_from_this(), gen = generation_](const asio::error_code& e) {
+        if (e || gen != self->generation_ || self->ac_ == nullptr) return;
+        if (!(self->ac_->c.flags & REDIS_CONNECTED)) self->close();
+      });
+    }
+    auto handshake = [this](std::vector<std::string_view> argv) {
+      auto* cb = new reply_callback([self = shared_from_this(), gen = generation_](redisReply* r) {
+        if ((r == nullptr || r->type == REDIS_REPLY_ERROR) && gen == self->generation_) self->close();
+      });
+      if (send(argv, &async_redis::on_reply, cb)) expect_reply();
+      else delete cb;
+    };
+    if (!options_.password.empty()) {
+      if (options_.user.empty()) handshake({"AUTH", options_.password});
+      else handshake({"AUTH", options_.user, options_.password});
+    }
+    if (options_.db != 0) {
+      const std::string db = std::to_string(options_.db);
+      handshake({"SELECT", db});
+    }
+    return true;
+  }
+
+  static void on_reply(redisAsyncContext* ac, void* reply, void* priv) {
+    std::unique_ptr<reply_callback> cb(static_cast<reply_callback*>(priv));
+    auto* self = static_cast<async_redis*>(ac->data);
+    if (!self->sent_at_.empty()) self->sent_at_.pop_front();
+    (*cb)(static_cast<redisReply*>(reply));
+  }
+
+  static void on_pubsub(redisAsyncContext*, void* reply, void* priv) {
+    auto* self = static_cast<async_redis*>(priv);
+    auto* r = static_cast<redisReply*>(reply);
+    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    const redisReply* type = r->element[0];
+    const redisReply* channel = r->element[1];
+    const redisReply* payload = r->element[2];
+    if (type->type != REDIS_REPLY_STRING || channel->type != REDIS_REPLY_STRING || !self->on_message_) return;
+    const std::string_view kind(type->str, type->len);
+    if (kind == "subscribe" && !self->sent_at_.empty()) self->sent_at_.pop_front();
+    const std::string_view body =
+        payload->type == REDIS_REPLY_STRING ? std::string_view(payload->str, payload->len) : std::string_view();
+    self->on_message_(kind, std::string_view(channel->str, channel->len), body);
+  }
+
+  // Command timeout: the oldest reply still due breaks the connection once it is overdue.
+  void expect_reply() {
+    sent_at_.push_back(std::chrono::steady_clock::now());
+    if (sent_at_.size() == 1) arm_reply_timer();
+  }
+  void arm_reply_timer() {
+    if (sent_at_.empty() || options_.command_timeout.count() <= 0) return;
+    reply_timer_.expires_at(sent_at_.front() + options_.command_timeout);
+    reply_timer_.async_wait([self = shared_from_this(), gen = generation_](const asio::error_code& e) {
+      if (e || gen != self->generation_ || self->ac_ == nullptr) return;
+      if (!self->sent_at_.empty() &&
+          std::chrono::steady_clock::now() >= self->sent_at_.front() + self->options_.command_timeout)
+        self->close();
+      else self->arm_reply_timer();
+    });
+  }
+
+  void want(bool read, bool on) {
+    (read ? want_read_ : want_write_) = on;
+    if (on) arm(read);
+  }
+
+  void arm(bool read) {
+    bool& armed = read ? read_armed_ : write_armed_;
+    if (armed || !(read ? want_read_ : want_write_) || ac_ == nullptr) return;
+    armed = true;
+    socket_.async_wait(read ? asio::posix::stream_descriptor::wait_read : asio::posix::stream_descriptor::wait_write,
+                       [self = shared_from_this(), gen = generation_, read](const asio::error_code& e) {
+                         if (gen != self->generation_) return;  // a wait of a context already gone
+                         (read ? self->read_armed_ : self->write_armed_) = false;
+                         if (e || self->ac_ == nullptr || !(read ? self->want_read_ : self->want_write_)) return;
+                         if (read) redisAsyncHandleRead(self->ac_);
+                         else redisAsyncHandleWrite(self->ac_);
+                         if (gen == self->generation_) self->arm(read);
+                       });
+  }
+
+  // hiredis frees the context (an error, the peer's close, or close()): it closes the
+  // descriptor right after this, so the stream_descriptor lets go of it first.
+  void context_gone() noexcept {
+    // hiredis 0.14 calls this twice when the connection fails (on the error, then when freeing
+    // it): the second call must not take a context opened in between for this one.
+    if (ac_ != nullptr) ac_->ev.cleanup = nullptr;
+    ac_ = nullptr;
+    ++generation_;
+    sent_at_.clear();
+    try {
+      if (socket_.is_open()) socket_.release();  // cancels its waits; never closes the descriptor
+    } catch (...) {
+    }
+    connect_timer_.cancel();
+    reply_timer_.cancel();
+    if (on_broken_)
+      asio::post(strand_, [self = weak_from_this()] {
+        if (auto s = self.lock(); s && s->on_broken_) s->on_broken_();
+      });
+  }
+
+  async_strand strand_;
+  connection_options options_;
+  bool subscriber_;
+  bool shut_ = false;
+  asio::posix::stream_descriptor socket_;
+  asio::steady_timer connect_timer_, reply_timer_;
+  redisAsyncContext* ac_ = nullptr;
+  std::uint64_t generation_ = 0;  // one per context: stale socket waits and timers do nothing
+  bool want_read_ = false, want_write_ = false, read_armed_ = false, write_armed_ = false;
+  std::deque<std::chrono::steady_clock::time_point> sent_at_;  // commands awaiting replies, oldest first
+  message_sink on_message_;
+  std::function<void()> on_broken_;
+};
+
+}  // namespace redislock::detail

@@ -1,0 +1,632 @@
+// redislock::async_mutex (asio.hpp): acquisitions by callback, future, coroutine and deferred
+// token; exclusion and hand-off against the blocking mutex in both directions; cancellation
+// under contention; renewal and loss; many waiters on one loop thread; a multi-threaded loop.
+#include "eventually.hpp"
+#include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/asio.hpp>
+#include <redislock/redislock.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_future.hpp>
+#include <asio/version.hpp>
+#if ASIO_VERSION >= 102200
+#include <asio/experimental/deferred.hpp>
+#endif
+#if defined(__cpp_impl_coroutine) && __cpp_impl_coroutine >= 201902L
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/use_awaitable.hpp>
+#define REDISLOCK_TEST_COROUTINES 1
+#endif
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::eventually;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// An io_context run by `threads` threads until the fixture ends.
+struct loop {
+  explicit loop(int threads = 1) : work(asio::make_work_guard(io)) {
+    for (int i = 0; i < threads; ++i) runners.emplace_back([this] { io.run(); });
+  }
+  ~loop() {
+    work.reset();
+    for (auto& t : runners) t.join();
+  }
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<std::thread> runners;
+};
+
+struct AsyncMutexTest : redislock_test::server_test {
+  void SetUp() override {
+    server_test::SetUp();
+    runner = std::make_unique<loop>();
+    client = std::make_unique<async_client>(runner->io.get_executor(), async_client_options{server->options()});
+  }
+  void TearDown() override {
+    client.reset();
+    runner.reset();  // runs until the client's connections are closed
+  }
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":queue"})->integer; }
+  // The mutex's release script for `token`, run by the admin connection (a release by another
+  // process: it hands the lock to the head of the queue).
+  void release_as(const async_mutex& m, const std::string& token) {
+    admin->command({"EVAL", detail::mutex_scripts::release().source(), "4", m.key(), m.key() + ":fence",
+                    m.key() + ":queue", m.key() + ":waiters", token, m.key() + ":w:"});
+  }
+  bool exists(const std::string& key) { return admin->command({"EXISTS", key})->integer == 1; }
+
+  std::unique_ptr<loop> runner;
+  std::unique_ptr<async_client> client;
+};
+
+// Runs `start(callback)` and waits for its outcome. Errors are checked as error codes, not as
+// exceptions through a future: libstdc++'s exception_ptr is not instrumented, so TSan reports
+// its release on the completing thread as a race.
+template <class T, class Start>
+std::pair<std::error_code, T> outcome(Start start) {
+  auto p = std::make_shared<std::promise<std::pair<std::error_code, T>>>();
+  auto f = p->get_future();
+  start([p](std::error_code e, T value) { p->set_value({e, std::move(value)}); });
+  return f.get();
+}
+
+std::error_code unlock_now(async_hold& h, release_status* status = nullptr) {
+  std::promise<std::pair<std::error_code, release_status>> p;
+  h.async_unlock([&](std::error_code e, release_status s) { p.set_value({e, s}); });
+  auto r = p.get_future().get();
+  if (status) *status = r.second;
+  return r.first;
+}
+
+TEST_F(AsyncMutexTest, LocksWithAFutureExcludesAndUnlocks) {
+  async_mutex m(*client, "a");
+  async_hold h = m.async_lock(asio::use_future).get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  async_hold other = m.async_try_lock_for(milliseconds(0), asio::use_future).get();
+  EXPECT_FALSE(other.owns_lock());
+  release_status s{};
+  EXPECT_FALSE(unlock_now(h, &s));
+  EXPECT_EQ(s, release_status::released);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_FALSE(exists(m.key()));
+  // An empty hold reports not_held.
+  std::promise<std::error_code> again;
+  h.async_unlock([&](std::error_code e, release_status) { again.set_value(e); });
+  EXPECT_EQ(again.get_future().get(), async_errc::not_held);
+}
+
+TEST_F(AsyncMutexTest, TimedWaitGivesUpLeavesTheQueueAndReportsNoError) {
+  async_mutex m(*client, "t");
+  mutex blocking(*pool, "t");
+  blocking.lock();
+  const auto started = steady::now();
+  async_hold h = m.async_try_lock_for(milliseconds(150), asio::use_future).get();
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_GE(steady::now() - started, milliseconds(150));
+  EXPECT_EQ(queued(m.key()), 0);
+  blocking.unlock();
+  EXPECT_FALSE(exists(m.key()));  // nobody was handed the lock
+}
+
+TEST_F(AsyncMutexTest, BlockingReleaseHandsTheLockToAnAsyncWaiter) {
+  mutex blocking(*pool, "h");
+  async_mutex m(*client, "h");
+  blocking.lock();
+  auto waiting = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  blocking.unlock();
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  EXPECT_EQ(client->stats().handed_over, 1u);
+  EXPECT_FALSE(blocking.try_lock());
+  EXPECT_FALSE(unlock_now(h));
+}
+
+TEST_F(AsyncMutexTest, AsyncReleaseHandsTheLockToABlockingWaiter) {
+  mutex blocking(*pool, "h2");
+  async_mutex m(*client, "h2");
+  async_hold h = m.async_lock(asio::use_future).get();
+  std::promise<void> locked;
+  std::thread waiter([&] {
+    blocking.lock();
+    locked.set_value();
+  });
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  EXPECT_FALSE(unlock_now(h));
+  locked.get_future().get();
+  waiter.join();
+  EXPECT_TRUE(blocking.owns_lock());
+  EXPECT_FALSE(m.async_try_lock_for(milliseconds(0), asio::use_future).get().owns_lock());
+  blocking.unlock();
+}
+
+TEST_F(AsyncMutexTest, TheDestructorReleasesInTheBackground) {
+  std::atomic<int> released{0};
+  async_client_options o{server->options()};
+  o.on_background_release = [&](const std::string& name, release_status s) {
+    if (name == "d" && s == release_status::released) ++released;
+  };
+  async_client own(runner->io.get_executor(), o);
+  async_mutex m(own, "d");
+  {
+    async_hold h = m.async_lock(asio::use_future).get();
+    async_hold moved = std::move(h);  // the hold travels with the object, not the thread
+    std::thread([held = std::move(moved)]() mutable { EXPECT_TRUE(held.owns_lock()); }).join();
+  }
+  ASSERT_TRUE(eventually([&] { return released.load() == 1; }));
+  EXPECT_FALSE(exists(m.key()));
+  EXPECT_EQ(own.stats().background_released, 1u);
+}
+
+TEST_F(AsyncMutexTest, CancelledWaitersLeaveTheQueueAndNeverAcquire) {
+  async_mutex m(*client, "c");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  constexpr int kWaiters = 20;
+  std::vector<asio::cancellation_signal> signals(kWaiters);
+  std::vector<std::promise<std::pair<std::error_code, bool>>> results(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) {
+    m.async_lock(asio::bind_cancellation_slot(signals[i].slot(), [&, i](std::error_code e, async_hold h) {
+      results[i].set_value({e, h.owns_lock()});
+    }));
+  }
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == kWaiters; }));
+  // Cancel every waiter from the loop (where signals are emitted), while the holder releases:
+  // the grant races the cancellations.
+  asio::post(runner->io, [&] {
+    for (auto& s : signals) s.emit(asio::cancellation_type::terminal);
+  });
+  EXPECT_FALSE(unlock_now(holder));
+  for (auto& r : results) {
+    auto [e, held] = r.get_future().get();
+    EXPECT_EQ(e, asio::error::operation_aborted);
+    EXPECT_FALSE(held);
+  }
+  EXPECT_EQ(queued(m.key()), 0);
+  EXPECT_TRUE(eventually([&] { return !exists(m.key()); }));  // a grant that raced is released
+}
+
+// The grant races the cancellation, deterministically: on the (blocked) loop thread the waiter
+// is cancelled first, then the holder's release hands it the lock (run by the admin
+// connection); the waiter's "leave" finds the lock its own and releases it.
+TEST_F(AsyncMutexTest, ACancellationThatRacedWithAGrantReleasesIt) {
+  async_mutex m(*client, "race");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  asio::cancellation_signal signal;
+  std::promise<std::pair<std::error_code, bool>> result;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    result.set_value({e, h.owns_lock()});
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::promise<void> handed;
+  asio::post(runner->io, [&] {
+    signal.emit(asio::cancellation_type::terminal);  // runs on the client's strand after this task
+    release_as(m, holder.token());
+    handed.set_value();
+  });
+  handed.get_future().wait();
+  EXPECT_NE(get(m.key()), holder.token());  // handed to the waiter
+  auto [e, held] = result.get_future().get();
+  EXPECT_EQ(e, asio::error::operation_aborted);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(client->stats().released_after_cancel, 1u);
+  EXPECT_FALSE(exists(m.key()));
+  EXPECT_EQ(queued(m.key()), 0);
+  release_status s{};
+  EXPECT_FALSE(unlock_now(holder, &s));
+  EXPECT_EQ(s, release_status::lease_expired);  // the holder's release above was not its own
+}
+
+// A grant races the deadline: the waiter's deadline passes while the loop is blocked, and the
+// holder's release hands it the lock meanwhile. Whichever the waiter sees first (its timer, then
+// "leave" finds the lock its own; or the notice), the acquisition succeeds with the hold.
+TEST_F(AsyncMutexTest, AGrantThatRacedWithTheDeadlineIsKept) {
+  async_mutex m(*client, "deadline-race");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  auto waiting = m.async_try_lock_for(milliseconds(100), asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::promise<void> handed;
+  asio::post(runner->io, [&] {
+    std::this_thread::sleep_for(milliseconds(150));  // past the waiter's deadline
+    release_as(m, holder.token());
+    handed.set_value();
+  });
+  handed.get_future().wait();
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  EXPECT_FALSE(unlock_now(h));
+  EXPECT_EQ(queued(m.key()), 0);
+}
+
+// A hold moves between threads while its renewals are in flight: renewal belongs to the
+// acquisition, so it goes on, and the hold is released once, by its last owner.
+TEST_F(AsyncMutexTest, AHoldMovedWhileItsRenewalIsInFlightKeepsItsLease) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  async_mutex m(*client, "moving", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  const auto until = steady::now() + milliseconds(500);
+  while (steady::now() < until) {
+    std::thread([&] {
+      async_hold mine = std::move(h);
+      EXPECT_TRUE(mine.owns_lock());
+      std::this_thread::sleep_for(milliseconds(10));
+      h = std::move(mine);
+    }).join();
+  }
+  EXPECT_FALSE(h.lost());
+  EXPECT_EQ(get(m.key()), h.token());
+  release_status s{};
+  EXPECT_FALSE(unlock_now(h, &s));
+  EXPECT_EQ(s, release_status::released);
+  EXPECT_EQ(client->stats().background_released + client->stats().background_failed, 0u);
+}
+
+TEST_F(AsyncMutexTest, ATimerCancelsOneWaitAmongOthers) {
+  async_mutex m(*client, "tc");
+  async_hold holder = m.async_lock(asio::use_future).get();
+  asio::cancellation_signal signal;
+  asio::steady_timer timer(runner->io, milliseconds(100));
+  std::promise<std::error_code> cancelled;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    EXPECT_FALSE(h.owns_lock());
+    cancelled.set_value(e);
+  }));
+  timer.async_wait([&](std::error_code) { signal.emit(asio::cancellation_type::terminal); });
+  auto next = m.async_lock(asio::use_future);
+  EXPECT_EQ(cancelled.get_future().get(), asio::error::operation_aborted);
+  EXPECT_EQ(queued(m.key()), 1);
+  EXPECT_FALSE(unlock_now(holder));
+  async_hold h = next.get();
+  EXPECT_TRUE(h.owns_lock());
+  EXPECT_FALSE(unlock_now(h));
+}
+
+TEST_F(AsyncMutexTest, RenewsTheLeaseOnTheLoopAndReportsItsLoss) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  std::promise<void> lost;
+  o.on_lost = [&](const std::string&) { lost.set_value(); };
+  async_mutex m(*client, "r", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  std::this_thread::sleep_for(milliseconds(700));  // more than two leases: renewed meanwhile
+  EXPECT_FALSE(h.lost());
+  EXPECT_EQ(get(m.key()), h.token());
+  ASSERT_TRUE(h.lease_confirmed_until().has_value());
+  EXPECT_GT(*h.lease_confirmed_until(), steady::now());
+  admin->command({"SET", m.key(), "someone-else"});
+  ASSERT_EQ(lost.get_future().wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(h.lost());
+  release_status s{};
+  EXPECT_FALSE(unlock_now(h, &s));
+  EXPECT_EQ(s, release_status::lease_expired);
+  EXPECT_EQ(get(m.key()), "someone-else");
+}
+
+TEST_F(AsyncMutexTest, FencingTokensExtendAndRemainingLease) {
+  async_mutex m(*client, "f");
+  async_hold h = m.async_lock(asio::use_future).get();
+  const std::uint64_t f1 = h.async_fencing_token(asio::use_future).get();
+  EXPECT_GT(f1, 0u);
+  EXPECT_EQ(h.async_fencing_token(asio::use_future).get(), f1);
+  EXPECT_TRUE(h.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_GT(h.async_remaining_lease(asio::use_future).get(), seconds(50));
+  EXPECT_FALSE(unlock_now(h));
+  mutex blocking(*pool, "f");
+  blocking.lock();
+  EXPECT_GT(blocking.fencing_token(), f1);
+  blocking.unlock();
+  // Lost: extend says so, fencing_token refuses.
+  async_hold g = m.async_lock(asio::use_future).get();
+  admin->command({"DEL", m.key()});
+  EXPECT_FALSE(g.async_extend(asio::use_future).get());
+  EXPECT_TRUE(g.lost());
+  EXPECT_EQ(outcome<std::uint64_t>([&](auto cb) { g.async_fencing_token(cb); }).first, async_errc::lease_lost);
+}
+
+#if ASIO_VERSION >= 102200
+TEST_F(AsyncMutexTest, DeferredTokenStartsOnlyWhenInvoked) {
+  async_mutex m(*client, "df");
+  auto op = m.async_lock(asio::experimental::deferred);
+  EXPECT_FALSE(exists(m.key()));
+  std::promise<bool> got;
+  std::move(op)([&](std::error_code e, async_hold h) { got.set_value(!e && h.owns_lock()); });
+  EXPECT_TRUE(got.get_future().get());
+}
+#endif
+
+#ifdef REDISLOCK_TEST_COROUTINES
+TEST_F(AsyncMutexTest, CoroutinesTakeTurnsWithCoAwait) {
+  async_mutex m(*client, "co");
+  std::atomic<int> inside{0}, overlaps{0}, done{0};
+  constexpr int kCoroutines = 8;
+  for (int i = 0; i < kCoroutines; ++i) {
+    asio::co_spawn(
+        runner->io,
+        [&]() -> asio::awaitable<void> {
+          async_hold h = co_await m.async_lock(asio::use_awaitable);
+          if (++inside > 1) ++overlaps;
+          asio::steady_timer t(co_await asio::this_coro::executor, milliseconds(2));
+          co_await t.async_wait(asio::use_awaitable);
+          --inside;
+          co_await h.async_unlock(asio::use_awaitable);
+          ++done;
+        },
+        asio::detached);
+  }
+  ASSERT_TRUE(eventually([&] { return done.load() == kCoroutines; }, seconds(20)));
+  EXPECT_EQ(overlaps.load(), 0);
+}
+#endif
+
+// One loop thread drives many waiters over several names while a blocking client holds and
+// releases each name: every waiter is served, in arrival order (fair mode), and the loop stays
+// responsive (an unrelated 1 ms timer's lateness is measured and printed).
+TEST_F(AsyncMutexTest, OneLoopThreadServesManyFairWaitersInOrder) {
+  constexpr int kNames = 20, kPerName = 50;
+  lock_options o;
+  o.fair = true;
+  o.lease = seconds(10);
+  std::vector<std::unique_ptr<async_mutex>> mutexes;
+  std::vector<std::unique_ptr<mutex>> blockers;
+  for (int n = 0; n < kNames; ++n) {
+    mutexes.push_back(std::make_unique<async_mutex>(*client, "many" + std::to_string(n), o));
+    blockers.push_back(std::make_unique<mutex>(*pool, "many" + std::to_string(n), o));
+    blockers.back()->lock();
+  }
+  std::mutex order_mutex;
+  std::map<int, std::vector<int>> served;  // name -> waiter indices in the order served
+  std::atomic<int> finished{0};
+  // Queue the waiters of each name one after the other (each waits for the previous one's
+  // place), so arrival order is known.
+  std::function<void(int, int)> enqueue = [&](int n, int i) {
+    if (i == kPerName) return;
+    mutexes[n]->async_lock([&, n, i](std::error_code e, async_hold h) {
+      EXPECT_FALSE(e) << e.message();
+      {
+        std::lock_guard<std::mutex> g(order_mutex);
+        served[n].push_back(i);
+      }
+      h.async_unlock([&](std::error_code, release_status) { ++finished; });
+    });
+  };
+  for (int n = 0; n < kNames; ++n)
+    for (int i = 0; i < kPerName; ++i) {
+      enqueue(n, i);
+      ASSERT_TRUE(eventually([&] { return queued(mutexes[n]->key()) == i + 1; }));
+    }
+  // An unrelated periodic timer on the same loop: its worst lateness.
+  std::atomic<bool> stop{false};
+  std::atomic<long long> worst_us{0};
+  std::promise<void> ticking_stopped;
+  asio::steady_timer tick(runner->io);
+  std::function<void(steady::time_point)> arm = [&](steady::time_point due) {
+    tick.expires_at(due);
+    tick.async_wait([&, due](std::error_code) {
+      const long long late = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - due).count();
+      if (late > worst_us.load()) worst_us.store(late);
+      if (stop.load()) return ticking_stopped.set_value();
+      arm(steady::now() + milliseconds(1));
+    });
+  };
+  asio::post(runner->io, [&] { arm(steady::now() + milliseconds(1)); });
+  for (auto& b : blockers) b->unlock();
+  const bool all_served = eventually([&] { return finished.load() == kNames * kPerName; }, seconds(60));
+  stop = true;
+  ticking_stopped.get_future().wait();  // the timer is not destroyed under its handler
+  ASSERT_TRUE(all_served);
+  for (int n = 0; n < kNames; ++n) {
+    std::vector<int> expected(kPerName);
+    for (int i = 0; i < kPerName; ++i) expected[i] = i;
+    EXPECT_EQ(served[n], expected) << "name " << n;
+    EXPECT_EQ(queued(mutexes[n]->key()), 0);
+  }
+  std::printf("[ info ] %d waiters over %d names on one loop thread; worst lateness of a 1 ms timer: %lld us\n",
+              kNames * kPerName, kNames, worst_us.load());
+}
+
+// Several threads run the io_context; acquisitions from all of them exclude each other.
+TEST_F(AsyncMutexTest, AMultiThreadedLoopKeepsExclusion) {
+  auto threaded = std::make_unique<loop>(4);
+  {
+    async_client c(threaded->io.get_executor(), async_client_options{server->options()});
+    async_mutex a(c, "mt"), b(c, "mt");
+    std::atomic<int> inside{0}, overlaps{0}, done{0};
+    constexpr int kRounds = 200;
+    std::function<void(async_mutex&, int)> go = [&](async_mutex& m, int left) {
+      if (left == 0) return;
+      m.async_lock([&, left](std::error_code e, async_hold h) {
+        ASSERT_FALSE(e);
+        if (++inside > 1) ++overlaps;
+        --inside;
+        auto shared = std::make_shared<async_hold>(std::move(h));
+        shared->async_unlock([&, left, shared](std::error_code, release_status) {
+          ++done;
+          go(m, left - 1);
+        });
+      });
+    };
+    for (int i = 0; i < 4; ++i) go(i % 2 ? a : b, kRounds / 4);
+    ASSERT_TRUE(eventually([&] { return done.load() == kRounds; }, seconds(30)));
+    EXPECT_EQ(overlaps.load(), 0);
+  }
+  threaded.reset();
+}
+
+// The subscriber connection is killed while a waiter sleeps: the waiter subscribes again at
+// once and queues again, so the next release hands it the lock (no wait for recheck_interval).
+TEST_F(AsyncMutexTest, AWaiterWhoseSubscriptionWasKilledSubscribesAgain) {
+  mutex blocking(*pool, "kill");
+  lock_options o;
+  o.recheck_interval = seconds(30);
+  async_mutex m(*client, "kill", o);
+  blocking.lock();
+  auto waiting = m.async_lock(asio::use_future);
+  auto channels = [&] { return admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"})->elements; };
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1 && channels() == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return channels() == 1; }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  blocking.unlock();
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  async_hold h = waiting.get();
+  EXPECT_TRUE(h.owns_lock());
+  EXPECT_FALSE(unlock_now(h));
+}
+
+// The loop stops while a hold and a waiter are alive; they and the client are destroyed while
+// it is stopped, then the io_context without running again: nothing crashes or leaks (the
+// sanitizer builds check), the posted release never runs and the lease ends on the server.
+TEST_F(AsyncMutexTest, TheLoopStopsWithAHoldAndAWaiterAlive) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  auto io = std::make_unique<asio::io_context>();
+  std::string key;
+  {
+    async_client c(io->get_executor(), async_client_options{server->options()});
+    async_mutex m(c, "stopped", o);
+    key = m.key();
+    std::optional<async_hold> hold;
+    m.async_lock([&](std::error_code e, async_hold h) {
+      EXPECT_FALSE(e);
+      hold.emplace(std::move(h));
+    });
+    m.async_lock([](std::error_code, async_hold) {});  // a waiter, never served
+    ASSERT_TRUE(eventually([&] {
+      io->run_for(milliseconds(5));
+      return hold.has_value() && queued(key) == 1;
+    }));
+    io->stop();
+  }
+  io.reset();
+  EXPECT_TRUE(eventually([&] { return !exists(key); }));  // its lease ran out, no longer renewed
+}
+
+// The acquiring SET runs on the server but its reply is lost with the connection: the
+// acquisition fails with connection_failed and, on a fresh connection, releases the lock its
+// lost reply took (owner-checked), rather than leaving it blocked for the whole lease.
+TEST_F(AsyncMutexTest, AnAcquisitionWhoseReplyWasLostReleasesWhatItTook) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options o = server->options();
+  o.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{o});
+  async_mutex m(c, "lost-reply");
+  proxy.set_cut_after_request(true);  // every command runs, every reply is lost
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_lock(cb); });
+  EXPECT_EQ(e, async_errc::connection_failed);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_TRUE(eventually([&] { return !exists(m.key()); }, seconds(2)));
+  proxy.heal();
+}
+
+// The server stops answering while a hold is renewed: on_lost runs when the last confirmed
+// lease ends, by the clock alone, not when the command timeout finally breaks the connection.
+TEST_F(AsyncMutexTest, AStalledServerMakesTheHoldLostWhenItsLeaseEnds) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = seconds(30);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  auto lost = std::make_shared<std::promise<steady::time_point>>();  // outlives a failed test
+  o.on_lost = [lost](const std::string&) { lost->set_value(steady::now()); };
+  async_mutex m(c, "stalled", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  proxy.set_stalled(true);
+  auto reported = lost->get_future();
+  ASSERT_EQ(reported.wait_for(seconds(5)), std::future_status::ready);
+  const steady::time_point at = reported.get();
+  ASSERT_TRUE(h.lease_confirmed_until().has_value());
+  EXPECT_GE(at, *h.lease_confirmed_until());  // never before the lease may have ended
+  EXPECT_TRUE(h.lost());
+  proxy.heal();
+}
+
+// Its own server with a password: AUTH goes first on both connections, and a contended wait
+// (the subscriber connection) keeps working past command_timeout.
+TEST(AsyncMutexAuth, AuthenticatesBothConnections) {
+  redislock_test::redis_server server({"--requirepass", "pw"});
+  connection_options o = server.options();
+  o.password = "pw";
+  o.command_timeout = milliseconds(200);
+  loop runner;
+  {
+    async_client c(runner.io.get_executor(), async_client_options{o});
+    async_mutex m(c, "auth");
+    async_hold h = m.async_lock(asio::use_future).get();
+    auto waiting = m.async_lock(asio::use_future);
+    std::this_thread::sleep_for(milliseconds(400));  // beyond command_timeout, subscribed
+    EXPECT_FALSE(unlock_now(h));
+    async_hold next = waiting.get();
+    EXPECT_TRUE(next.owns_lock());
+    EXPECT_EQ(c.stats().handed_over, 1u);
+    EXPECT_FALSE(unlock_now(next));
+    // A wrong password fails the acquisition, it does not hang.
+    connection_options bad = o;
+    bad.password = "wrong";
+    async_client wrong(runner.io.get_executor(), async_client_options{bad});
+    async_mutex w(wrong, "auth");
+    EXPECT_EQ(outcome<async_hold>([&](auto cb) { w.async_lock(cb); }).first, async_errc::connection_failed);
+  }
+}
+
+TEST(AsyncMutexDown, AnUnreachableServerFailsTheAcquisition) {
+  connection_options o;
+  o.port = redislock_test::free_port();  // nothing listens there
+  loop runner;
+  {
+    async_client c(runner.io.get_executor(), async_client_options{o});
+    async_mutex m(c, "down");
+    auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_lock(cb); });
+    EXPECT_EQ(e, async_errc::connection_failed);
+    EXPECT_FALSE(h.owns_lock());
+  }
+}
+
+// The client goes away while an acquisition waits: it completes with connection_failed.
+TEST_F(AsyncMutexTest, DestroyingTheClientEndsItsWaits) {
+  mutex blocking(*pool, "gone");
+  blocking.lock();
+  std::promise<std::error_code> waited;
+  {
+    async_client c(runner->io.get_executor(), async_client_options{server->options()});
+    async_mutex m(c, "gone");
+    m.async_lock([&](std::error_code e, async_hold) { waited.set_value(e); });
+    ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  }
+  auto waiting = waited.get_future();
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_EQ(waiting.get(), async_errc::connection_failed);
+  blocking.unlock();
+}
+
+}  // namespace
