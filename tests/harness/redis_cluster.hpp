@@ -33,14 +33,15 @@ inline std::string redis_cli_binary() {
 
 class redis_cluster {
  public:
-  explicit redis_cluster(int masters = 3, int replicas = 1) {
+  /// `extra`: more redis-server arguments for every node.
+  explicit redis_cluster(int masters = 3, int replicas = 1, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < masters * (1 + replicas); ++i) {
       // Each node keeps nodes.conf in its own temporary directory (redis_server's). A short node timeout keeps failure
       // detection quick; the manual failover of the tests does not depend on it.
-      nodes_.push_back(
-          std::make_unique<redis_server>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                                                  "nodes.conf", "--cluster-node-timeout", "2000"},
-                                         true));
+      std::vector<std::string> args = {"--cluster-enabled",      "yes", "--cluster-config-file", "nodes.conf",
+                                       "--cluster-node-timeout", "2000"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      nodes_.push_back(std::make_unique<redis_server>(args, true));
     }
     std::vector<std::string> argv = {redis_cli_binary(), "--cluster", "create"};
     for (const auto& n : nodes_) argv.push_back("127.0.0.1:" + std::to_string(n->port()));
@@ -106,6 +107,35 @@ class redis_cluster {
         return n->port();
     }
     return 0;
+  }
+
+  /// The node listening on `port`.
+  redis_server& node_on(int port) {
+    for (auto& n : nodes_)
+      if (n->port() == port) return *n;
+    throw std::runtime_error("redis_cluster: no node on port " + std::to_string(port));
+  }
+
+  /// Whether every replica's link to its master is up (a replica that never synced, such as a
+  /// killed master back as a replica, is not eligible for promotion yet).
+  bool replicas_linked() {
+    for (auto& n : nodes_) {
+      const std::string info = text(n->admin().command({"INFO", "replication"}));
+      if (info.find("role:slave") != std::string::npos && info.find("master_link_status:up") == std::string::npos)
+        return false;
+    }
+    return true;
+  }
+
+  /// Whether any live node other than the one on `port` gives `port` slots in its slot map.
+  bool serves_slots(int port) {
+    for (auto& n : nodes_) {
+      if (n->port() == port || !n->running()) continue;
+      const redislock::reply_ptr r = n->admin().command({"CLUSTER", "SLOTS"});
+      for (const auto& range : redislock::detail::parse_cluster_slots(*r, "127.0.0.1"))
+        if (range.port == port) return true;
+    }
+    return false;
   }
 
   /// Moves `slot` from the master on `src` to the master on `dst` the way redis-cli reshards:
