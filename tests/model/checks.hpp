@@ -118,6 +118,11 @@ struct run_log {
   int waits_checked = 0;         // waits the liveness check looked at (free stretches in them)
   int failover_overlaps = 0;     // overlaps only a failover explains (not findings: see below)
   int wrong_types = 0;           // mixed kinds: calls that met another kind on the name
+  struct worker_call {
+    std::int64_t start_ns, end_ns;
+    std::string what;
+  };
+  std::vector<worker_call> worker_calls;  // crash workers' calls (crash_workers.hpp), for the print
 };
 
 inline double ms_of(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }

@@ -51,6 +51,7 @@ enum class fault_kind {
   failover,           // Sentinel: SENTINEL FAILOVER; Cluster: CLUSTER FAILOVER on a master's replica
   master_kill,        // Sentinel, Cluster: kill -9 a master; its replica is promoted, it rejoins empty
   migrate,            // Cluster: the slot of a lock name moves to another master, live
+  client_crash,       // kill -9 of a crash worker (another process on the names: crash_workers.hpp)
 };
 
 struct fault {
@@ -94,6 +95,7 @@ inline const char* to_string(fault_kind k) {
     case fault_kind::failover: return "failover";
     case fault_kind::master_kill: return "master_kill";
     case fault_kind::migrate: return "migrate";
+    case fault_kind::client_crash: return "client_crash";
   }
   return "?";
 }
@@ -132,6 +134,7 @@ inline std::string describe(const fault& f) {
     case fault_kind::refuse: s << " thread=" << f.thread; break;
     case fault_kind::partition: s << " thread=" << f.thread << " servers=0x" << std::hex << f.subset << std::dec; break;
     case fault_kind::migrate: s << " name=n" << f.thread << " to=" << f.dir; break;
+    case fault_kind::client_crash: s << " worker=" << f.thread; break;
     case fault_kind::debug_sleep:
       s << " sleep=" << f.arg_ms << "ms servers=0x" << std::hex << f.subset << std::dec;
       break;
@@ -186,7 +189,8 @@ struct history_shape {
   int threads = 4, names = 2, ops = 30;
   long lease_ms = 500;
   topology where = topology::single;
-  int masters = 3;  // Redlock and Cluster
+  int masters = 3;    // Redlock and Cluster
+  int processes = 0;  // crash workers (one server): client_crash faults kill them
   bool faults = true;
   long restart_delay_ms = 0;   // Redlock master restarts: at least the lease
   std::vector<kind> kinds;     // per name; mixed kinds: per thread and name (kind_at)
@@ -337,6 +341,7 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
     menu = {fault_kind::client_kill, fault_kind::debug_sleep, fault_kind::script_flush, fault_kind::failover,
             fault_kind::master_kill};
   if (cluster) menu.insert(menu.end(), {fault_kind::migrate, fault_kind::migrate});
+  if (shape.processes > 0) menu.insert(menu.end(), {fault_kind::client_crash, fault_kind::client_crash});
   long at = pick(0, lease / 2);
   int failovers = 0;
   for (int i = 0; at < std::max(2 * longest_ms, 3 * lease); ++i) {
@@ -350,6 +355,7 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
     f.subset = static_cast<unsigned>(pick(1, (1L << servers) - 1));
     f.arg_ms = pick(1, lease / 5);
     if (f.kind == fault_kind::debug_sleep) f.arg_ms = pick(10, lease / 2);
+    if (f.kind == fault_kind::client_crash) f.thread = static_cast<int>(pick(0, shape.processes - 1));
     if (f.kind == fault_kind::migrate) {
       f.thread = static_cast<int>(pick(0, shape.names - 1));  // the name whose slot moves
       f.dir = static_cast<int>(pick(1, servers - 1));         // to the master that many places on

@@ -1,37 +1,44 @@
 // redislock_model — a randomized, seeded property checker for redislock's locks.
 //
-//   redislock_model [--topology single|redlock] [--seed N] [--runs K] [--seconds S]
+//   redislock_model [--topology single|redlock|sentinel|cluster] [--seed N] [--runs K] [--seconds S]
 //                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
 //                           broken_optimistic|broken_deaf|broken_redlock_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
-//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120]
+//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120] [--repeat 1]
+//                   [--mixed-kinds] [--processes 0]
 //   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
 //
 // Each run generates a history from its seed (history.hpp): per thread a list of operations on
 // --names lock names (each name one kind, drawn from the seed unless --kind), and a list of
-// faults. It starts the servers once (single: one redis-server; redlock: 3 masters), and per run
-// gives each thread its own client(s) behind its own fault-injecting proxy (one per server:
-// harness/tcp_proxy.hpp), runs the threads and the fault thread together, records every call
-// (start, end, outcome), then checks the invariants (checks.hpp; README text in the report):
+// faults. It starts the servers once (single: one redis-server; redlock: 3 masters; sentinel:
+// a master, its replica and 3 sentinels; cluster: 3 masters with a replica each), and per run
+// gives each thread its own client(s), on one server and Redlock behind its own fault-injecting
+// proxy (one per server: harness/tcp_proxy.hpp), runs the threads and the fault thread (and
+// --processes crash workers: crash_workers.hpp) together, records every call (start, end,
+// outcome), then checks the invariants (checks.hpp; docs/testing.md, "The model checker"):
 //   overlap     no two certainly-valid holds of one name overlap (exclusive; reader vs writer);
 //   optimism    remaining_lease()/validity() = r of a hold with owns_lock() && !lost(): an
 //               independent direct connection, right after, finds at least r - eps left on the
 //               server (Redlock: on a majority), eps = time from the call's start to the end of
 //               the look + 2 ms; else the hold is lost() by then, or revoked (force_release,
-//               master data loss);
+//               master data loss, a failover that may lose writes);
 //   early_loss  the server never answers "not yours" (extend false, still_held false,
 //               release lease_expired) to a hold before its certain bound ends;
 //   fence       tokens of certainly-valid holds of one name increase with time;
 //   deadline    every call returns within its deadline (try_lock_for) + slack, every other
 //               call (but lock()) within the slack: connect + command timeout + --slack-ms;
 //   leak        after the run every key has an expiry, and within 3 leases + wait_lease all
-//               are gone but the fencing counters.
+//               are gone but the fencing counters;
+//   wrong_type  (--mixed-kinds) wrong_type_error only while another kind may hold the name.
+// Overlaps that only a failover losing unreplicated writes explains are counted apart
+// (failover_overlaps), not findings: replication is asynchronous.
 // A run prints its seed and one summary line; a failing run is shrunk (drop faults, threads,
 // then ops, delta debugging; each candidate rerun up to --reruns times, since thread timing
 // differs from run to run) and its shortest failing history printed with the command that
 // replays it. Exit status: 0 when every run passed.
 #include "checks.hpp"
+#include "crash_workers.hpp"
 #include "history.hpp"
 #include "redis_cluster.hpp"
 #include "redis_server.hpp"
@@ -68,6 +75,7 @@ struct config {
   std::uint64_t seed = 0;
   bool seed_given = false;
   int runs = 1;
+  int repeat = 1;      // runs of each seed (a replay's timing differs from run to run)
   double seconds = 0;  // 0: no time budget (--runs only)
   history_shape shape;
   std::string forced_kind;
@@ -114,6 +122,7 @@ config parse(int argc, char** argv) {
       c.seed = std::stoull(value());
       c.seed_given = true;
     } else if (a == "--runs") c.runs = std::stoi(value());
+    else if (a == "--repeat") c.repeat = std::stoi(value());
     else if (a == "--seconds") c.seconds = std::stod(value());
     else if (a == "--threads") c.shape.threads = std::stoi(value());
     else if (a == "--names") c.shape.names = std::stoi(value());
@@ -122,6 +131,7 @@ config parse(int argc, char** argv) {
     else if (a == "--no-faults") c.shape.faults = false;
     else if (a == "--kind") c.forced_kind = value();
     else if (a == "--mixed-kinds") c.mixed_kinds = true;
+    else if (a == "--processes") c.shape.processes = std::stoi(value());
     else if (a == "--no-extend-shorter") c.shape.extend_shorter = false;
     else if (a == "--slack-ms") c.slack_ms = std::stol(value());
     else if (a == "--shrink-seconds") c.shrink_seconds = std::stod(value());
@@ -138,7 +148,7 @@ config parse(int argc, char** argv) {
     } else usage("unknown argument " + a);
   }
   if (c.shape.threads < 1 || c.shape.threads > 16 || c.shape.names < 1 || c.shape.names > 8 || c.shape.ops < 1 ||
-      c.shape.lease_ms < 100 || c.runs < 1)
+      c.shape.lease_ms < 100 || c.runs < 1 || c.repeat < 1)
     usage("bad --threads/--names/--ops/--lease-ms/--runs");
   if (!c.forced_kind.empty()) {
     const kind k = kind_named(c.forced_kind);
@@ -148,6 +158,10 @@ config parse(int argc, char** argv) {
       usage("the broken kinds run on one server or Redlock");
   }
   if (c.replay && !c.seed_given) usage("--replay needs --seed");
+  if (c.shape.processes < 0 || c.shape.processes > 8 ||
+      (c.shape.processes > 0 &&
+       (c.shape.where != topology::single || (!c.forced_kind.empty() && is_broken(kind_named(c.forced_kind))))))
+    usage("--processes: 0 to 8 crash workers, on one server, with the library's kinds");
   if (c.mixed_kinds && (!c.forced_kind.empty() || c.shape.where == topology::redlock))
     usage("--mixed-kinds draws the kinds: not with --kind or on Redlock");
   if (!c.seed_given) c.seed = std::random_device{}() % 1000000;
@@ -366,6 +380,7 @@ class run {
   }
 
   run_log& execute() {
+    for (int w = 0; w < cfg_.shape.processes; ++w) start_worker(w);
     t0_ = now_ns();
     current_.assign(h_.threads.size(), "starting");
     std::vector<std::thread> threads;
@@ -380,6 +395,7 @@ class run {
     cv_.notify_all();
     faults.join();
     heartbeat.join();
+    record_workers();
     judge_deadlines();
     for (const auto& [a, b] : starved_) log_.busy.push_back({-1, a, b, -1, false});  // no waiter could act
     proxies_.clear();  // late requests still queued in a proxy are dropped with it
@@ -470,7 +486,52 @@ class run {
     }
   }
 
-  kind kind_of(std::size_t t, int name) const { return kind_at(kinds_, cfg_.shape.names, static_cast<int>(t), name); }
+  kind kind_of(std::size_t t, int name) const {
+    if (t >= first_worker_thread) return kind_at(kinds_, cfg_.shape.names, 0, name);  // a crash worker's
+    return kind_at(kinds_, cfg_.shape.names, static_cast<int>(t), name);
+  }
+
+  // ---- crash workers (other processes) ----------------------------------------------------
+
+  // Worker slot `w` (a new process in its place after a crash) on name w % names, with the
+  // kind thread 0 uses there.
+  void start_worker(int w) {
+    static const std::string self = [] {
+      char path[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+      return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string("redislock_model");
+    }();
+    const int name = w % cfg_.shape.names;
+    auto worker =
+        std::make_unique<crash_worker>(self, srv_.list.front()->port(), name, kind_of(first_worker_thread, name),
+                                       cfg_.shape.lease_ms, seed_ * 1000 + workers_.size());
+    std::lock_guard<std::mutex> g(m_);
+    if (live_workers_.size() <= static_cast<std::size_t>(w)) live_workers_.resize(static_cast<std::size_t>(w) + 1);
+    live_workers_[static_cast<std::size_t>(w)] = workers_.size();
+    workers_.push_back(std::move(worker));
+  }
+
+  void crash_worker_fault(const fault& f) {
+    std::size_t which = 0, slot = 0;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (live_workers_.empty()) return;
+      slot = static_cast<std::size_t>(f.thread) % live_workers_.size();
+      which = live_workers_[slot];
+    }
+    workers_[which]->kill();
+    start_worker(static_cast<int>(slot));
+  }
+
+  // The workers' calls, as holds of threads first_worker_thread + i.
+  void record_workers() {
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      workers_[i]->kill();  // the run's end: the last ones die too
+      workers_[i]->record(
+          log_, static_cast<int>(first_worker_thread + i), cfg_.shape.lease_ms,
+          [this](std::int64_t start, long lease_ms) { return until(start, lease_ms); }, aftermath_ns());
+    }
+  }
 
   std::unique_ptr<subject> make(std::size_t t, int name, bool auto_renew) {
     const kind k = kind_of(t, name);
@@ -941,6 +1002,7 @@ class run {
           log_.revocations[revocation].until_ns = now_ns() + lease_ns_;
           break;
         }
+        case fault_kind::client_crash: crash_worker_fault(f); break;
         case fault_kind::failover:
         case fault_kind::master_kill:
         case fault_kind::migrate: {
@@ -1092,6 +1154,9 @@ class run {
   std::vector<kind> kinds_;
   std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;
   std::vector<thread_clients> clients_, observers_;
+  static constexpr std::size_t first_worker_thread = 100;  // crash workers' holds in the log
+  std::vector<std::unique_ptr<crash_worker>> workers_;     // every one started, in order
+  std::vector<std::size_t> live_workers_;                  // per worker slot: its current one
   std::int64_t t0_ = 0;
   std::mutex m_;
   std::condition_variable cv_;
@@ -1127,6 +1192,8 @@ std::set<std::string> invariants_of(const run_log& log) {
 void print_records(const outcome& o) {
   for (const auto& a : o.log.applied)
     std::printf("    %8.1f..%8.1f ms  %s\n", ms_of(a.from_ns - o.t0), ms_of(a.to_ns - o.t0), a.what.c_str());
+  for (const auto& w : o.log.worker_calls)
+    std::printf("    %8.1f..%8.1f ms  %s\n", ms_of(w.start_ns - o.t0), ms_of(w.end_ns - o.t0), w.what.c_str());
   for (const auto& r : o.log.records) {
     if (r.outcome == "skip") continue;
     std::printf("    %8.1f..%8.1f ms  %-40s %s%s\n", ms_of(r.start_ns - o.t0), ms_of(r.end_ns - o.t0),
@@ -1229,6 +1296,8 @@ std::string keep_argument(const history& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 7 && std::string(argv[1]) == "--crash-worker")
+    crash_worker_main(std::atoi(argv[2]), argv[3], kind_named(argv[4]), std::atol(argv[5]), std::stoull(argv[6]));
   try {
     config cfg = parse(argc, argv);
     servers srv(cfg);
@@ -1236,9 +1305,9 @@ int main(int argc, char** argv) {
     int failed = 0, runs_done = 0;
     std::map<std::string, int> all_faults;
     long long all_ops = 0;
-    for (int i = 0; i < cfg.runs; ++i) {
+    for (int i = 0; i < cfg.runs * cfg.repeat; ++i) {
       if (cfg.seconds > 0 && i > 0 && steady::now() - started > std::chrono::duration<double>(cfg.seconds)) break;
-      const std::uint64_t seed = cfg.seed + static_cast<std::uint64_t>(i);
+      const std::uint64_t seed = cfg.seed + static_cast<std::uint64_t>(i / cfg.repeat);
       history_shape shape = cfg.shape;
       shape.kinds = kinds_for(cfg, seed);
       history h = generate(seed, shape);
@@ -1267,7 +1336,8 @@ int main(int argc, char** argv) {
       for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
         if (s == "--stop-on-finding" || s == "--verbose") continue;
-        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds") {
+        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds" ||
+            s == "--repeat") {
           ++a;
           continue;
         }
