@@ -79,7 +79,8 @@ namespace redislock_model {
     for (long i = pick(0, 3); i > 0; --i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(pick(0, lease_ms / 2)));  // a critical section
       const long lease = pick(lease_ms / 5, 2 * lease_ms);
-      call("extend", [&] { return std::to_string(lease) + (s->extend(std::chrono::milliseconds(lease)) ? " 1" : " 0"); });
+      call("extend",
+           [&] { return std::to_string(lease) + (s->extend(std::chrono::milliseconds(lease)) ? " 1" : " 0"); });
     }
     call("release", [&] { return std::string(redislock::to_string(s->unlock())); });
   }
@@ -137,8 +138,9 @@ class crash_worker {
       open_call = -1;
       std::string rest;
       std::getline(f, rest);
-      log.worker_calls.push_back({start, end, "t" + std::to_string(thread) + " n" + std::to_string(name_) + " " +
-                                                  to_string(kind_) + " " + what + rest});
+      log.worker_calls.push_back(
+          {start, end,
+           "t" + std::to_string(thread) + " n" + std::to_string(name_) + " " + to_string(kind_) + " " + what + rest});
       f = std::istringstream(rest);  // the call's result
       if (what == "acquire") {
         int ok = 0, write = 1;

@@ -238,15 +238,23 @@ class servers {
         if (!sentinel->wait_healthy(bound)) return "not healthy before the fault";
         const int m = sentinel->master();
         if (f.kind == fault_kind::failover) {
-          bool asked = false;
-          for (int s = 0; s < 3 && !asked; ++s) {
-            try {
-              redislock::connection(sentinel->sentinel_options(s)).command({"SENTINEL", "FAILOVER", "mymaster"});
-              asked = true;
-            } catch (const redislock::error&) {  // another sentinel may take it
-            }
-          }
-          if (!asked) return "no sentinel took SENTINEL FAILOVER";
+          // A sentinel refuses while it still sees the replica as unfit (NOGOODSLAVE: just
+          // resynced after the last fault) or a failover in progress (INPROG): asked again.
+          std::string refused;
+          int round = 0;
+          const bool asked = redis_cluster::poll_until(
+              [&] {
+                try {
+                  redislock::connection(sentinel->sentinel_options(round++ % 3))
+                      .command({"SENTINEL", "FAILOVER", sentinel_topology::service});
+                  return true;
+                } catch (const redislock::error& e) {
+                  refused = e.what();
+                  throw;
+                }
+              },
+              steady::now() + bound);
+          if (!asked) return "no sentinel took SENTINEL FAILOVER: " + refused;
         } else {
           sentinel->node(m).kill();
         }
@@ -387,6 +395,7 @@ class run {
     for (std::size_t t = 0; t < h_.threads.size(); ++t) threads.emplace_back([this, t] { thread_body(t); });
     std::thread faults([this] { fault_body(); });
     std::thread heartbeat([this] { heartbeat_body(); });
+    std::thread roles([this] { sentinel_roles_body(); });
     for (auto& t : threads) t.join();
     {
       std::lock_guard<std::mutex> g(m_);
@@ -395,6 +404,10 @@ class run {
     cv_.notify_all();
     faults.join();
     heartbeat.join();
+    roles.join();
+    // The next run starts from a settled set-up (after an unplanned failover too).
+    if (srv_.sentinel && !srv_.sentinel->wait_healthy(std::chrono::seconds(30)))
+      log_.findings.push_back({"crash", "the Sentinel set-up is not healthy after the run"});
     record_workers();
     judge_deadlines();
     for (const auto& [a, b] : starved_) log_.busy.push_back({-1, a, b, -1, false});  // no waiter could act
@@ -976,7 +989,8 @@ class run {
           };
           break;
         case fault_kind::client_kill:
-          on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
+          if (srv_.sentinel) kill_clients_but_sentinels(f);
+          else on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
           break;
         case fault_kind::debug_sleep: {
           char secs[32];
@@ -1035,6 +1049,68 @@ class run {
       std::lock_guard<std::mutex> g(m_);
       log_.busy.push_back({-1, started, now_ns() + aftermath_ns() + topology_settle_ns, -1, false});
       log_.applied.push_back({describe(f), started, now_ns()});
+    }
+  }
+
+  // Sentinel: CLIENT KILL TYPE normal would cut the sentinels' own links to the master too, and
+  // sentinels that cannot reach it for down-after-milliseconds fail it over: the fault is the
+  // clients', so every normal client but the sentinels' ("sentinel-…" names) is killed, by id.
+  void kill_clients_but_sentinels(const fault& f) {
+    try {
+      for (const auto& m : srv_.masters()) {
+        auto c = servers::admin(m);
+        std::istringstream list(redis_cluster::text(c.command({"CLIENT", "LIST"})));
+        const std::string me = std::to_string(c.command({"CLIENT", "ID"})->integer);
+        for (std::string line; std::getline(list, line);) {
+          // As TYPE normal: no replica or master link (flags N), no subscriber.
+          const std::size_t id = line.find("id="), name = line.find(" name=");
+          const bool normal = line.find(" flags=N ") != std::string::npos &&
+                              line.find(" sub=0 ") != std::string::npos && line.find(" psub=0 ") != std::string::npos;
+          if (id != 0 || !normal || name == std::string::npos || line.compare(name + 6, 9, "sentinel-") == 0) continue;
+          const std::string which = line.substr(3, line.find(' ') - 3);
+          if (which != me) c.command({"CLIENT", "KILL", "ID", which});
+        }
+      }
+    } catch (const redislock::error& e) {
+      add_finding("crash", std::string("fault ") + describe(f) + " failed: " + e.what());
+    }
+  }
+
+  // Sentinel: whether the set-up stays as it was (the same master, the other node its replica)
+  // while no failover fault runs. A failover the checker did not ask for (Sentinel's own
+  // decision) may lose writes like any other: from the last good look, every hold is revoked as
+  // by a failover, and the run says so (unplanned_failovers).
+  void sentinel_roles_body() {
+    if (!srv_.sentinel) return;
+    const int master = srv_.sentinel->master();
+    std::int64_t last_good = now_ns();
+    std::unique_lock<std::mutex> g(m_);
+    while (!done_) {
+      cv_.wait_for(g, milliseconds(20));
+      if (done_) break;
+      g.unlock();
+      const std::int64_t looked = now_ns();
+      bool ok = topology_fault_until_ns_.load() > looked;  // a planned one: revoked already
+      if (!ok) {
+        try {
+          const auto role = [&](int i) {
+            auto c = servers::admin(srv_.sentinel->node_options(i), milliseconds(100));
+            const std::string info = redis_cluster::text(c.command({"INFO", "replication"}));
+            return info.find("role:master") != std::string::npos ? 'm' : 's';
+          };
+          ok = role(master) == 'm' && role(1 - master) == 's';
+        } catch (const redislock::error&) {
+          ok = true;  // not answering (DEBUG SLEEP): no look
+        }
+      }
+      g.lock();
+      if (ok) {
+        last_good = looked;
+        continue;
+      }
+      ++log_.unplanned_failovers;
+      log_.revocations.push_back({-1, last_good, LLONG_MAX, true});
+      break;
     }
   }
 
@@ -1217,14 +1293,15 @@ std::string summary(const config& cfg, std::uint64_t seed, const history& h, con
   std::string findings;
   for (const auto& [k, n] : by) findings += " " + k + "=" + std::to_string(n);
   char b[1536];
-  std::snprintf(
-      b, sizeof b,
-      "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
-      "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d failover_overlaps=%d wrong_types=%d findings=%zu%s %s",
-      (unsigned long long)seed, to_string(cfg.shape.where), kinds.c_str(), h.threads.size(), h.op_count(), executed,
-      skipped, log.holds.size(), fault_count, faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms,
-      log.max_overrun_op.c_str(), log.waits_checked, log.failover_overlaps, log.wrong_types, log.findings.size(),
-      findings.c_str(), log.findings.empty() ? "PASS" : "FAIL");
+  std::snprintf(b, sizeof b,
+                "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
+                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d failover_overlaps=%d unplanned_failovers=%d "
+                "wrong_types=%d findings=%zu%s %s",
+                (unsigned long long)seed, to_string(cfg.shape.where), kinds.c_str(), h.threads.size(), h.op_count(),
+                executed, skipped, log.holds.size(), fault_count, faults.empty() ? "none" : faults.c_str(),
+                log.max_overrun_ms, log.max_overrun_op.c_str(), log.waits_checked, log.failover_overlaps,
+                log.unplanned_failovers, log.wrong_types, log.findings.size(), findings.c_str(),
+                log.findings.empty() ? "PASS" : "FAIL");
   return b;
 }
 
@@ -1322,6 +1399,7 @@ int main(int argc, char** argv) {
       // A failing run's calls and faults are printed too: a concurrent failure may not recur.
       if (cfg.replay || cfg.verbose || !o.log.findings.empty()) print_records(o);
       for (const auto& f : o.log.findings) std::printf("  finding %s: %s\n", f.invariant.c_str(), f.detail.c_str());
+      if (!o.log.findings.empty() && srv.sentinel) srv.sentinel->describe();  // who is master now
       std::fflush(stdout);
       if (o.log.findings.empty()) continue;
       ++failed;
