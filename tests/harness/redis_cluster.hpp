@@ -71,11 +71,12 @@ class redis_cluster {
   }
   std::string uri() const { return "redis-cluster://127.0.0.1:" + std::to_string(nodes_.front()->port()); }
 
-  /// A plain connection to the node listening on `port`.
-  static redislock::connection admin(int port) {
+  /// A plain connection to the node listening on `port` (commands wait `timeout` for a reply).
+  static redislock::connection admin(int port, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
     redislock::connection_options o;
     o.host = "127.0.0.1";
     o.port = port;
+    o.command_timeout = timeout;
     return redislock::connection(o);
   }
   static std::string text(const redislock::reply_ptr& r) { return std::string(r->str, r->len); }
@@ -140,9 +141,12 @@ class redis_cluster {
 
   /// Moves `slot` from the master on `src` to the master on `dst` the way redis-cli reshards:
   /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master.
+  /// Its commands wait up to 10 s: a node may hold writes back for a while (a manual failover
+  /// pauses its old master's clients until the new master is known), and MIGRATE has 5 s.
   void migrate_slot(int slot, int src, int dst) {
     const std::string s = std::to_string(slot), dst_id = node_id(dst);
-    redislock::connection source = admin(src), target = admin(dst);
+    const std::chrono::seconds patient(10);
+    redislock::connection source = admin(src, patient), target = admin(dst, patient);
     target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", node_id(src)});
     source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
     for (int round = 0; round < 100; ++round) {
@@ -155,7 +159,7 @@ class redis_cluster {
     target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     for (int port : masters())
-      if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+      if (port != src && port != dst) admin(port, patient).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
   }
 
   /// Looks at `done` every 20 ms until it returns true (true), or until `end` (false). A
