@@ -1082,7 +1082,8 @@ class run {
   // by a failover, and the run says so (unplanned_failovers).
   void sentinel_roles_body() {
     if (!srv_.sentinel) return;
-    const int master = srv_.sentinel->master();
+    int master = srv_.sentinel->master();
+    bool moved = false;  // a planned failover ran: which node is master is asked again after it
     std::int64_t last_good = now_ns();
     std::unique_lock<std::mutex> g(m_);
     while (!done_) {
@@ -1091,8 +1092,11 @@ class run {
       g.unlock();
       const std::int64_t looked = now_ns();
       bool ok = topology_fault_until_ns_.load() > looked;  // a planned one: revoked already
+      moved = moved || ok;
       if (!ok) {
         try {
+          if (std::exchange(moved, false) || master < 0) master = srv_.sentinel->master();
+          if (master < 0) throw redislock::connection_error("no sentinel answers");
           const auto role = [&](int i) {
             auto c = servers::admin(srv_.sentinel->node_options(i), milliseconds(100));
             const std::string info = redis_cluster::text(c.command({"INFO", "replication"}));
