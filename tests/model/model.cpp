@@ -272,7 +272,18 @@ class servers {
         const int slot = redislock::detail::key_slot(redislock::detail::base_key(name_of(f.thread), o));
         const int from = cluster->master_of(slot);
         const std::size_t at = static_cast<std::size_t>(std::find(ports.begin(), ports.end(), from) - ports.begin());
-        cluster->migrate_slot(slot, from, ports.at((at + static_cast<std::size_t>(f.dir)) % ports.size()));
+        const int to = ports.at((at + static_cast<std::size_t>(f.dir)) % ports.size());
+        // A node may refuse a step for a moment (CLUSTERDOWN while another marks a busy peer as
+        // failing): the move is taken up again where it stopped (each step can be repeated).
+        for (int attempt = 1;; ++attempt) {
+          try {
+            cluster->migrate_slot(slot, from, to);
+            break;
+          } catch (const redislock::error& e) {
+            if (attempt == 3) return std::string("the slot move failed 3 times: ") + e.what();
+            if (!cluster->wait_until_stable(bound)) return "not stable during the move: " + cluster->unstable_because();
+          }
+        }
       } else {
         if (!redis_cluster::poll_until([&] { return cluster->replicas_linked(); }, steady::now() + bound))
           return "a replica not linked before the fault";
