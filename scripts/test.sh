@@ -37,9 +37,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 variants=("$@")
 [ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1 redis6 redis8 valkey9 valkey9-nolua)
 
-# The slowest fault scenarios (cluster failovers, five Redlock masters) run once, in the plain
+# The slowest fault scenarios (cluster and Sentinel failovers, five Redlock masters) run once, in the plain
 # build: under a sanitizer they add minutes and test the same client code as the rest.
-slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults)$"
+slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults|model_sentinel|model_cluster)$"
 
 # -g1: line tables only (stack traces name file:line); full debug info doubles compile time.
 sanitized() {  # <dir> <sanitizers> <optimisation>

@@ -5,7 +5,8 @@
 /// The SHA-1 is computed locally, so the steady state is one EVALSHA round trip per call and
 /// never EVAL or SCRIPT LOAD. When the server answers NOSCRIPT (restart, SCRIPT FLUSH,
 /// failover to a replica that never saw the script), the script is loaded and the call is
-/// retried once, transparently.
+/// retried, transparently: up to max_loads times, since another SCRIPT FLUSH may come between
+/// a load and its retry. NOSCRIPT means the script did not run, so a retry never runs it twice.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/sha1.hpp>
@@ -25,16 +26,19 @@ class script {
  public:
   explicit script(std::string source) : source_(std::move(source)), sha1_(detail::sha1_hex(source_)) {}
 
+  /// How many times one call loads the script after NOSCRIPT before it gives up (reply_error).
+  static constexpr int max_loads = 3;
+
   const std::string& source() const noexcept { return source_; }
   const std::string& sha1() const noexcept { return sha1_; }
 
-  /// EVALSHA with keys and args; loads the script and retries once on NOSCRIPT.
+  /// EVALSHA with keys and args; on NOSCRIPT loads the script and retries (max_loads times).
   /// Error replies are thrown as typed exceptions.
   reply_ptr run(connection& c, std::initializer_list<std::string_view> keys,
                 std::initializer_list<std::string_view> args) const {
     append(c, keys, args);
     reply_ptr r = c.read_reply();
-    if (is_noscript(*r)) {
+    for (int loads = 0; loads < max_loads && is_noscript(*r); ++loads) {
       load(c);
       append(c, keys, args);
       r = c.read_reply();

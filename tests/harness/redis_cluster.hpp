@@ -33,14 +33,15 @@ inline std::string redis_cli_binary() {
 
 class redis_cluster {
  public:
-  explicit redis_cluster(int masters = 3, int replicas = 1) {
+  /// `extra`: more redis-server arguments for every node.
+  explicit redis_cluster(int masters = 3, int replicas = 1, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < masters * (1 + replicas); ++i) {
       // Each node keeps nodes.conf in its own temporary directory (redis_server's). A short node timeout keeps failure
       // detection quick; the manual failover of the tests does not depend on it.
-      nodes_.push_back(
-          std::make_unique<redis_server>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                                                  "nodes.conf", "--cluster-node-timeout", "2000"},
-                                         true));
+      std::vector<std::string> args = {"--cluster-enabled",      "yes", "--cluster-config-file", "nodes.conf",
+                                       "--cluster-node-timeout", "2000"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      nodes_.push_back(std::make_unique<redis_server>(args, true));
     }
     std::vector<std::string> argv = {redis_cli_binary(), "--cluster", "create"};
     for (const auto& n : nodes_) argv.push_back("127.0.0.1:" + std::to_string(n->port()));
@@ -70,11 +71,12 @@ class redis_cluster {
   }
   std::string uri() const { return "redis-cluster://127.0.0.1:" + std::to_string(nodes_.front()->port()); }
 
-  /// A plain connection to the node listening on `port`.
-  static redislock::connection admin(int port) {
+  /// A plain connection to the node listening on `port` (commands wait `timeout` for a reply).
+  static redislock::connection admin(int port, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
     redislock::connection_options o;
     o.host = "127.0.0.1";
     o.port = port;
+    o.command_timeout = timeout;
     return redislock::connection(o);
   }
   static std::string text(const redislock::reply_ptr& r) { return std::string(r->str, r->len); }
@@ -108,11 +110,43 @@ class redis_cluster {
     return 0;
   }
 
+  /// The node listening on `port`.
+  redis_server& node_on(int port) {
+    for (auto& n : nodes_)
+      if (n->port() == port) return *n;
+    throw std::runtime_error("redis_cluster: no node on port " + std::to_string(port));
+  }
+
+  /// Whether every replica's link to its master is up (a replica that never synced, such as a
+  /// killed master back as a replica, is not eligible for promotion yet).
+  bool replicas_linked() {
+    for (auto& n : nodes_) {
+      const std::string info = text(n->admin().command({"INFO", "replication"}));
+      if (info.find("role:slave") != std::string::npos && info.find("master_link_status:up") == std::string::npos)
+        return false;
+    }
+    return true;
+  }
+
+  /// Whether any live node other than the one on `port` gives `port` slots in its slot map.
+  bool serves_slots(int port) {
+    for (auto& n : nodes_) {
+      if (n->port() == port || !n->running()) continue;
+      const redislock::reply_ptr r = n->admin().command({"CLUSTER", "SLOTS"});
+      for (const auto& range : redislock::detail::parse_cluster_slots(*r, "127.0.0.1"))
+        if (range.port == port) return true;
+    }
+    return false;
+  }
+
   /// Moves `slot` from the master on `src` to the master on `dst` the way redis-cli reshards:
   /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master.
+  /// Its commands wait up to 10 s: a node may hold writes back for a while (a manual failover
+  /// pauses its old master's clients until the new master is known), and MIGRATE has 5 s.
   void migrate_slot(int slot, int src, int dst) {
     const std::string s = std::to_string(slot), dst_id = node_id(dst);
-    redislock::connection source = admin(src), target = admin(dst);
+    const std::chrono::seconds patient(10);
+    redislock::connection source = admin(src, patient), target = admin(dst, patient);
     target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", node_id(src)});
     source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
     for (int round = 0; round < 100; ++round) {
@@ -125,7 +159,7 @@ class redis_cluster {
     target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     for (int port : masters())
-      if (port != src && port != dst) admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+      if (port != src && port != dst) admin(port, patient).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
   }
 
   /// Looks at `done` every 20 ms until it returns true (true), or until `end` (false). A

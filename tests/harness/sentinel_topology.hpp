@@ -30,7 +30,8 @@ class sentinel_topology {
   static constexpr const char* data_password = "data-secret";
   static constexpr const char* sentinel_password = "sentinel-secret";
 
-  sentinel_topology() {
+  /// `extra`: more redis-server arguments for both data nodes (kept on restart_as_replica()).
+  explicit sentinel_topology(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
     nodes_[0] = std::make_unique<redis_server>(data_args({}));
     nodes_[1] =
         std::make_unique<redis_server>(data_args({"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())}));
@@ -169,11 +170,14 @@ class sentinel_topology {
   }
 
  private:
-  static std::vector<std::string> data_args(std::vector<std::string> more) {
+  std::vector<std::string> data_args(std::vector<std::string> more) const {
     std::vector<std::string> a = {"--requirepass", data_password, "--masterauth", data_password};
+    a.insert(a.end(), extra_.begin(), extra_.end());
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
+
+  std::vector<std::string> extra_;
 
   std::unique_ptr<redis_server> nodes_[2];
   std::vector<std::unique_ptr<redis_server>> sentinels_;

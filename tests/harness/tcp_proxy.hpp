@@ -16,7 +16,9 @@
 //   - refuse new connections (accepted and reset at once),
 //   - hold the connections open now (hold_open): their requests wait in the proxy until
 //     release_held(), while connections opened later pass (a command delivered after a later
-//     one on a fresh connection, as a stalled network path delivers it).
+//     one on a fresh connection, as a stalled network path delivers it);
+// and a hook (set_request_hook) that sees every chunk of requests before it is forwarded, and
+// may act on the server first (a SCRIPT FLUSH just before a given command reaches it).
 // One thread multiplexes everything with poll(); a self-pipe wakes it for commands. The
 // destructor stops the thread and closes every socket.
 
@@ -33,6 +35,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -113,6 +116,12 @@ class tcp_proxy {
   void set_refusing(bool refusing) {
     command([&] { refusing_ = refusing; });
   }
+  /// `hook` runs on the proxy thread with each chunk read from a client, before the chunk is
+  /// queued for the server (it may block: the proxy waits); an empty function removes it.
+  void set_request_hook(std::function<void(const std::string& chunk)> hook) {
+    auto shared = hook ? std::make_shared<const std::function<void(const std::string&)>>(std::move(hook)) : nullptr;
+    command([&] { request_hook_ = std::move(shared); });
+  }
   /// Lifts every fault (delay, stall, black hole, cut after request, refusing).
   void heal() {
     command([&] {
@@ -139,9 +148,11 @@ class tcp_proxy {
   unsigned long cut_after_request_count() const { return cut_requests_.load(); }
 
  private:
+  using hook = std::shared_ptr<const std::function<void(const std::string&)>>;
   struct rules {
     ms delay{0}, jitter{0};
     bool stalled = false, black_hole = false;
+    hook on_chunk;  // requests only (set_request_hook)
   };
   struct chunk {
     clock::time_point due;
@@ -264,6 +275,7 @@ class tcp_proxy {
       ssize_t n = ::recv(from, buf, sizeof buf, 0);
       if (n > 0) {
         if (r.black_hole) continue;
+        if (r.on_chunk) (*r.on_chunk)(std::string(buf, static_cast<std::size_t>(n)));
         auto due = clock::now() + r.delay;
         if (r.jitter.count() > 0)
           due += std::chrono::microseconds(std::uniform_int_distribution<long long>(0, r.jitter.count() * 1000)(rng_));
@@ -321,6 +333,7 @@ class tcp_proxy {
         std::lock_guard<std::mutex> g(m_);
         if (stop_) return;
         up = up_;
+        up.on_chunk = request_hook_;
         down = down_;
         cut_after_request = cut_after_request_;
         cut_budget = cut_budget_;
@@ -423,6 +436,7 @@ class tcp_proxy {
   std::condition_variable done_;
   bool stop_ = false, refusing_ = false, cut_after_request_ = false;
   rules up_, down_;
+  hook request_hook_;
   unsigned long cuts_requested_ = 0, cuts_done_ = 0, changes_ = 0, changes_seen_ = 0, cut_budget_ = 0;
   unsigned long holds_requested_ = 0, holds_done_ = 0, releases_requested_ = 0, releases_done_ = 0;
 };

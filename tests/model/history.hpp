@@ -48,6 +48,10 @@ enum class fault_kind {
   debug_sleep,        // DEBUG SLEEP on a server (it stalls, then answers late)
   script_flush,       // SCRIPT FLUSH on a server (scripts reloaded on NOSCRIPT)
   master_restart,     // Redlock: kill -9 a master, restart it empty after the documented delay
+  failover,           // Sentinel: SENTINEL FAILOVER; Cluster: CLUSTER FAILOVER on a master's replica
+  master_kill,        // Sentinel, Cluster: kill -9 a master; its replica is promoted, it rejoins empty
+  migrate,            // Cluster: the slot of a lock name moves to another master, live
+  client_crash,       // kill -9 of a crash worker (another process on the names: crash_workers.hpp)
 };
 
 struct fault {
@@ -56,7 +60,7 @@ struct fault {
   long at_ms = 0, duration_ms = 0;
   int thread = 0;       // proxy faults: whose proxies
   int dir = 3;          // 1 to_server, 2 to_client, 3 both
-  unsigned subset = 0;  // Redlock: masters (bit i = master i); single server: ignored
+  unsigned subset = 0;  // Redlock, Cluster: masters (bit i = master i); one server, Sentinel: ignored
   long arg_ms = 0;      // delay / jitter / sleep
 };
 
@@ -88,6 +92,10 @@ inline const char* to_string(fault_kind k) {
     case fault_kind::debug_sleep: return "debug_sleep";
     case fault_kind::script_flush: return "script_flush";
     case fault_kind::master_restart: return "master_restart";
+    case fault_kind::failover: return "failover";
+    case fault_kind::master_kill: return "master_kill";
+    case fault_kind::migrate: return "migrate";
+    case fault_kind::client_crash: return "client_crash";
   }
   return "?";
 }
@@ -125,6 +133,8 @@ inline std::string describe(const fault& f) {
     case fault_kind::cut_after_request:
     case fault_kind::refuse: s << " thread=" << f.thread; break;
     case fault_kind::partition: s << " thread=" << f.thread << " servers=0x" << std::hex << f.subset << std::dec; break;
+    case fault_kind::migrate: s << " name=n" << f.thread << " to=" << f.dir; break;
+    case fault_kind::client_crash: s << " worker=" << f.thread; break;
     case fault_kind::debug_sleep:
       s << " sleep=" << f.arg_ms << "ms servers=0x" << std::hex << f.subset << std::dec;
       break;
@@ -161,16 +171,49 @@ inline const char* to_string(kind k) {
   return "?";
 }
 
+/// Where the locks live: one server, 3 Redlock masters, a Sentinel set-up (a master, its
+/// replica, 3 sentinels) or a Cluster (3 masters, a replica each).
+enum class topology { single, redlock, sentinel, cluster };
+
+inline const char* to_string(topology t) {
+  switch (t) {
+    case topology::single: return "single";
+    case topology::redlock: return "redlock";
+    case topology::sentinel: return "sentinel";
+    case topology::cluster: return "cluster";
+  }
+  return "?";
+}
+
 struct history_shape {
   int threads = 4, names = 2, ops = 30;
   long lease_ms = 500;
-  bool redlock = false;  // the topology: 3 Redlock masters, else one server
-  int masters = 3;
+  topology where = topology::single;
+  int masters = 3;    // Redlock and Cluster
+  int processes = 0;  // crash workers (one server): client_crash faults kill them
   bool faults = true;
   long restart_delay_ms = 0;   // Redlock master restarts: at least the lease
-  std::vector<kind> kinds;     // per name
+  std::vector<kind> kinds;     // per name; mixed kinds: per thread and name (kind_at)
   bool extend_shorter = true;  // false: every extend uses the configured lease (never shortens a hold)
 };
+
+/// The kind thread `thread` uses on `name`: one per name, or with mixed kinds one per thread
+/// and name (kinds[thread * names + name]).
+inline kind kind_at(const std::vector<kind>& kinds, int names, int thread, int name) {
+  const std::size_t i = kinds.size() > static_cast<std::size_t>(names) ? static_cast<std::size_t>(thread * names + name)
+                                                                       : static_cast<std::size_t>(name);
+  return kinds.at(i);
+}
+
+/// Kinds that share a name's key type (the mutex's string, the reentrant or the shared hash):
+/// another family on a held name throws wrong_type_error.
+inline int family_of(kind k) {
+  switch (k) {
+    case kind::reentrant: return 1;
+    case kind::shared: return 2;
+    default: return 0;
+  }
+}
 
 struct history {
   std::vector<std::vector<op>> threads;
@@ -227,7 +270,7 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
       o.thread = t;
       o.index = i;
       o.name = static_cast<int>(pick(0, shape.names - 1));
-      const kind k = shape.kinds[static_cast<std::size_t>(o.name)];
+      const kind k = kind_at(shape.kinds, shape.names, t, o.name);
       const bool nests = k == kind::reentrant;
       int& d = depth[static_cast<std::size_t>(o.name)];
       const long roll = pick(0, 99);
@@ -279,7 +322,8 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
   if (!shape.faults) return h;
   // Faults: a new one every ~half a lease over the run, each lasting up to a lease (a stall,
   // partition or black hole then outlives command timeouts and, sometimes, leases).
-  const int servers = shape.redlock ? shape.masters : 1;
+  const bool redlock = shape.where == topology::redlock, cluster = shape.where == topology::cluster;
+  const int servers = redlock || cluster ? shape.masters : 1;
   std::vector<fault_kind> menu = {fault_kind::delay,
                                   fault_kind::stall,
                                   fault_kind::black_hole,
@@ -290,8 +334,16 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
                                   fault_kind::client_kill,
                                   fault_kind::debug_sleep,
                                   fault_kind::script_flush};
-  if (shape.redlock) menu.push_back(fault_kind::master_restart);
+  if (redlock) menu.push_back(fault_kind::master_restart);
+  // Sentinel and Cluster clients reach the data nodes at the addresses the topology announces,
+  // not through the proxies: their faults are the servers' (failovers, slot moves).
+  if (shape.where == topology::sentinel || cluster)
+    menu = {fault_kind::client_kill, fault_kind::debug_sleep, fault_kind::script_flush, fault_kind::failover,
+            fault_kind::master_kill};
+  if (cluster) menu.insert(menu.end(), {fault_kind::migrate, fault_kind::migrate});
+  if (shape.processes > 0) menu.insert(menu.end(), {fault_kind::client_crash, fault_kind::client_crash});
   long at = pick(0, lease / 2);
+  int failovers = 0;
   for (int i = 0; at < std::max(2 * longest_ms, 3 * lease); ++i) {
     fault f;
     f.index = i;
@@ -303,6 +355,16 @@ inline history generate(std::uint64_t seed, const history_shape& shape) {
     f.subset = static_cast<unsigned>(pick(1, (1L << servers) - 1));
     f.arg_ms = pick(1, lease / 5);
     if (f.kind == fault_kind::debug_sleep) f.arg_ms = pick(10, lease / 2);
+    if (f.kind == fault_kind::client_crash) f.thread = static_cast<int>(pick(0, shape.processes - 1));
+    if (f.kind == fault_kind::migrate) {
+      f.thread = static_cast<int>(pick(0, shape.names - 1));  // the name whose slot moves
+      f.dir = static_cast<int>(pick(1, servers - 1));         // to the master that many places on
+    }
+    if (f.kind == fault_kind::master_kill || f.kind == fault_kind::failover) {
+      f.subset = 1u << pick(0, servers - 1);
+      // One failover per run: each takes seconds (promotion, the old master's resync).
+      if (failovers++ > 0) f.kind = fault_kind::script_flush;
+    }
     if (f.kind == fault_kind::master_restart) {
       f.subset = 1u << pick(0, servers - 1);  // one master: a majority stays up
       f.duration_ms = shape.restart_delay_ms;

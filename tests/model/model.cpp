@@ -1,39 +1,48 @@
 // redislock_model — a randomized, seeded property checker for redislock's locks.
 //
-//   redislock_model [--topology single|redlock] [--seed N] [--runs K] [--seconds S]
+//   redislock_model [--topology single|redlock|sentinel|cluster] [--seed N] [--runs K] [--seconds S]
 //                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
 //                           broken_optimistic|broken_deaf|broken_redlock_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
-//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120]
+//                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120] [--repeat 1]
+//                   [--mixed-kinds] [--processes 0]
 //   redislock_model --seed N --replay [--keep t0.1,t0.2,f3]     (one run, every call printed)
 //
 // Each run generates a history from its seed (history.hpp): per thread a list of operations on
 // --names lock names (each name one kind, drawn from the seed unless --kind), and a list of
-// faults. It starts the servers once (single: one redis-server; redlock: 3 masters), and per run
-// gives each thread its own client(s) behind its own fault-injecting proxy (one per server:
-// harness/tcp_proxy.hpp), runs the threads and the fault thread together, records every call
-// (start, end, outcome), then checks the invariants (checks.hpp; README text in the report):
+// faults. It starts the servers once (single: one redis-server; redlock: 3 masters; sentinel:
+// a master, its replica and 3 sentinels; cluster: 3 masters with a replica each), and per run
+// gives each thread its own client(s), on one server and Redlock behind its own fault-injecting
+// proxy (one per server: harness/tcp_proxy.hpp), runs the threads and the fault thread (and
+// --processes crash workers: crash_workers.hpp) together, records every call (start, end,
+// outcome), then checks the invariants (checks.hpp; docs/testing.md, "The model checker"):
 //   overlap     no two certainly-valid holds of one name overlap (exclusive; reader vs writer);
 //   optimism    remaining_lease()/validity() = r of a hold with owns_lock() && !lost(): an
 //               independent direct connection, right after, finds at least r - eps left on the
 //               server (Redlock: on a majority), eps = time from the call's start to the end of
 //               the look + 2 ms; else the hold is lost() by then, or revoked (force_release,
-//               master data loss);
+//               master data loss, a failover that may lose writes);
 //   early_loss  the server never answers "not yours" (extend false, still_held false,
 //               release lease_expired) to a hold before its certain bound ends;
 //   fence       tokens of certainly-valid holds of one name increase with time;
 //   deadline    every call returns within its deadline (try_lock_for) + slack, every other
 //               call (but lock()) within the slack: connect + command timeout + --slack-ms;
 //   leak        after the run every key has an expiry, and within 3 leases + wait_lease all
-//               are gone but the fencing counters.
+//               are gone but the fencing counters;
+//   wrong_type  (--mixed-kinds) wrong_type_error only while another kind may hold the name.
+// Overlaps that only a failover losing unreplicated writes explains are counted apart
+// (failover_overlaps), not findings: replication is asynchronous.
 // A run prints its seed and one summary line; a failing run is shrunk (drop faults, threads,
 // then ops, delta debugging; each candidate rerun up to --reruns times, since thread timing
 // differs from run to run) and its shortest failing history printed with the command that
 // replays it. Exit status: 0 when every run passed.
 #include "checks.hpp"
+#include "crash_workers.hpp"
 #include "history.hpp"
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
+#include "sentinel_topology.hpp"
 #include "subjects.hpp"
 #include "tcp_proxy.hpp"
 
@@ -53,7 +62,9 @@
 #include <vector>
 
 using namespace redislock_model;
+using redislock_test::redis_cluster;
 using redislock_test::redis_server;
+using redislock_test::sentinel_topology;
 using redislock_test::tcp_proxy;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
@@ -61,13 +72,14 @@ using steady = std::chrono::steady_clock;
 namespace {
 
 struct config {
-  bool redlock = false;
   std::uint64_t seed = 0;
   bool seed_given = false;
   int runs = 1;
+  int repeat = 1;      // runs of each seed (a replay's timing differs from run to run)
   double seconds = 0;  // 0: no time budget (--runs only)
   history_shape shape;
   std::string forced_kind;
+  bool mixed_kinds = false;  // each thread draws its own kind per name (one server, Sentinel, Cluster)
   long slack_ms = 150;
   double shrink_seconds = 120;
   int reruns = 3;
@@ -102,12 +114,15 @@ config parse(int argc, char** argv) {
     };
     if (a == "--topology") {
       const std::string t = value();
-      if (t != "single" && t != "redlock") usage("topology must be single or redlock");
-      c.redlock = t == "redlock";
+      bool known = false;
+      for (topology w : {topology::single, topology::redlock, topology::sentinel, topology::cluster})
+        if (t == to_string(w)) c.shape.where = w, known = true;
+      if (!known) usage("topology must be single, redlock, sentinel or cluster");
     } else if (a == "--seed") {
       c.seed = std::stoull(value());
       c.seed_given = true;
     } else if (a == "--runs") c.runs = std::stoi(value());
+    else if (a == "--repeat") c.repeat = std::stoi(value());
     else if (a == "--seconds") c.seconds = std::stod(value());
     else if (a == "--threads") c.shape.threads = std::stoi(value());
     else if (a == "--names") c.shape.names = std::stoi(value());
@@ -115,6 +130,8 @@ config parse(int argc, char** argv) {
     else if (a == "--lease-ms") c.shape.lease_ms = std::stol(value());
     else if (a == "--no-faults") c.shape.faults = false;
     else if (a == "--kind") c.forced_kind = value();
+    else if (a == "--mixed-kinds") c.mixed_kinds = true;
+    else if (a == "--processes") c.shape.processes = std::stoi(value());
     else if (a == "--no-extend-shorter") c.shape.extend_shorter = false;
     else if (a == "--slack-ms") c.slack_ms = std::stol(value());
     else if (a == "--shrink-seconds") c.shrink_seconds = std::stod(value());
@@ -131,13 +148,23 @@ config parse(int argc, char** argv) {
     } else usage("unknown argument " + a);
   }
   if (c.shape.threads < 1 || c.shape.threads > 16 || c.shape.names < 1 || c.shape.names > 8 || c.shape.ops < 1 ||
-      c.shape.lease_ms < 100 || c.runs < 1)
+      c.shape.lease_ms < 100 || c.runs < 1 || c.repeat < 1)
     usage("bad --threads/--names/--ops/--lease-ms/--runs");
-  if (!c.forced_kind.empty() && is_redlock(kind_named(c.forced_kind)) != c.redlock)
-    usage("kind " + c.forced_kind + " needs --topology " + (c.redlock ? "single" : "redlock"));
+  if (!c.forced_kind.empty()) {
+    const kind k = kind_named(c.forced_kind);
+    if (is_redlock(k) != (c.shape.where == topology::redlock))
+      usage("kind " + c.forced_kind + (is_redlock(k) ? " needs --topology redlock" : " does not run on Redlock"));
+    if (is_broken(k) && c.shape.where != topology::single && c.shape.where != topology::redlock)
+      usage("the broken kinds run on one server or Redlock");
+  }
   if (c.replay && !c.seed_given) usage("--replay needs --seed");
+  if (c.shape.processes < 0 || c.shape.processes > 8 ||
+      (c.shape.processes > 0 &&
+       (c.shape.where != topology::single || (!c.forced_kind.empty() && is_broken(kind_named(c.forced_kind))))))
+    usage("--processes: 0 to 8 crash workers, on one server, with the library's kinds");
+  if (c.mixed_kinds && (!c.forced_kind.empty() || c.shape.where == topology::redlock))
+    usage("--mixed-kinds draws the kinds: not with --kind or on Redlock");
   if (!c.seed_given) c.seed = std::random_device{}() % 1000000;
-  c.shape.redlock = c.redlock;
   c.shape.restart_delay_ms = c.shape.lease_ms + c.shape.lease_ms / 10;  // README, "Redlock": at least a lease
   return c;
 }
@@ -149,9 +176,14 @@ std::vector<kind> kinds_for(const config& c, std::uint64_t seed) {
   const std::vector<kind> single = {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared};
   for (int n = 0; n < c.shape.names; ++n) {
     if (!c.forced_kind.empty()) out.push_back(kind_named(c.forced_kind));
-    else if (c.redlock) out.push_back(kind::redlock);
+    else if (c.shape.where == topology::redlock) out.push_back(kind::redlock);
     else out.push_back(single[std::uniform_int_distribution<std::size_t>(0, single.size() - 1)(rng)]);
   }
+  if (!c.mixed_kinds) return out;
+  // Every thread its own kind on each name: the kinds share the name's key.
+  out.clear();
+  for (int i = 0; i < c.shape.threads * c.shape.names; ++i)
+    out.push_back(single[std::uniform_int_distribution<std::size_t>(0, single.size() - 1)(rng)]);
   return out;
 }
 
@@ -166,16 +198,140 @@ std::string name_of(int n) { return "n" + std::to_string(n); }
 
 class servers {
  public:
-  explicit servers(int count) {
-    for (int i = 0; i < count; ++i)
-      list.push_back(std::make_unique<redis_server>(std::vector<std::string>{"--enable-debug-command", "yes"}));
+  explicit servers(const config& c) : where(c.shape.where) {
+    const std::vector<std::string> debug = {"--enable-debug-command", "yes"};
+    // A killed master comes back as a replica and needs a full sync before the next fault;
+    // Redis waits 5 s by default for more replicas to share a diskless one.
+    std::vector<std::string> replicated = debug;
+    replicated.insert(replicated.end(), {"--repl-diskless-sync-delay", "0"});
+    if (where == topology::sentinel) sentinel = std::make_unique<sentinel_topology>(replicated);
+    else if (where == topology::cluster) cluster = std::make_unique<redis_cluster>(c.shape.masters, 1, replicated);
+    else
+      for (int i = 0; i < (where == topology::redlock ? c.shape.masters : 1); ++i)
+        list.push_back(std::make_unique<redis_server>(debug));
   }
-  redislock::connection admin(std::size_t i, milliseconds timeout = milliseconds(5000)) const {
-    redislock::connection_options o = list[i]->options();
+
+  /// The data masters now (with credentials): what server faults and the leak check act on.
+  std::vector<redislock::connection_options> masters() const {
+    std::vector<redislock::connection_options> out;
+    if (sentinel) {
+      const int m = sentinel->master();
+      if (m >= 0) out.push_back(sentinel->node_options(m));
+    } else if (cluster) {
+      for (int port : cluster->masters()) out.push_back(cluster->node_on(port).options());
+    } else {
+      for (const auto& s : list) out.push_back(s->options());
+    }
+    return out;
+  }
+  static redislock::connection admin(redislock::connection_options o, milliseconds timeout = milliseconds(5000)) {
     o.command_timeout = timeout;
     return redislock::connection(o);
   }
-  std::vector<std::unique_ptr<redis_server>> list;
+
+  /// Runs a failover or a slot move to its end: the topology serves again, every node up and
+  /// agreeing. "" when done, else why not (within 30 s per step).
+  std::string topology_fault(const fault& f) {
+    const auto bound = std::chrono::seconds(30);
+    try {
+      if (sentinel) {
+        if (!sentinel->wait_healthy(bound)) return "not healthy before the fault";
+        const int m = sentinel->master();
+        if (f.kind == fault_kind::failover) {
+          // A sentinel refuses while it still sees the replica as unfit (NOGOODSLAVE: just
+          // resynced after the last fault) or a failover in progress (INPROG): asked again.
+          std::string refused;
+          int round = 0;
+          const bool asked = redis_cluster::poll_until(
+              [&] {
+                try {
+                  redislock::connection(sentinel->sentinel_options(round++ % 3))
+                      .command({"SENTINEL", "FAILOVER", sentinel_topology::service});
+                  return true;
+                } catch (const redislock::error& e) {
+                  refused = e.what();
+                  throw;
+                }
+              },
+              steady::now() + bound);
+          if (!asked) return "no sentinel took SENTINEL FAILOVER: " + refused;
+        } else {
+          sentinel->node(m).kill();
+        }
+        if (!redis_cluster::poll_until([&] { return sentinel->master() == 1 - m; }, steady::now() + bound))
+          return "the replica was not promoted";
+        if (f.kind == fault_kind::master_kill) sentinel->restart_as_replica(m);
+        return sentinel->wait_healthy(bound) ? "" : "not healthy after the fault";
+      }
+      const auto ports = cluster->masters();
+      const int master = ports.at(first_bit(f.subset) % ports.size());
+      if (f.kind == fault_kind::migrate) {
+        if (!cluster->wait_until_stable(bound)) return "not stable before the move: " + cluster->unstable_because();
+        redislock::lock_options o;
+        o.key_prefix = "model:";
+        const int slot = redislock::detail::key_slot(redislock::detail::base_key(name_of(f.thread), o));
+        const int from = cluster->master_of(slot);
+        const std::size_t at = static_cast<std::size_t>(std::find(ports.begin(), ports.end(), from) - ports.begin());
+        const int to = ports.at((at + static_cast<std::size_t>(f.dir)) % ports.size());
+        // A node may refuse a step for a moment (CLUSTERDOWN while another marks a busy peer as
+        // failing): the move is taken up again where it stopped (each step can be repeated).
+        for (int attempt = 1;; ++attempt) {
+          try {
+            cluster->migrate_slot(slot, from, to);
+            break;
+          } catch (const redislock::error& e) {
+            if (attempt == 3) return std::string("the slot move failed 3 times: ") + e.what();
+            if (!cluster->wait_until_stable(bound)) return "not stable during the move: " + cluster->unstable_because();
+          }
+        }
+      } else {
+        if (!redis_cluster::poll_until([&] { return cluster->replicas_linked(); }, steady::now() + bound))
+          return "a replica not linked before the fault";
+        if (f.kind == fault_kind::failover) {
+          if (!redis_cluster::manual_failover(cluster->replica_of(master), bound))
+            return "the replica was not promoted";
+        } else {
+          redis_server& victim = cluster->node_on(master);
+          victim.kill();
+          const bool promoted =
+              redis_cluster::poll_until([&] { return !cluster->serves_slots(master); }, steady::now() + bound);
+          victim.start_again();  // rejoins as its successor's replica (nodes.conf kept), empty
+          if (!promoted) return "no replica was promoted";
+        }
+      }
+      return cluster->wait_until_stable(bound) ? "" : "not stable after the fault: " + cluster->unstable_because();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+
+  topology where;
+  std::vector<std::unique_ptr<redis_server>> list;  // one server, Redlock masters
+  std::unique_ptr<sentinel_topology> sentinel;
+  std::unique_ptr<redis_cluster> cluster;
+
+ private:
+  static std::size_t first_bit(unsigned subset) {
+    std::size_t i = 0;
+    while (subset > 1 && !(subset & 1u)) subset >>= 1, ++i;
+    return i;
+  }
+};
+
+/// One thread's way to the servers: a client per server (one server, Redlock: through the
+/// thread's proxies), or one sentinel_client or cluster_client.
+struct thread_clients {
+  std::vector<std::unique_ptr<redislock::client>> plain;
+  std::unique_ptr<redislock::sentinel_client> sentinel;
+  std::unique_ptr<redislock::cluster_client> cluster;
+
+  /// f(the client the public kinds use).
+  template <class F>
+  auto with(F&& f) {
+    if (sentinel) return f(*sentinel);
+    if (cluster) return f(*cluster);
+    return f(*plain.front());
+  }
 };
 
 std::string type_of(const std::exception& e) {
@@ -183,6 +339,7 @@ std::string type_of(const std::exception& e) {
   if (dynamic_cast<const redislock::connection_error*>(&e)) return "connection_error";
   if (dynamic_cast<const redislock::lock_error*>(&e)) return "lock_error";
   if (dynamic_cast<const redislock::invalid_argument*>(&e)) return "invalid_argument";
+  if (dynamic_cast<const redislock::wrong_type_error*>(&e)) return "wrong_type_error";
   if (dynamic_cast<const redislock::reply_error*>(&e)) return "reply_error";
   if (dynamic_cast<const redislock::error*>(&e)) return "error";
   return std::string("std::exception(") + e.what() + ")";
@@ -202,7 +359,27 @@ class run {
     proxies_.resize(n);
     clients_.resize(n);
     observers_.resize(n);
-    for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t t = 0; t < n; ++t) {
+      if (srv.sentinel) {
+        redislock::sentinel_options o = redislock::parse_sentinel_uri(srv.sentinel->uri());
+        o.connection.connect_timeout = cfg.connect_timeout;
+        o.connection.command_timeout = cfg.command_timeout;
+        o.pool_wait_timeout = cfg.command_timeout;
+        clients_[t].sentinel = std::make_unique<redislock::sentinel_client>(o);
+        observers_[t].sentinel =
+            std::make_unique<redislock::sentinel_client>(redislock::parse_sentinel_uri(srv.sentinel->uri()));
+      }
+      if (srv.cluster) {
+        redislock::cluster_options o;
+        for (std::size_t i = 0; i < srv.cluster->size(); ++i) o.seeds.push_back(srv.cluster->node(i).options());
+        redislock::cluster_options direct = o;
+        for (auto& seed : o.seeds)
+          seed.connect_timeout = cfg.connect_timeout, seed.command_timeout = cfg.command_timeout;
+        o.pool_wait_timeout = cfg.command_timeout;
+        o.retry_timeout = milliseconds(cluster_retry_ms);
+        clients_[t].cluster = std::make_unique<redislock::cluster_client>(o);
+        observers_[t].cluster = std::make_unique<redislock::cluster_client>(direct);
+      }
       for (std::size_t s = 0; s < srv.list.size(); ++s) {
         proxies_[t].push_back(
             std::make_unique<tcp_proxy>(srv.list[s]->port(), static_cast<unsigned>(seed * 31 + t * 7 + s)));
@@ -212,21 +389,24 @@ class run {
         o.connection.connect_timeout = cfg.connect_timeout;
         o.connection.command_timeout = cfg.command_timeout;
         o.pool_wait_timeout = cfg.command_timeout;
-        clients_[t].push_back(std::make_unique<redislock::client>(o));
+        clients_[t].plain.push_back(std::make_unique<redislock::client>(o));
         redislock::client_options direct;
         direct.connection = srv.list[s]->options();
         direct.connection.command_timeout = milliseconds(3000);
-        observers_[t].push_back(std::make_unique<redislock::client>(direct));
+        observers_[t].plain.push_back(std::make_unique<redislock::client>(direct));
       }
+    }
   }
 
   run_log& execute() {
+    for (int w = 0; w < cfg_.shape.processes; ++w) start_worker(w);
     t0_ = now_ns();
     current_.assign(h_.threads.size(), "starting");
     std::vector<std::thread> threads;
     for (std::size_t t = 0; t < h_.threads.size(); ++t) threads.emplace_back([this, t] { thread_body(t); });
     std::thread faults([this] { fault_body(); });
     std::thread heartbeat([this] { heartbeat_body(); });
+    std::thread roles([this] { sentinel_roles_body(); });
     for (auto& t : threads) t.join();
     {
       std::lock_guard<std::mutex> g(m_);
@@ -235,15 +415,22 @@ class run {
     cv_.notify_all();
     faults.join();
     heartbeat.join();
+    roles.join();
+    // The next run starts from a settled set-up (after an unplanned failover too).
+    if (srv_.sentinel && !srv_.sentinel->wait_healthy(std::chrono::seconds(30)))
+      log_.findings.push_back({"crash", "the Sentinel set-up is not healthy after the run"});
+    record_workers();
     judge_deadlines();
     for (const auto& [a, b] : starved_) log_.busy.push_back({-1, a, b, -1, false});  // no waiter could act
     proxies_.clear();  // late requests still queued in a proxy are dropped with it
     check_overlaps(log_, t0_);
+    log_.failover_overlaps = count_failover_overlaps(log_);
     check_fences(log_, t0_, data_loss_);
     // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
     // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
     name_faults_in_calls();
     check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
+    check_wrong_type();
     check_leaks();
     return log_;
   }
@@ -265,7 +452,7 @@ class run {
 
   clients clients_of(std::size_t t) {
     clients cs;
-    for (auto& c : clients_[t]) cs.push_back(*c);
+    for (auto& c : clients_[t].plain) cs.push_back(*c);
     return cs;
   }
 
@@ -323,10 +510,60 @@ class run {
     }
   }
 
+  kind kind_of(std::size_t t, int name) const {
+    if (t >= first_worker_thread) return kind_at(kinds_, cfg_.shape.names, 0, name);  // a crash worker's
+    return kind_at(kinds_, cfg_.shape.names, static_cast<int>(t), name);
+  }
+
+  // ---- crash workers (other processes) ----------------------------------------------------
+
+  // Worker slot `w` (a new process in its place after a crash) on name w % names, with the
+  // kind thread 0 uses there.
+  void start_worker(int w) {
+    static const std::string self = [] {
+      char path[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+      return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string("redislock_model");
+    }();
+    const int name = w % cfg_.shape.names;
+    auto worker =
+        std::make_unique<crash_worker>(self, srv_.list.front()->port(), name, kind_of(first_worker_thread, name),
+                                       cfg_.shape.lease_ms, seed_ * 1000 + workers_.size());
+    std::lock_guard<std::mutex> g(m_);
+    if (live_workers_.size() <= static_cast<std::size_t>(w)) live_workers_.resize(static_cast<std::size_t>(w) + 1);
+    live_workers_[static_cast<std::size_t>(w)] = workers_.size();
+    workers_.push_back(std::move(worker));
+  }
+
+  void crash_worker_fault(const fault& f) {
+    std::size_t which = 0, slot = 0;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (live_workers_.empty()) return;
+      slot = static_cast<std::size_t>(f.thread) % live_workers_.size();
+      which = live_workers_[slot];
+    }
+    workers_[which]->kill();
+    start_worker(static_cast<int>(slot));
+  }
+
+  // The workers' calls, as holds of threads first_worker_thread + i.
+  void record_workers() {
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      workers_[i]->kill();  // the run's end: the last ones die too
+      workers_[i]->record(
+          log_, static_cast<int>(first_worker_thread + i), cfg_.shape.lease_ms,
+          [this](std::int64_t start, long lease_ms) { return until(start, lease_ms); }, aftermath_ns());
+    }
+  }
+
   std::unique_ptr<subject> make(std::size_t t, int name, bool auto_renew) {
-    const kind k = kinds_[static_cast<std::size_t>(name)];
-    return make_subject(k, clients_of(t), name_of(name), options_for(k, auto_renew),
-                        static_cast<unsigned>(seed_ * 131 + t));
+    const kind k = kind_of(t, name);
+    if (!clients_[t].plain.empty())
+      return make_subject(k, clients_of(t), name_of(name), options_for(k, auto_renew),
+                          static_cast<unsigned>(seed_ * 131 + t));
+    return clients_[t].with(
+        [&](auto& c) { return make_public_subject(k, c, name_of(name), options_for(k, auto_renew)); });
   }
 
   void destroy(const op& o, slot& sl) {
@@ -364,9 +601,13 @@ class run {
 
   // After the run: a call's time beyond its limit, less the time this process was not scheduled
   // meanwhile (starved: heartbeat gaps), must stay within the slack.
+  // Timed calls (try_lock, try_lock_for) keep that slack on every topology; Sentinel and
+  // Cluster calls without a deadline get the client's own budget (topology_allowance_ms).
   void judge_deadlines() {
-    const long slack = cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count();
     for (const auto& [r, limit_ms] : deadlines_) {
+      const bool timed = r.o.kind == op_kind::acquire || r.o.kind == op_kind::pause;
+      const long slack =
+          cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count() + (timed ? 0 : topology_allowance_ms());
       const long long took_ms = (r.end_ns - r.start_ns) / 1000000;
       std::int64_t starved = 0;
       for (const auto& [a, b] : starved_)
@@ -431,9 +672,10 @@ class run {
     record r;
     r.o = o;
     r.hold = sl.hold;
-    const kind k = kinds_[static_cast<std::size_t>(o.name)];
+    const kind k = kind_of(t, o.name);
     subject* s = sl.s.get();
     const int depth_before = s ? s->depth() : 0;
+    const bool lost_before = s && s->owns() && s->lost();
     const bool applies = [&] {
       switch (o.kind) {
         case op_kind::acquire: return depth_before == 0 || (k == kind::reentrant && depth_before < 3);
@@ -500,11 +742,11 @@ class run {
           }
           if (is_redlock(k)) {
             r.outcome = "n/a";  // Redlock has no force_release: delete the key on every master
-            for (auto& c : clients_[t]) c->command({"DEL", "model:{" + name_of(o.name) + "}"});
+            for (auto& c : clients_[t].plain) c->command({"DEL", "model:{" + name_of(o.name) + "}"});
           } else {
-            r.outcome = redislock::force_release(*clients_[t].front(), name_of(o.name), options_for(k, false)).held()
-                            ? "removed"
-                            : "free";
+            const bool held = clients_[t].with(
+                [&](auto& c) { return redislock::force_release(c, name_of(o.name), options_for(k, false)).held(); });
+            r.outcome = held ? "removed" : "free";
           }
           break;
         }
@@ -566,7 +808,10 @@ class run {
     } else if (o.kind == op_kind::still_held && r.outcome == "false") {
       early_loss(r, sl, "returned false");
     }
-    if (o.kind == op_kind::unlock && r.outcome == "lease_expired") early_loss(r, sl, "found the lease expired");
+    // A hold already known lost() reports lease_expired without the server's word (even when a
+    // nested acquisition took the name again since: lost() stays until the next outermost one).
+    if (o.kind == op_kind::unlock && r.outcome == "lease_expired" && !lost_before)
+      early_loss(r, sl, "found the lease expired");
     if (o.kind == op_kind::fencing_token && r.outcome == "token" && sl.hold >= 0) {
       std::lock_guard<std::mutex> g(m_);
       log_.fences.push_back(
@@ -622,7 +867,7 @@ class run {
         // Validity r promises a majority holds our key for r more: count the masters that do.
         const std::string key = "model:{" + name_of(r.o.name) + "}";
         std::vector<long long> left;
-        for (auto& c : observers_[t]) {
+        for (auto& c : observers_[t].plain) {
           try {
             const auto v = observe([&] { return c->command({"GET", key}); });
             const auto p = observe([&] { return c->command({"PTTL", key}); });
@@ -638,14 +883,19 @@ class run {
         server_ms = left[left.size() / 2];  // what a majority has at least
         for (long long l : left) seen += std::to_string(l) + " ";
       } else {
-        const redislock::lock_info info = observe(
-            [&] { return redislock::inspect(*observers_[t].front(), name_of(r.o.name), options_for(k, false)); });
+        const redislock::lock_info info = observe([&] {
+          return observers_[t].with(
+              [&](auto& c) { return redislock::inspect(c, name_of(r.o.name), options_for(k, false)); });
+        });
         for (const auto& holder : info.holders)
           if (holder.owner == owner && (holder.role == "reader") == !s.writing())
             server_ms = holder.remaining.count() < 0 ? LLONG_MAX : holder.remaining.count();
         seen = std::to_string(info.holders.size()) + " holder(s)";
       }
     } catch (const std::exception& e) {
+      // While a failover or slot move settles, the observer's client may not reach the master
+      // either: no look, no check.
+      if (topology_unsettled()) return;
       add_finding("crash", std::string("observer failed: ") + e.what());
       return;
     }
@@ -683,10 +933,16 @@ class run {
   }
 
   void on_servers(const fault& f, const std::vector<std::string>& command, milliseconds timeout) {
-    for (std::size_t s = 0; s < srv_.list.size(); ++s) {
-      if (srv_.list.size() > 1 && !((f.subset >> s) & 1u)) continue;
+    std::vector<redislock::connection_options> masters;
+    try {
+      masters = srv_.masters();
+    } catch (const redislock::error& e) {
+      add_finding("crash", std::string("fault ") + describe(f) + ": no masters: " + e.what());
+    }
+    for (std::size_t s = 0; s < masters.size(); ++s) {
+      if (masters.size() > 1 && !((f.subset >> s) & 1u)) continue;
       try {
-        auto c = srv_.admin(s, timeout);
+        auto c = servers::admin(masters[s], timeout);
         std::vector<std::string_view> argv(command.begin(), command.end());
         c.command(argv);
       } catch (const redislock::error& e) {
@@ -702,6 +958,7 @@ class run {
       using d = tcp_proxy::direction;
       const milliseconds len(f.duration_ms);
       std::function<void()> undo;
+      std::int64_t topology_settle_ns = 0;
       switch (f.kind) {
         case fault_kind::delay:
           for (auto* p : proxies_of(f, false)) p->set_delay(milliseconds(f.arg_ms), milliseconds(f.arg_ms));
@@ -743,7 +1000,8 @@ class run {
           };
           break;
         case fault_kind::client_kill:
-          on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
+          if (srv_.sentinel) kill_clients_but_sentinels(f);
+          else on_servers(f, {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, milliseconds(5000));
           break;
         case fault_kind::debug_sleep: {
           char secs[32];
@@ -756,17 +1014,38 @@ class run {
           std::vector<std::size_t> which;
           for (std::size_t s = 0; s < srv_.list.size(); ++s)
             if ((f.subset >> s) & 1u) which.push_back(s);
+          const std::size_t revocation = revoke_all(false);
           {
             std::lock_guard<std::mutex> g(m_);
             data_loss_ = true;
-            log_.revocations.push_back({-1, now_ns(), LLONG_MAX});
           }
           for (std::size_t s : which) srv_.list[s]->kill();
           // Down for the documented delay (at least a lease), even when the run ends meanwhile.
           std::this_thread::sleep_for(len);
           for (std::size_t s : which) srv_.list[s]->start_again();
           std::lock_guard<std::mutex> g(m_);
-          log_.revocations.back().until_ns = now_ns() + lease_ns_;
+          log_.revocations[revocation].until_ns = now_ns() + lease_ns_;
+          break;
+        }
+        case fault_kind::client_crash: crash_worker_fault(f); break;
+        case fault_kind::failover:
+        case fault_kind::master_kill:
+        case fault_kind::migrate: {
+          // Replication is asynchronous: a crashed master, or a Sentinel failover (which does
+          // not wait for the replica), may lose the holds it had not replicated. A Cluster
+          // manual failover (the replica catches up first) and a slot move lose nothing.
+          const bool may_lose = f.kind == fault_kind::master_kill ||
+                                (f.kind == fault_kind::failover && cfg_.shape.where == topology::sentinel);
+          const std::size_t revocation = may_lose ? revoke_all(true) : 0;
+          topology_fault_until_ns_ = LLONG_MAX;
+          const std::string failed = srv_.topology_fault(f);  // to its end, even when the run ends meanwhile
+          topology_fault_until_ns_ = now_ns() + topology_allowance_ms() * 1000000LL;
+          if (may_lose) {
+            std::lock_guard<std::mutex> g(m_);
+            log_.revocations[revocation].until_ns = now_ns() + lease_ns_;
+          }
+          if (!failed.empty()) add_finding("crash", "fault " + describe(f) + ": " + failed);
+          topology_settle_ns = topology_allowance_ms() * 1000000LL;
           break;
         }
       }
@@ -779,9 +1058,101 @@ class run {
         undo();
       }
       std::lock_guard<std::mutex> g(m_);
-      log_.busy.push_back({-1, started, now_ns() + aftermath_ns(), -1, false});
+      log_.busy.push_back({-1, started, now_ns() + aftermath_ns() + topology_settle_ns, -1, false});
       log_.applied.push_back({describe(f), started, now_ns()});
     }
+  }
+
+  // Sentinel: CLIENT KILL TYPE normal would cut the sentinels' own links to the master too, and
+  // sentinels that cannot reach it for down-after-milliseconds fail it over: the fault is the
+  // clients', so every normal client but the sentinels' ("sentinel-…" names) is killed, by id.
+  void kill_clients_but_sentinels(const fault& f) {
+    try {
+      for (const auto& m : srv_.masters()) {
+        auto c = servers::admin(m);
+        std::istringstream list(redis_cluster::text(c.command({"CLIENT", "LIST"})));
+        const std::string me = std::to_string(c.command({"CLIENT", "ID"})->integer);
+        for (std::string line; std::getline(list, line);) {
+          // As TYPE normal: no replica or master link (flags N), no subscriber.
+          const std::size_t id = line.find("id="), name = line.find(" name=");
+          const bool normal = line.find(" flags=N ") != std::string::npos &&
+                              line.find(" sub=0 ") != std::string::npos && line.find(" psub=0 ") != std::string::npos;
+          if (id != 0 || !normal || name == std::string::npos || line.compare(name + 6, 9, "sentinel-") == 0) continue;
+          const std::string which = line.substr(3, line.find(' ') - 3);
+          if (which != me) c.command({"CLIENT", "KILL", "ID", which});
+        }
+      }
+    } catch (const redislock::error& e) {
+      add_finding("crash", std::string("fault ") + describe(f) + " failed: " + e.what());
+    }
+  }
+
+  // Sentinel: whether the set-up stays as it was (the same master, the other node its replica)
+  // while no failover fault runs. A failover the checker did not ask for (Sentinel's own
+  // decision) may lose writes like any other: from the last good look, every hold is revoked as
+  // by a failover, and the run says so (unplanned_failovers).
+  void sentinel_roles_body() {
+    if (!srv_.sentinel) return;
+    int master = srv_.sentinel->master();
+    bool moved = false;  // a planned failover ran: which node is master is asked again after it
+    std::int64_t last_good = now_ns();
+    std::unique_lock<std::mutex> g(m_);
+    while (!done_) {
+      cv_.wait_for(g, milliseconds(20));
+      if (done_) break;
+      g.unlock();
+      const std::int64_t looked = now_ns();
+      bool ok = topology_fault_until_ns_.load() > looked;  // a planned one: revoked already
+      moved = moved || ok;
+      if (!ok) {
+        try {
+          if (std::exchange(moved, false) || master < 0) master = srv_.sentinel->master();
+          if (master < 0) throw redislock::connection_error("no sentinel answers");
+          const auto role = [&](int i) {
+            auto c = servers::admin(srv_.sentinel->node_options(i), milliseconds(100));
+            const std::string info = redis_cluster::text(c.command({"INFO", "replication"}));
+            return info.find("role:master") != std::string::npos ? 'm' : 's';
+          };
+          ok = role(master) == 'm' && role(1 - master) == 's';
+        } catch (const redislock::error&) {
+          ok = true;  // not answering (DEBUG SLEEP): no look
+        }
+      }
+      g.lock();
+      if (ok) {
+        last_good = looked;
+        continue;
+      }
+      ++log_.unplanned_failovers;
+      log_.revocations.push_back({-1, last_good, LLONG_MAX, true});
+      break;
+    }
+  }
+
+  bool topology_unsettled() const { return now_ns() < topology_fault_until_ns_.load(); }
+
+  // Every hold may be taken away from now on (until the caller sets the end); its index.
+  std::size_t revoke_all(bool failover) {
+    std::lock_guard<std::mutex> g(m_);
+    log_.revocations.push_back({-1, now_ns(), LLONG_MAX, failover});
+    return log_.revocations.size() - 1;
+  }
+
+  // How long after a failover or slot move the clients may still be finding the new master:
+  // Sentinel re-discovery (recheck_interval, then retries with backoff), Cluster retries.
+  long topology_allowance_ms() const {
+    if (cfg_.shape.where == topology::sentinel) return sentinel_budget_ms();
+    if (cfg_.shape.where == topology::cluster) return cluster_retry_ms + cfg_.connect_timeout.count();
+    return 0;
+  }
+  // The sentinel_options::retries budget of one call (defaults: 3 retries, backoff 100 ms
+  // doubling): each attempt asks up to 3 sentinels, connects and runs the command.
+  long sentinel_budget_ms() const {
+    const redislock::sentinel_options o;
+    long backoff = 0;
+    for (int i = 0, b = static_cast<int>(o.retry_backoff.count()); i < o.retries; ++i, b = std::min(2 * b, 1000))
+      backoff += b;
+    return backoff + (o.retries + 1) * (4 * cfg_.connect_timeout.count() + cfg_.command_timeout.count());
   }
 
   // ---- after the run --------------------------------------------------------------------
@@ -798,8 +1169,30 @@ class run {
     }
   }
 
-  std::vector<std::string> keys_on(std::size_t s) {
-    auto c = srv_.admin(s);
+  // Mixed kinds: a call throws wrong_type_error only while another family's hold could be on
+  // the name (acquired and not yet certainly gone), or a fault or call of unknown outcome
+  // (another thread's) may have left one.
+  void check_wrong_type() {
+    for (const auto& r : log_.records) {
+      if (r.outcome != "error:wrong_type_error") continue;
+      ++log_.wrong_types;
+      const int family = family_of(kind_of(static_cast<std::size_t>(r.o.thread), r.o.name));
+      bool explained = false;
+      for (const auto& h : log_.holds)
+        explained = explained ||
+                    (h.name == r.o.name && family_of(kind_of(static_cast<std::size_t>(h.thread), h.name)) != family &&
+                     h.acquire_start_ns <= r.end_ns && h.busy_until_ns >= r.start_ns);
+      for (const auto& b : log_.busy)
+        explained = explained || ((b.name < 0 || b.name == r.o.name) && b.thread != r.o.thread &&
+                                  b.from_ns <= r.end_ns && b.until_ns >= r.start_ns);
+      if (!explained)
+        log_.findings.push_back({"wrong_type", describe(r.o) + " threw wrong_type_error in " + at(r.start_ns) + ".." +
+                                                   at(r.end_ns) + ", while no other kind could hold the name"});
+    }
+  }
+
+  static std::vector<std::string> keys_on(const redislock::connection_options& server) {
+    auto c = servers::admin(server);
     auto r = c.command({"KEYS", "model:*"});
     std::vector<std::string> out;
     for (std::size_t i = 0; i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
@@ -809,9 +1202,10 @@ class run {
   // Invariant 6: no key without expiry; within 3 leases + wait_lease only fencing counters left.
   void check_leaks() {
     try {
-      for (std::size_t s = 0; s < srv_.list.size(); ++s) {
-        auto c = srv_.admin(s);
-        for (const auto& k : keys_on(s))
+      const auto masters = srv_.masters();
+      for (std::size_t s = 0; s < masters.size(); ++s) {
+        auto c = servers::admin(masters[s]);
+        for (const auto& k : keys_on(masters[s]))
           if (!ends_with(k, ":rfence") && c.command({"PTTL", k})->integer == -1)  // Redlock's register never expires
             log_.findings.push_back({"leak", "key " + k + " on server " + std::to_string(s) + " has no expiry"});
       }
@@ -819,14 +1213,14 @@ class run {
       std::vector<std::string> left;
       do {
         left.clear();
-        for (std::size_t s = 0; s < srv_.list.size(); ++s)
-          for (const auto& k : keys_on(s))
+        for (const auto& m : masters)
+          for (const auto& k : keys_on(m))
             if (!ends_with(k, ":fence") && !ends_with(k, ":rfence")) left.push_back(k);
         if (left.empty()) break;
         std::this_thread::sleep_for(milliseconds(20));
       } while (steady::now() < deadline);
       for (const auto& k : left) log_.findings.push_back({"leak", "key " + k + " outlived every lease"});
-      for (std::size_t s = 0; s < srv_.list.size(); ++s) srv_.admin(s).command({"FLUSHALL"});
+      for (const auto& m : masters) servers::admin(m).command({"FLUSHALL"});
     } catch (const std::exception& e) {
       log_.findings.push_back({"crash", std::string("leak check failed: ") + e.what()});
     }
@@ -842,6 +1236,7 @@ class run {
   }
 
   static constexpr long wait_lease_ms = 300, recheck_ms = 100;  // Redlock: retry_max is 100 ms too
+  static constexpr long cluster_retry_ms = 1000;                // cluster_options::retry_timeout
   const config& cfg_;
   servers& srv_;
   const history& h_;
@@ -849,12 +1244,15 @@ class run {
   std::int64_t lease_ns_, margin_ns_;
   std::vector<kind> kinds_;
   std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;
-  std::vector<std::vector<std::unique_ptr<redislock::client>>> clients_;
-  std::vector<std::vector<std::unique_ptr<redislock::client>>> observers_;
+  std::vector<thread_clients> clients_, observers_;
+  static constexpr std::size_t first_worker_thread = 100;  // crash workers' holds in the log
+  std::vector<std::unique_ptr<crash_worker>> workers_;     // every one started, in order
+  std::vector<std::size_t> live_workers_;                  // per worker slot: its current one
   std::int64_t t0_ = 0;
   std::mutex m_;
   std::condition_variable cv_;
   bool done_ = false, data_loss_ = false;
+  std::atomic<std::int64_t> topology_fault_until_ns_{0};        // a failover or slot move settles until then
   std::vector<std::pair<record, long>> deadlines_;              // calls and their limits
   std::vector<std::string> current_;                            // each thread's call in progress
   std::vector<std::pair<std::int64_t, std::int64_t>> starved_;  // heartbeat gaps
@@ -885,6 +1283,8 @@ std::set<std::string> invariants_of(const run_log& log) {
 void print_records(const outcome& o) {
   for (const auto& a : o.log.applied)
     std::printf("    %8.1f..%8.1f ms  %s\n", ms_of(a.from_ns - o.t0), ms_of(a.to_ns - o.t0), a.what.c_str());
+  for (const auto& w : o.log.worker_calls)
+    std::printf("    %8.1f..%8.1f ms  %s\n", ms_of(w.start_ns - o.t0), ms_of(w.end_ns - o.t0), w.what.c_str());
   for (const auto& r : o.log.records) {
     if (r.outcome == "skip") continue;
     std::printf("    %8.1f..%8.1f ms  %-40s %s%s\n", ms_of(r.start_ns - o.t0), ms_of(r.end_ns - o.t0),
@@ -910,11 +1310,13 @@ std::string summary(const config& cfg, std::uint64_t seed, const history& h, con
   char b[1536];
   std::snprintf(b, sizeof b,
                 "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
-                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d findings=%zu%s %s",
-                (unsigned long long)seed, cfg.redlock ? "redlock" : "single", kinds.c_str(), h.threads.size(),
-                h.op_count(), executed, skipped, log.holds.size(), fault_count,
-                faults.empty() ? "none" : faults.c_str(), log.max_overrun_ms, log.max_overrun_op.c_str(),
-                log.waits_checked, log.findings.size(), findings.c_str(), log.findings.empty() ? "PASS" : "FAIL");
+                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d failover_overlaps=%d unplanned_failovers=%d "
+                "wrong_types=%d findings=%zu%s %s",
+                (unsigned long long)seed, to_string(cfg.shape.where), kinds.c_str(), h.threads.size(), h.op_count(),
+                executed, skipped, log.holds.size(), fault_count, faults.empty() ? "none" : faults.c_str(),
+                log.max_overrun_ms, log.max_overrun_op.c_str(), log.waits_checked, log.failover_overlaps,
+                log.unplanned_failovers, log.wrong_types, log.findings.size(), findings.c_str(),
+                log.findings.empty() ? "PASS" : "FAIL");
   return b;
 }
 
@@ -971,7 +1373,8 @@ history shrink(const config& cfg, servers& srv, const history& full, std::uint64
 // The invariant a failing run is shrunk for: safety first (two holders), then the rest.
 std::string first_by_priority(const run_log& log) {
   const auto found = invariants_of(log);
-  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "deadline", "liveness", "contract", "leak"})
+  for (const char* i :
+       {"overlap", "fence", "early_loss", "optimism", "deadline", "liveness", "contract", "wrong_type", "leak"})
     if (found.count(i)) return i;
   return log.findings.front().invariant;
 }
@@ -985,16 +1388,18 @@ std::string keep_argument(const history& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 7 && std::string(argv[1]) == "--crash-worker")
+    crash_worker_main(std::atoi(argv[2]), argv[3], kind_named(argv[4]), std::atol(argv[5]), std::stoull(argv[6]));
   try {
     config cfg = parse(argc, argv);
-    servers srv(cfg.redlock ? cfg.shape.masters : 1);
+    servers srv(cfg);
     const auto started = steady::now();
     int failed = 0, runs_done = 0;
     std::map<std::string, int> all_faults;
     long long all_ops = 0;
-    for (int i = 0; i < cfg.runs; ++i) {
+    for (int i = 0; i < cfg.runs * cfg.repeat; ++i) {
       if (cfg.seconds > 0 && i > 0 && steady::now() - started > std::chrono::duration<double>(cfg.seconds)) break;
-      const std::uint64_t seed = cfg.seed + static_cast<std::uint64_t>(i);
+      const std::uint64_t seed = cfg.seed + static_cast<std::uint64_t>(i / cfg.repeat);
       history_shape shape = cfg.shape;
       shape.kinds = kinds_for(cfg, seed);
       history h = generate(seed, shape);
@@ -1009,6 +1414,7 @@ int main(int argc, char** argv) {
       // A failing run's calls and faults are printed too: a concurrent failure may not recur.
       if (cfg.replay || cfg.verbose || !o.log.findings.empty()) print_records(o);
       for (const auto& f : o.log.findings) std::printf("  finding %s: %s\n", f.invariant.c_str(), f.detail.c_str());
+      if (!o.log.findings.empty() && srv.sentinel) srv.sentinel->describe();  // who is master now
       std::fflush(stdout);
       if (o.log.findings.empty()) continue;
       ++failed;
@@ -1023,7 +1429,8 @@ int main(int argc, char** argv) {
       for (int a = 1; a < argc; ++a) {
         const std::string s = argv[a];
         if (s == "--stop-on-finding" || s == "--verbose") continue;
-        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds") {
+        if (s == "--seed" || s == "--runs" || s == "--seconds" || s == "--keep" || s == "--shrink-seconds" ||
+            s == "--repeat") {
           ++a;
           continue;
         }

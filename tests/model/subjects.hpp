@@ -22,7 +22,10 @@
 
 // The mutex's owner token, for the observer (the friend the library leaves for tests).
 struct redislock::detail::mutex_test_access {
-  static std::string token(const redislock::mutex& m) { return m.current_token(); }
+  template <class Client>
+  static std::string token(const redislock::basic_mutex<Client>& m) {
+    return m.current_token();
+  }
 };
 
 namespace redislock_model {
@@ -71,36 +74,34 @@ class exclusive_subject : public subject {
   }
   bool owns() const override { return lock_.owns_lock(); }
   bool lost() const override { return lock_.lost(); }
-  std::string owner() const override;
+  std::string owner() const override { return owner_of(lock_); }
 
  protected:
+  template <class Client>
+  static std::string owner_of(const redislock::basic_mutex<Client>& l) {
+    return redislock::detail::mutex_test_access::token(l);
+  }
+  static std::string owner_of(const redislock::redlock& l) { return l.token(); }
+  template <class Client>
+  static std::string owner_of(const redislock::basic_reentrant_mutex<Client>& l) {
+    return l.owner_id();
+  }
+
   Lock lock_;
 };
 
-template <>
-inline std::string exclusive_subject<redislock::mutex>::owner() const {
-  return redislock::detail::mutex_test_access::token(lock_);
-}
-template <>
-inline std::string exclusive_subject<redislock::redlock>::owner() const {
-  return lock_.token();
-}
-
-template <>
-inline std::string exclusive_subject<redislock::reentrant_mutex>::owner() const {
-  return lock_.owner_id();
-}
-
 // The same members; holds nest (hold_count) and belong to the thread (owner_id).
-class reentrant_subject final : public exclusive_subject<redislock::reentrant_mutex> {
+template <class Client>
+class reentrant_subject final : public exclusive_subject<redislock::basic_reentrant_mutex<Client>> {
  public:
-  using exclusive_subject::exclusive_subject;
-  int depth() const override { return static_cast<int>(lock_.hold_count()); }
+  using exclusive_subject<redislock::basic_reentrant_mutex<Client>>::exclusive_subject;
+  int depth() const override { return static_cast<int>(this->lock_.hold_count()); }
 };
 
+template <class Client>
 class shared_subject final : public subject {
  public:
-  shared_subject(redislock::client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
+  shared_subject(Client& c, const std::string& name, const redislock::lock_options& o) : lock_(c, name, o) {}
   bool acquire(acquire_mode mode, milliseconds timeout, bool write) override {
     if (write) return acquire_with(lock_, mode, timeout);
     if (mode == acquire_mode::try_once) return lock_.try_lock_shared();
@@ -123,7 +124,7 @@ class shared_subject final : public subject {
   std::string owner() const override { return lock_.owner_id(); }
 
  private:
-  redislock::shared_mutex lock_;
+  redislock::basic_shared_mutex<Client> lock_;
 };
 
 /// Test-only: a mutex whose try_lock() "succeeds" one time in three without asking the server.
@@ -205,19 +206,33 @@ class redlock_extend_max_subject final : public exclusive_subject<redislock::red
   std::chrono::steady_clock::time_point kept_until_{};
 };
 
+/// A subject of one of the kinds every client type offers (mutex, fair mutex, reentrant,
+/// shared) on `c`: a client, sentinel_client or cluster_client; nullptr for the other kinds.
+template <class Client>
+std::unique_ptr<subject> make_public_subject(kind k, Client& c, const std::string& name,
+                                             const redislock::lock_options& o) {
+  switch (k) {
+    case kind::mutex: return std::make_unique<exclusive_subject<redislock::basic_mutex<Client>>>(c, name, o);
+    case kind::fair_mutex: {
+      redislock::lock_options fair = o;
+      fair.fair = true;
+      return std::make_unique<exclusive_subject<redislock::basic_mutex<Client>>>(c, name, fair);
+    }
+    case kind::reentrant: return std::make_unique<reentrant_subject<Client>>(c, name, o);
+    case kind::shared: return std::make_unique<shared_subject<Client>>(c, name, o);
+    default: return nullptr;
+  }
+}
+
 /// A subject of kind `k` on `cs` (one client, or one per Redlock master).
 inline std::unique_ptr<subject> make_subject(kind k, const clients& cs, const std::string& name,
                                              const redislock::lock_options& o, unsigned seed) {
   redislock::client& c = cs.front();
   switch (k) {
-    case kind::mutex: return std::make_unique<exclusive_subject<redislock::mutex>>(c, name, o);
-    case kind::fair_mutex: {
-      redislock::lock_options fair = o;
-      fair.fair = true;
-      return std::make_unique<exclusive_subject<redislock::mutex>>(c, name, fair);
-    }
-    case kind::reentrant: return std::make_unique<reentrant_subject>(c, name, o);
-    case kind::shared: return std::make_unique<shared_subject>(c, name, o);
+    case kind::mutex:
+    case kind::fair_mutex:
+    case kind::reentrant:
+    case kind::shared: return make_public_subject(k, c, name, o);
     case kind::redlock: return std::make_unique<exclusive_subject<redislock::redlock>>(cs, name, o);
     case kind::broken_stealing: return std::make_unique<stealing_subject>(c, name, o, seed);
     case kind::broken_optimistic: return std::make_unique<optimistic_subject>(c, name, o);
@@ -228,5 +243,9 @@ inline std::unique_ptr<subject> make_subject(kind k, const clients& cs, const st
 }
 
 inline bool is_redlock(kind k) { return k == kind::redlock || k == kind::broken_redlock_extend; }
+inline bool is_broken(kind k) {
+  return k == kind::broken_stealing || k == kind::broken_optimistic || k == kind::broken_deaf ||
+         k == kind::broken_redlock_extend;
+}
 
 }  // namespace redislock_model

@@ -72,7 +72,7 @@ class cluster_faults {
     const auto bound = std::chrono::seconds(30);
     // A replica that never synced (a new cluster, a victim back from the last fault) is not
     // eligible for promotion: every replica's link must be up before the next fault.
-    if (fault != "migrate" && !wait_for([&] { return replicas_linked(); }, bound)) return false;
+    if (fault != "migrate" && !wait_for([&] { return cluster_.replicas_linked(); }, bound)) return false;
     fault_start_ns_ = now_ns();
     serving_ns_ = 0;
     if (fault == "failover") {
@@ -88,12 +88,12 @@ class cluster_faults {
     }
     if (fault == "master-kill9") {
       const int master = random_master();
-      redislock_test::redis_server& victim = node_on(master);
+      redislock_test::redis_server& victim = cluster_.node_on(master);
       state_.master_data_losses.fetch_add(1);  // what it had not yet replicated is gone
       const window w(*this);
       victim.kill();
       // Promoted: no live node's slot map names the victim any more.
-      const bool was_promoted = wait_for([&] { return !serves_slots(master); }, bound) && promoted();
+      const bool was_promoted = wait_for([&] { return !cluster_.serves_slots(master); }, bound) && promoted();
       if (!was_promoted) std::fprintf(stderr, "torture: no replica of %d was promoted\n", master);
       victim.start_again();  // rejoins as a replica of its successor (nodes.conf kept)
       return stable_or_print_logs(bound) && was_promoted;
@@ -184,32 +184,6 @@ class cluster_faults {
     const std::vector<int> ports = cluster_.masters();
     return ports.at(std::uniform_int_distribution<std::size_t>(0, ports.size() - 1)(rng_));
   }
-  redislock_test::redis_server& node_on(int port) {
-    for (std::size_t i = 0; i < cluster_.size(); ++i)
-      if (cluster_.node(i).port() == port) return cluster_.node(i);
-    throw std::runtime_error("cluster_faults: no node on port " + std::to_string(port));
-  }
-  bool replicas_linked() {
-    for (std::size_t i = 0; i < cluster_.size(); ++i) {
-      const std::string info =
-          redislock_test::redis_cluster::text(cluster_.node(i).admin().command({"INFO", "replication"}));
-      if (info.find("role:slave") != std::string::npos && info.find("master_link_status:up") == std::string::npos)
-        return false;
-    }
-    return true;
-  }
-  // Whether any live node's slot map still gives `port` slots.
-  bool serves_slots(int port) {
-    for (std::size_t i = 0; i < cluster_.size(); ++i) {
-      const redislock_test::redis_server& n = cluster_.node(i);
-      if (n.port() == port || !n.running()) continue;
-      const redislock::reply_ptr r = n.admin().command({"CLUSTER", "SLOTS"});
-      for (const auto& range : redislock::detail::parse_cluster_slots(*r, "127.0.0.1"))
-        if (range.port == port) return true;
-    }
-    return false;
-  }
-
   void open_window() {
     const std::uint64_t i = state_.windows_opened.load();
     if (i >= shared_state::max_windows) throw std::runtime_error("cluster_faults: too many failover windows");
