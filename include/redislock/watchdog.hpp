@@ -484,20 +484,24 @@ class watchdog {
           // Again, within the same deadline and counted from the same send time: the scripts
           // refused with NOSCRIPT (loaded first; refused again after a load: failed), and the
           // SET IFEQs refused over maxmemory, as their scripts.
-          std::vector<const script*> loaded;
+          std::vector<const script*> loaded;  // in an earlier round
           for (int round = 0; round < 2 && !(noscript.empty() && oom.empty()); ++round) {
             std::vector<std::size_t> which = std::move(oom);
             oom.clear();
+            std::vector<const script*> loading;  // this round: each script once
             for (std::size_t i : noscript) {
               const script* s = batch[i]->req.extend;
               if (std::find(loaded.begin(), loaded.end(), s) != loaded.end()) {
                 results[i] = outcome::failed;
                 continue;
               }
-              s->load(c);
-              loaded.push_back(s);
+              if (std::find(loading.begin(), loading.end(), s) == loading.end()) {
+                s->load(c);
+                loading.push_back(s);
+              }
               which.push_back(i);
             }
+            loaded.insert(loaded.end(), loading.begin(), loading.end());
             noscript.clear();
             if (which.empty()) break;
             pipeline(c, batch, which, results, false, false, noscript, oom);
