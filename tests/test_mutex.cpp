@@ -2,6 +2,7 @@
 // the local gate shared by threads, SET NX GET and its fallback, wrong types, guards, server
 // loss). What every kind promises (deadlines, stale releases, extend, bad input, round trips,
 // fencing, hand-off): test_lock_contract.cpp.
+#include "freeze_waiter.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
@@ -293,41 +294,13 @@ TEST_F(MutexTest, WithoutSetNxGetTheMutexStillRecognisesItsOwnAndWrongTypes) {
   }
 }
 
-namespace {
-
-// Freezes the thread waiting for lock `name` at its first wake-up by the timer (a paused
-// process, a GC stop, a descheduled thread): on_woken runs on the waiting thread right before
-// its next attempt. It goes on once `go` is set.
-struct freeze_at_first_timer_wake : lock_observer {
-  explicit freeze_at_first_timer_wake(std::string n) : name(std::move(n)), go_future(go.get_future().share()) {}
-  void on_woken(const woken_event& e) override {
-    if (e.name != name || e.cause != wake_cause::timer || done.exchange(true)) return;
-    frozen.set_value();
-    go_future.wait_for(seconds(20));
-  }
-  std::string name;
-  std::atomic<bool> done{false};
-  std::promise<void> frozen, go;
-  std::shared_future<void> go_future;
-};
-
-// Installs an observer for one test (every way out of it uninstalls it).
-struct installed {
-  explicit installed(std::shared_ptr<lock_observer> o) { set_observer(std::move(o)); }
-  ~installed() { set_observer(nullptr); }
-  installed(const installed&) = delete;
-  installed& operator=(const installed&) = delete;
-};
-
-}  // namespace
-
 // As Semaphore.AHandOffNoticeReadAfterARefusedAttemptIsNotAHold, for the mutex (the wait is
 // detail/object_hold.hpp's, shared): the lock was handed to the frozen waiter, its lease ran
 // out, c took the lock; the waiter's next "wait" is refused, and the old notice must not make
 // it the holder.
 TEST_F(MutexTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
-  auto freezer = std::make_shared<freeze_at_first_timer_wake>("stale-notice");
-  const installed observing(freezer);
+  auto freezer = std::make_shared<redislock_test::freeze_at_first_timer_wake>("stale-notice");
+  const redislock_test::observer_installed observing(freezer);
   mutex h(*pool, "stale-notice", lease(seconds(20)));
   h.lock();
   redislock::client other(options());

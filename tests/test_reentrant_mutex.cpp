@@ -5,6 +5,7 @@
 #include "eventually.hpp"
 #include "process.hpp"
 #include "redis_server.hpp"
+#include "freeze_waiter.hpp"
 #include "server_fixture.hpp"
 #include "worker_process.hpp"
 
@@ -809,4 +810,37 @@ TEST_F(ReentrantTest, AReEntryAfterTheHoldWasLostThrowsAndTakesNothing) {
     EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
     EXPECT_FALSE(m.owns_lock());
   }
+}
+
+// As Semaphore.AHandOffNoticeReadAfterARefusedAttemptIsNotAHold, for the reentrant mutex: the
+// lock was handed to the frozen waiter, its lease ran out, c took it; the waiter's next "wait"
+// is refused, and the old notice must not make it the holder. (Holds are per thread: the
+// waiter's thread checks its own.)
+TEST_F(ReentrantTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
+  auto freezer = std::make_shared<redislock_test::freeze_at_first_timer_wake>("stale-notice");
+  const redislock_test::observer_installed observing(freezer);
+  reentrant_mutex h(*pool, "stale-notice", lease(seconds(20)));
+  h.lock();
+  redislock::client other(options());
+  lock_options short_lease = lease(milliseconds(300));
+  short_lease.recheck_interval = milliseconds(100);
+  reentrant_mutex w(other, "stale-notice", short_lease);
+  // Whether w acquired a hold the server does not confirm.
+  std::future<bool> believes_wrongly = std::async(std::launch::async, [&] {
+    if (!w.try_lock_for(seconds(3))) return false;
+    const bool valid = w.still_held();
+    w.unlock();
+    return !valid;
+  });
+  std::future<void> frozen = freezer->frozen.get_future();
+  ASSERT_EQ(frozen.wait_for(seconds(10)), std::future_status::ready);
+  h.unlock();  // hands the lock to w and publishes the notice
+  redislock::client third(options());
+  reentrant_mutex c(third, "stale-notice", lease(seconds(20)));
+  ASSERT_TRUE(redislock_test::eventually([&] { return c.try_lock(); }));  // once w's 300 ms ran out
+  freezer->go.set_value();
+  ASSERT_EQ(believes_wrongly.wait_for(seconds(15)), std::future_status::ready);
+  EXPECT_FALSE(believes_wrongly.get()) << "w believed it held the reentrant mutex while c held it";
+  EXPECT_TRUE(c.still_held());
+  c.unlock();
 }

@@ -3,6 +3,7 @@
 // changed while permits are held. What every lock kind promises is in test_lock_contract.cpp.
 #include "eventually.hpp"
 #include "redis_keys.hpp"
+#include "freeze_waiter.hpp"
 #include "server_fixture.hpp"
 #include "tcp_proxy.hpp"
 #include "worker_process.hpp"
@@ -453,41 +454,13 @@ TEST_F(Semaphore, InspectAndForceRelease) {
 
 }  // namespace
 
-namespace {
-
-// Freezes the thread waiting for lock `name` at its first wake-up by the timer (as a paused
-// process, a GC stop or a descheduled thread would): on_woken runs on the waiting thread right
-// before its next attempt. `frozen` is set once it stopped; it goes on when `go` is set.
-struct freeze_at_first_timer_wake : lock_observer {
-  explicit freeze_at_first_timer_wake(std::string n) : name(std::move(n)), go_future(go.get_future().share()) {}
-  void on_woken(const woken_event& e) override {
-    if (e.name != name || e.cause != wake_cause::timer || done.exchange(true)) return;
-    frozen.set_value();
-    go_future.wait_for(seconds(20));
-  }
-  std::string name;
-  std::atomic<bool> done{false};
-  std::promise<void> frozen, go;
-  std::shared_future<void> go_future;
-};
-
-// Installs an observer for one test (every way out of it uninstalls it).
-struct installed {
-  explicit installed(std::shared_ptr<lock_observer> o) { set_observer(std::move(o)); }
-  ~installed() { set_observer(nullptr); }
-  installed(const installed&) = delete;
-  installed& operator=(const installed&) = delete;
-};
-
-}  // namespace
-
 // A hand-off notice read after a later attempt was refused is stale: the permit it announced
 // was handed while the waiter was frozen (between its timer wake-up and its next "wait"), and
 // that lease ran out and another took the permit before the "wait" ran. The wait must not
 // count the old notice as its hold: the server queued the waiter again, the permit is C's.
 TEST_F(Semaphore, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
-  auto freezer = std::make_shared<freeze_at_first_timer_wake>("stale-notice");
-  const installed observing(freezer);
+  auto freezer = std::make_shared<redislock_test::freeze_at_first_timer_wake>("stale-notice");
+  const redislock_test::observer_installed observing(freezer);
   lock_options held_long = lease(seconds(20));
   semaphore h(*pool, "stale-notice", 1, held_long);
   ASSERT_TRUE(h.try_acquire());

@@ -3,6 +3,7 @@
 // (a killed reader), stale releases, wrong kinds, guards and round-trip counts.
 #include "eventually.hpp"
 #include "process.hpp"
+#include "freeze_waiter.hpp"
 #include "server_fixture.hpp"
 #include "worker_process.hpp"
 
@@ -997,4 +998,32 @@ TEST_F(SharedTest, ADowngradeAfterTheWriteHoldWasLostThrowsAndTakesNothing) {
   EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "the lost downgrade took a read hold";
   if (m.owns_shared()) m.unlock_shared();
   EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+}
+
+// As Semaphore.AHandOffNoticeReadAfterARefusedAttemptIsNotAHold, for the shared mutex's write
+// side: the lock was handed to the frozen writer, its lease ran out, c took it; the writer's
+// next "wait" is refused, and the old notice must not make it the holder.
+TEST_F(SharedTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
+  auto freezer = std::make_shared<redislock_test::freeze_at_first_timer_wake>("stale-notice");
+  const redislock_test::observer_installed observing(freezer);
+  shared_mutex h(*pool, "stale-notice", lease(seconds(20)));
+  h.lock();
+  redislock::client other(options());
+  lock_options short_lease = lease(milliseconds(300));
+  short_lease.recheck_interval = milliseconds(100);
+  shared_mutex w(other, "stale-notice", short_lease);
+  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_lock_for(seconds(3)); });
+  std::future<void> frozen = freezer->frozen.get_future();
+  ASSERT_EQ(frozen.wait_for(seconds(10)), std::future_status::ready);
+  h.unlock();  // hands the write hold to w and publishes the notice
+  redislock::client third(options());
+  shared_mutex c(third, "stale-notice", lease(seconds(20)));
+  ASSERT_TRUE(redislock_test::eventually([&] { return c.try_lock(); }));  // once w's 300 ms ran out
+  freezer->go.set_value();
+  ASSERT_EQ(got.wait_for(seconds(15)), std::future_status::ready);
+  const bool w_holds = got.get();
+  EXPECT_TRUE(c.still_held());
+  EXPECT_FALSE(w_holds && !w.still_held()) << "w believes it holds the write side while c holds it";
+  if (w_holds) w.unlock();
+  c.unlock();
 }
