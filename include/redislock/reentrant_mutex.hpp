@@ -214,8 +214,8 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   struct waiting_thread {
     // Its hand-off channel, subscribed on its first contended wait and kept until the object goes.
     detail::subscriber::subscription channel;
-    detail::steady::time_point queue_sent;  // send time of its last "wait" attempt
-    bool waited_last = false;               // its last acquisition did not succeed at once
+    std::optional<detail::steady::time_point> first_wait_sent;  // of its current wait's first "wait"
+    bool waited_last = false;                                   // its last acquisition did not succeed at once
   };
 
   waiting_thread& this_waiting_thread() {
@@ -247,6 +247,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     // A notice for an earlier wait (read too late) names an earlier generation, and whatever is
     // still buffered on the channel is dropped now.
     w.channel.discard_pending();
+    w.first_wait_sent.reset();
     bool first = true, queued = false, won_first = false;
     auto attempt = [&]() -> std::optional<std::chrono::milliseconds> {
       // Fair mode, or a thread whose last acquisition had to wait, queues at once when its
@@ -260,7 +261,10 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     };
     auto handed_over = [&](detail::subscriber::subscription& sub) {
       if (!sub.take_message(owner)) return false;  // a late notice for an earlier acquisition
-      sent = w.queue_sent;                         // the release made us the holder
+      // The release made us the holder, with a lease that runs at least from our first "wait";
+      // read late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
+      if (detail::hand_off_needs_confirming(w.first_wait_sent, options_.lease)) return false;
+      sent = *w.first_wait_sent;
       return true;
     };
     bool acquired = false;
@@ -320,7 +324,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
                                                          std::string_view mode, waiting_thread& w,
                                                          detail::steady::time_point& sent) {
     const detail::steady::time_point now = detail::steady::now();
-    if (mode == "wait") w.queue_sent = now;  // a hand-off's lease starts after our last "wait"
+    if (mode == "wait" && !w.first_wait_sent) w.first_wait_sent = now;  // a hand-off's lease starts after it
     const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
       reply_ptr r = detail::reentrant_scripts::acquire().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},

@@ -297,7 +297,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     const std::string notice = owner + " " + side + wait;
     const std::string channel = keys_.channel + owner.substr(0, owner.rfind(':'));
     sub.discard_pending();
-    detail::steady::time_point sent;  // the lease starts no earlier (a hand-off's: our last "wait")
+    detail::steady::time_point sent;  // the lease starts no earlier (a hand-off's: our first "wait")
+    std::optional<detail::steady::time_point> first_wait_sent;
     bool first = true, queued = false;
     auto attempt = [&]() -> attempt_result {
       // A first attempt queues at once when our channel is still subscribed from an earlier
@@ -305,9 +306,17 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       const bool queue = !std::exchange(first, false) || (sub.active() && !detail::passed(d));
       queued = queued || queue;
       sent = detail::steady::now();
+      if (queue && !first_wait_sent) first_wait_sent = sent;
       return send_attempt(owner, queue ? "wait" : "try", side, wait, count, continues);
     };
-    auto handed_over = [&](detail::subscriber::subscription& s) { return s.take_message(notice); };
+    auto handed_over = [&](detail::subscriber::subscription& s) {
+      if (!s.take_message(notice)) return false;
+      // The release admitted us, with a lease that runs at least from our first "wait"; read
+      // late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
+      if (detail::hand_off_needs_confirming(first_wait_sent, options_.lease)) return false;
+      sent = *first_wait_sent;
+      return true;
+    };
     bool acquired = false;
     try {
       acquired = detail::wait_for_release(

@@ -186,9 +186,13 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     // (a wait that left the queue without the hold rotates the token, below), and whatever is
     // still buffered on the channel is dropped now.
     channel_subscription_.discard_pending();
+    first_wait_sent_.reset();
     auto handed_over = [&](subscriber::subscription& s) {
       if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
-      finish_attempt(queue_sent_);                // the release made us the holder
+      // The release made us the holder, with a lease that runs at least from our first "wait";
+      // read late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
+      if (hand_off_needs_confirming(first_wait_sent_, this->options_.lease)) return false;
+      finish_attempt(*first_wait_sent_);
       return true;
     };
     bool acquired = false;
@@ -230,7 +234,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   // The current send time, kept as the start of a hand-off's lease when mode is "wait".
   steady::time_point attempt_sent(std::string_view mode) {
     const steady::time_point sent = steady::now();
-    if (mode == "wait") queue_sent_ = sent;  // a hand-off's lease starts after our last "wait"
+    if (mode == "wait" && !first_wait_sent_) first_wait_sent_ = sent;  // a hand-off's lease starts after it
     return sent;
   }
 
@@ -335,10 +339,10 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   mutable std::mutex token_mutex_;
   local_gate gate_;
   std::atomic<bool> held_{false};
-  std::atomic<std::thread::id> holder_thread_{};  // the thread whose acquire succeeded; none once released
-  steady::time_point acquired_at_;                // send time of the acquiring attempt (gate holder only)
-  steady::time_point queue_sent_;                 // send time of the last "wait" attempt (gate holder only)
-  lease_keeper lease_;                            // renewal and lost flag of the current acquisition
+  std::atomic<std::thread::id> holder_thread_{};       // the thread whose acquire succeeded; none once released
+  steady::time_point acquired_at_;                     // send time of the acquiring attempt (gate holder only)
+  std::optional<steady::time_point> first_wait_sent_;  // of the current wait's first "wait" (gate holder only)
+  lease_keeper lease_;                                 // renewal and lost flag of the current acquisition
 };
 
 }  // namespace redislock::detail

@@ -116,6 +116,18 @@ inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
 /// plain SET): the next attempt follows at once.
 inline constexpr std::chrono::milliseconds unknown_pttl{-3};
 
+/// Whether a hand-off notice must be confirmed by an attempt before it is taken as the lock.
+/// The grant it reports came after the waiter's first "wait" of this acquisition was sent (its
+/// owner enters the queue only through those), so the granted lease runs at least until
+/// first_wait + lease. A notice read when less than a third of that is left may be stale: the
+/// grant may have run out and the lock moved on while the waiter was away (paused, or its
+/// subscriber connection slower than the command one). Then the waiter attempts again, which
+/// finds the lock its own (with a fresh lease) or refuses. Without a first "wait": always.
+inline bool hand_off_needs_confirming(const std::optional<steady::time_point>& first_wait,
+                                      std::chrono::milliseconds lease) {
+  return !first_wait || *first_wait + lease - lease / 3 <= steady::now();
+}
+
 /// How long to sleep on a subscription after a failed attempt.
 inline steady::time_point wake_limit(std::chrono::milliseconds holder_pttl, const deadline& d,
                                      std::chrono::milliseconds max_sleep) {
