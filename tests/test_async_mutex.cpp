@@ -629,4 +629,119 @@ TEST_F(AsyncMutexTest, DestroyingTheClientEndsItsWaits) {
   blocking.unlock();
 }
 
+// ---- Review findings (each test fails on the current code; see the commit message) ----
+
+// The natural RAII order, {client, mutex, hold} destroyed innermost first, while the loop keeps
+// running: the hold's release is posted first, the client's close second, and close() frees
+// the command connection before hiredis ever wrote the release. The lock stays blocked for the
+// whole lease (on_background_release reports `failed`), although nothing had broken.
+TEST_F(AsyncMutexTest, AHoldDestroyedJustBeforeItsClientIsStillReleased) {
+  lock_options o;
+  o.lease = seconds(20);
+  std::string key;
+  auto failed = std::make_shared<std::atomic<int>>(0);
+  {
+    async_client_options co{server->options()};
+    co.on_background_release = [failed](const std::string&, release_status s) {
+      if (s == release_status::failed) ++*failed;
+    };
+    async_client c(runner->io.get_executor(), co);
+    async_mutex m(c, "raii", o);
+    key = m.key();
+    async_hold h = m.async_lock(asio::use_future).get();
+    ASSERT_TRUE(h.owns_lock());
+  }  // h, then m, then c
+  EXPECT_TRUE(eventually([&] { return !exists(key); }, seconds(2)))
+      << "the lock stays held for its lease; background releases failed: " << failed->load();
+}
+
+// A completion "runs on the handler's associated executor (for a plain callback, the client's
+// io_context)" (docs/async.md). A hold that was already unlocked completes a second call on
+// asio's system executor instead: a thread the application never runs, concurrently with its
+// single loop thread.
+TEST_F(AsyncMutexTest, AnEmptyHoldCompletesOnTheLoopNotOnAForeignThread) {
+  async_mutex m(*client, "where");
+  async_hold h = m.async_lock(asio::use_future).get();
+  EXPECT_FALSE(unlock_now(h));
+  std::promise<std::thread::id> where;
+  h.async_extend([&](std::error_code, bool) { where.set_value(std::this_thread::get_id()); });
+  EXPECT_EQ(where.get_future().get(), runner->runners[0].get_id());
+}
+
+// A timed acquisition against a stalled server: the blocking mutex's try_lock_for ends by its
+// deadline plus connect_timeout (options.hpp); the async one ignores its deadline while an
+// attempt is in flight and completes only when command_timeout breaks the connection.
+TEST_F(AsyncMutexTest, ATimedAcquisitionEndsByItsDeadlineWhenTheServerStalls) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.connect_timeout = milliseconds(500);
+  co.command_timeout = seconds(3);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "stalled-try");
+  async_hold first = m.async_lock(asio::use_future).get();  // the connection is open
+  EXPECT_FALSE(unlock_now(first));
+  proxy.set_stalled(true);
+  const auto started = steady::now();
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(milliseconds(200), cb); });
+  const auto took = std::chrono::duration_cast<milliseconds>(steady::now() - started);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_LT(took, milliseconds(1500)) << "deadline 200 ms + connect_timeout 500 ms; completed with: " << e.message();
+  proxy.heal();
+}
+
+// The subscriber connection dies while a queued waiter's "wait" is in flight. The waiter is
+// not sleeping then, so on_subscribed(false) does not wake it; its reply then puts it to sleep
+// with nobody subscribed to its channel. The next release counts no listener, drops its place
+// and frees the lock, while the waiter sleeps on (up to recheck_interval, or the old holder's
+// lease). The blocking waiter checks its subscription after every attempt (wake_wait.hpp).
+TEST_F(AsyncMutexTest, AWaitInFlightWhenTheSubscriberDiesIsNotPassedOver) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.recheck_interval = seconds(30);
+  async_mutex m(c, "inflight", o), watcher(c, "inflight-watcher", o);
+  // A sleeping waiter on another name: its re-subscription (a new proxied connection) shows
+  // that the client has handled the subscriber's death.
+  admin->command({"SET", watcher.key(), "x", "PX", "60000"});
+  watcher.async_lock([](std::error_code, async_hold) {});
+  ASSERT_TRUE(eventually([&] { return queued(watcher.key()) == 1; }));
+  // Our waiter sleeps until the holder's lease (1 s) ends, then sends a "wait".
+  admin->command({"SET", m.key(), "holder", "PX", "1000"});
+  asio::cancellation_signal signal;
+  auto result = std::make_shared<std::promise<std::pair<std::error_code, bool>>>();
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [result](std::error_code e, async_hold h) {
+    result->set_value({e, h.owns_lock()});
+  }));
+  auto done = result->get_future();
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  auto wait_sent = std::make_shared<std::atomic<bool>>(false);
+  proxy.set_request_hook([wait_sent](const std::string& chunk) {
+    if (chunk.find("\r\nwait\r\n") != std::string::npos) *wait_sent = true;
+  });
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_server);
+  admin->command({"PEXPIRE", m.key(), "60000"});                           // the holder keeps it after all
+  ASSERT_TRUE(eventually([&] { return wait_sent->load(); }, seconds(3)));  // in flight, held by the proxy
+  const auto connections = proxy.accepted();
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return proxy.accepted() > connections; }));  // the watcher subscribes again
+  const auto place = [&] { return admin->command({"HGETALL", m.key() + ":waiters"})->element[1]->str; };
+  const std::string before = place();
+  proxy.set_request_hook({});
+  proxy.heal();
+  ASSERT_TRUE(eventually([&] { return place() != before; }));  // our "wait" ran
+  release_as(m, "holder");                                     // hands the lock to our waiter, or frees it
+  const bool served = done.wait_for(seconds(3)) == std::future_status::ready;
+  EXPECT_TRUE(served) << "the waiter sleeps on; the lock is " << (exists(m.key()) ? "held" : "free")
+                      << ", its queue has " << queued(m.key()) << " place(s)";
+  if (!served) asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  auto [e, held] = done.get();
+  if (served) {
+    EXPECT_FALSE(e);
+    EXPECT_TRUE(held);
+  }
+}
+
 }  // namespace
