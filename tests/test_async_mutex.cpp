@@ -744,4 +744,31 @@ TEST_F(AsyncMutexTest, AWaitInFlightWhenTheSubscriberDiesIsNotPassedOver) {
   }
 }
 
+// A hand-off counts its lease from the waiter's last "wait", which can be older than the lease
+// (the waiter sleeps up to recheck_interval, or the holder's remaining lease). The server gave
+// the waiter a full lease at the release, yet with auto_renew the fresh hold is lost() at
+// once and on_lost runs: renew() checks the clock before it tries the extend. The blocking
+// mutex renews once in that case (object_hold.hpp, start_renewal).
+TEST_F(AsyncMutexTest, AHandOffAfterALongSleepIsNotLostAtOnce) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(5);
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  o.on_lost = [lost](const std::string&) { ++*lost; };
+  async_mutex m(*client, "long-sleep", o);
+  mutex blocking(*pool, "long-sleep", lease(seconds(10)));
+  blocking.lock();
+  auto waiting = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::this_thread::sleep_for(milliseconds(500));  // longer than our lease since our "wait"
+  blocking.unlock();                               // hands us a full 300 ms lease from now
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 100);
+  EXPECT_FALSE(h.lost()) << "on_lost calls: " << lost->load();
+  EXPECT_FALSE(unlock_now(h));
+}
+
 }  // namespace
