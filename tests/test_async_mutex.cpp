@@ -771,4 +771,41 @@ TEST_F(AsyncMutexTest, AHandOffAfterALongSleepIsNotLostAtOnce) {
   EXPECT_FALSE(unlock_now(h));
 }
 
+// A hand-off to a token no acquisition waits for any more (one that could not leave the queue)
+// is passed on with one owner-checked release, sent once: when that release is lost with its
+// connection, nothing sends it again, and the lock stays
+// with a token nobody uses for the whole lease it was handed.
+TEST_F(AsyncMutexTest, APassedOnHandOffIsReleasedEvenWhenTheFirstTryIsLost) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = milliseconds(300);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "pass-on");
+  admin->command({"SET", m.key(), "holder", "PX", "60000"});
+  // One wait that gives up: the mutex stays subscribed to its channel.
+  EXPECT_FALSE(m.async_try_lock_for(milliseconds(50), asio::use_future).get().owns_lock());
+  auto channels = admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"});
+  ASSERT_EQ(channels->elements, 1u);
+  const std::string channel(channels->element[0]->str, channels->element[0]->len);
+  // A place left by an acquisition of this mutex that failed before it could leave.
+  const std::string stale = channel.substr((m.key() + ":w:").size()) + ":999999";
+  admin->command({"ZADD", m.key() + ":queue", "1", stale});
+  admin->command({"HSET", m.key() + ":waiters", stale, "99999999999999:20000"});
+  auto release_sent = std::make_shared<std::atomic<bool>>(false);
+  proxy.set_request_hook([release_sent, stale](const std::string& chunk) {
+    if (chunk.find(stale) != std::string::npos) *release_sent = true;
+  });
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_server);
+  release_as(m, "holder");  // hands the lock to the stale token; our client passes it on
+  EXPECT_EQ(get(m.key()), stale);
+  ASSERT_TRUE(eventually([&] { return release_sent->load(); }));  // the pass-on release, held by the proxy
+  EXPECT_EQ(c.stats().passed_on, 1u);
+  proxy.cut_all();  // ... and lost with its connection
+  proxy.set_request_hook({});
+  proxy.heal();
+  EXPECT_TRUE(eventually([&] { return get(m.key()) != stale; }, seconds(3)))
+      << "the lock stays with the stale token for " << admin->command({"PTTL", m.key()})->integer << " ms";
+}
+
 }  // namespace
