@@ -808,4 +808,59 @@ TEST_F(AsyncMutexTest, APassedOnHandOffIsReleasedEvenWhenTheFirstTryIsLost) {
       << "the lock stays with the stale token for " << admin->command({"PTTL", m.key()})->integer << " ms";
 }
 
+// A hand-off notice is trusted with the send time of the waiter's LAST "wait" as its lease's
+// start. The notice travels on the subscriber connection, the attempts' replies on the command
+// connection: nothing orders them. Here the notice lags (2.3 s, replies of the connections
+// read meanwhile); the lease it announced (1.5 s) runs out, a blocking client takes the lock,
+// and then the waiter's next "wait" (not acquired) is answered before the notice arrives. The
+// notice then makes a holder whose lease counts from that "wait": lost() false and
+// lease_confirmed_until() 1.2 s ahead, while the blocking client holds the lock (and the
+// blocking waiter does the same, object_hold.hpp: queue_sent_).
+TEST_F(AsyncMutexTest, AStaleHandOffNoticeMakesNoSecondHolder) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.lease = milliseconds(1500);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(30);
+  async_mutex m(c, "stale-notice", o), probe(c, "stale-notice-probe");
+  mutex first(*pool, "stale-notice", lease(milliseconds(2000)));
+  mutex other(*pool, "stale-notice", lease(seconds(60)));
+  first.lock();  // our waiter's "wait" sees 2 s left: it sleeps that long, then asks again
+  struct seen {
+    bool owns = false, lost = true;
+    long long confirmed_ahead_ms = 0;
+    std::error_code e;
+  };
+  auto result = std::make_shared<std::promise<seen>>();
+  asio::cancellation_signal signal;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [result](std::error_code e, async_hold h) {
+    seen s;
+    s.e = e;
+    s.owns = h.owns_lock();
+    s.lost = h.lost();
+    if (auto until = h.lease_confirmed_until())
+      s.confirmed_ahead_ms = std::chrono::duration_cast<milliseconds>(*until - steady::now()).count();
+    result->set_value(s);
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  async_hold p = probe.async_lock(asio::use_future).get();  // after our "wait"'s reply, same connection
+  EXPECT_FALSE(unlock_now(p));
+  proxy.set_delay(milliseconds(2300), milliseconds(0), redislock_test::tcp_proxy::direction::to_client);
+  first.unlock();  // hands our waiter the lock (1.5 s lease); its notice lags
+  ASSERT_TRUE(eventually([&] { return !exists(m.key()); }, seconds(3)));  // that lease ran out
+  proxy.set_delay(milliseconds(0), milliseconds(0), redislock_test::tcp_proxy::direction::to_client);
+  ASSERT_TRUE(other.try_lock());
+  auto outcome_of_wait = result->get_future();
+  if (outcome_of_wait.wait_for(seconds(3)) != std::future_status::ready)
+    asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  const seen s = outcome_of_wait.get();
+  EXPECT_TRUE(other.still_held());  // the blocking client held the lock throughout
+  EXPECT_FALSE(s.owns && !s.lost && s.confirmed_ahead_ms > 0)
+      << "a second holder: lost() false, lease confirmed for " << s.confirmed_ahead_ms << " ms more";
+  other.unlock();
+}
+
 }  // namespace
