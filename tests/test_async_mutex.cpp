@@ -863,4 +863,23 @@ TEST_F(AsyncMutexTest, AStaleHandOffNoticeMakesNoSecondHolder) {
   other.unlock();
 }
 
+// A user the server lets lock but not SUBSCRIBE (an ACL without the lock's channels): the
+// blocking waiter backs off and polls (wake_wait.hpp: "a refusal, e.g. by ACL"), and gets the
+// lock when the holder's lease ends. The async waiter's refused SUBSCRIBE is never confirmed:
+// command_timeout breaks the subscriber connection and the acquisition fails.
+TEST_F(AsyncMutexTest, AWaiterThatMayNotSubscribeStillGetsTheLock) {
+  admin->command({"ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels", "+@all"});
+  connection_options co = server->options();
+  co.user = "nosub";
+  co.password = "pw";
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "no-subscribe");
+  mutex holder(*pool, "no-subscribe", lease(milliseconds(1500)));
+  holder.lock();  // never released: its lease runs out
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(seconds(5), cb); });
+  EXPECT_FALSE(e) << e.message();
+  EXPECT_TRUE(h.owns_lock());
+  admin->command({"ACL", "DELUSER", "nosub"});
+}
+
 }  // namespace
