@@ -34,6 +34,7 @@
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -204,9 +205,13 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   /// For good: later operations fail with connection_failed. Commands already sent (a release
   /// posted by a hold destroyed just before its client) are still written and answered.
   void close() {
+    closed_ = true;
     commands_->shutdown(true);
     subscriber_->shutdown();
   }
+
+  bool closed() const noexcept { return closed_; }
+  std::chrono::milliseconds connect_timeout() const noexcept { return options_.connection.connect_timeout; }
 
   void count(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
   void report_background(const std::string& name, release_status s) {
@@ -246,6 +251,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
   };
   std::unordered_map<std::string, channel_entry> channels_;
+  bool closed_ = false;
 };
 
 struct async_acquire_op;
@@ -353,6 +359,25 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
         by_source);
   }
 
+  /// send_release, sent again (backing off retry_min..retry_max) while no reply comes, until
+  /// `until` (when a lease our token may hold has certainly ended) or the client is closed.
+  /// For a release nobody waits on: a hand-off passed on, a grant that came too late.
+  void release_until(const std::string& token, steady::time_point until, std::function<void(int)> done,
+                     bool by_source = false, std::chrono::milliseconds pause = {}) {
+    send_release(
+        token,
+        [self = shared_from_this(), token, until, done, by_source, pause](int ours) {
+          if (ours != -1 || steady::now() >= until || self->client_->closed()) return done(ours);
+          const auto next = std::clamp(pause * 2, self->options_.retry_min, self->options_.retry_max);
+          auto timer = std::make_shared<asio::steady_timer>(self->strand(), next);
+          timer->async_wait([self, timer, token, until, done, by_source, next](const asio::error_code& e) {
+            if (e) return done(-1);
+            self->release_until(token, until, done, by_source, next);
+          });
+        },
+        by_source);
+  }
+
   inline void release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done);
   inline void start_renewal(const hold_ptr& h);
 
@@ -409,10 +434,12 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     token = mutex->next_token();
     if (cancelled) return finish(asio::error::operation_aborted);
     mutex->attach(token, weak_from_this());
-    if (deadline_) {
-      // The deadline binds while an attempt or SUBSCRIBE is in flight too (a stalled server):
-      // the caller gets an empty hold then, and the late reply is handled as a cancellation.
-      deadline_timer.expires_at(*deadline_);
+    const auto grace = mutex->client().connect_timeout();
+    if (deadline_ && grace.count() > 0) {
+      // As the blocking try_lock_for: an attempt or SUBSCRIBE in flight may run past the
+      // deadline by connect_timeout, no longer (a stalled server). Then the caller gets an
+      // empty hold, and the late reply is handled as a cancellation.
+      deadline_timer.expires_at(*deadline_ + grace);
       deadline_timer.async_wait([w = weak_from_this()](const asio::error_code& e) {
         auto self = w.lock();
         if (e || !self || self->phase == phase_t::done || self->phase == phase_t::sleeping || self->cancelled) return;
@@ -520,18 +547,48 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     }
     if (cancelled || passed(deadline_)) return give_up();
     if (std::exchange(notified, false) && queued) return attempt("wait");  // a notice came during the attempt
+    if (polling) return poll();
     // Not subscribed yet, or the subscriber connection died while we attempted (nobody would
     // wake us: a release then passes over our place): subscribe (again), then queue.
-    if (!queued || !mutex->subscription_alive()) {
-      phase = phase_t::subscribing;
-      return mutex->when_subscribed([self = shared_from_this()](bool ok) {
-        if (self->phase == phase_t::done) return;
-        if (self->cancelled) return self->give_up();
-        if (!ok) return self->failed(async_errc::connection_failed, self->queued);
-        self->attempt("wait");
-      });
-    }
+    if (!queued || !mutex->subscription_alive()) return subscribe_then_wait();
     sleep(*pttl);
+  }
+
+  void subscribe_then_wait() {
+    phase = phase_t::subscribing;
+    mutex->when_subscribed([self = shared_from_this()](bool ok) {
+      if (self->phase == phase_t::done) return;
+      if (self->cancelled) return self->give_up();
+      if (!ok) return self->start_polling();
+      self->attempt("wait");
+    });
+  }
+
+  // The subscription failed (a refusal, e.g. by ACL, or no subscriber connection): attempt by
+  // backoff (retry_min..retry_max), and subscribe again after a while (doubling, as the
+  // blocking waiter: wake_wait.hpp). A connection failure of an attempt still fails the wait.
+  void start_polling() {
+    polling = true;
+    resubscribe_at = steady::now() + resubscribe_after;
+    resubscribe_after = std::min(resubscribe_after * 2, kMaxResubscribe);
+    poll_pause = std::chrono::milliseconds(0);
+    attempt("wait");
+  }
+  void poll() {
+    if (steady::now() >= resubscribe_at) {
+      polling = false;
+      return subscribe_then_wait();
+    }
+    const auto& o = mutex->options();
+    poll_pause = std::clamp(poll_pause * 2, o.retry_min, o.retry_max);
+    phase = phase_t::sleeping;
+    const steady::time_point at = steady::now() + poll_pause;
+    timer.expires_at(deadline_ ? std::min(at, *deadline_) : at);
+    timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
+      if (gen != self->timer_generation || self->phase != phase_t::sleeping) return;
+      if (passed(self->deadline_)) return self->give_up();
+      self->attempt("wait");
+    });
   }
 
   void sleep(std::chrono::milliseconds pttl) {
@@ -549,13 +606,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     timer.cancel();
     if (passed(deadline_)) return give_up();
     // Subscribed again first when the subscriber connection was lost meanwhile.
-    phase = phase_t::subscribing;
-    mutex->when_subscribed([self = shared_from_this()](bool ok) {
-      if (self->phase == phase_t::done) return;
-      if (self->cancelled) return self->give_up();
-      if (!ok) return self->failed(async_errc::connection_failed, true);
-      self->attempt("wait");
-    });
+    polling = false;
+    subscribe_then_wait();
   }
 
   // The deadline passed or the caller cancelled: leave the queue ("leave" keeps a hand-off
@@ -576,8 +628,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       // By source: a server that never ran the script would answer NOSCRIPT, and that reply
       // may be lost too.
       auto release = [m, t] {
-        m->send_release(
-            t, [](int) {}, true);
+        m->release_until(
+            t, steady::now() + m->options().lease, [](int) {}, true);
       };
       if (!leave_queue) return release();
       const auto& k = m->keys();
@@ -589,10 +641,18 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     finish(e);
   }
 
-  // We got the lock but must not keep it (cancelled): release it, then complete.
+  // We got the lock but must not keep it (cancelled): release it, then complete (at the first
+  // outcome; a release whose reply was lost is sent again in the background until our lease
+  // has certainly ended).
   void pass_on(std::error_code e) {
     phase = phase_t::attempting;
-    mutex->send_release(token, [self = shared_from_this(), e](int) { self->finish(e); });
+    const steady::time_point until = steady::now() + mutex->options().lease;
+    mutex->send_release(token, [self = shared_from_this(), e, until](int ours) {
+      if (ours == -1)
+        asio::post(self->mutex->strand(),
+                   [m = self->mutex, t = self->token, until] { m->release_until(t, until, [](int) {}); });
+      self->finish(e);
+    });
   }
 
   void acquired(steady::time_point sent) {
@@ -630,7 +690,9 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   std::string token;
   phase_t phase = phase_t::idle;
   std::uint64_t timer_generation = 0;
-  bool cancelled = false, queued = false, notified = false;
+  bool cancelled = false, queued = false, notified = false, polling = false;
+  std::chrono::milliseconds resubscribe_after = kFirstResubscribe, poll_pause{0};
+  steady::time_point resubscribe_at{};
   steady::time_point first_wait_sent{};  // a hand-off's lease counts from here (never moved forward)
   bool first_wait_sent_set = false;
 };
@@ -665,7 +727,7 @@ void async_mutex_core::on_notice(std::string_view token) {
   // Handed to an acquisition that gave up without being able to leave the queue: pass it on
   // (owner-checked: a no-op when the lock is no longer that token's).
   client_->count(client_->passed_on_);
-  send_release(t, [](int) {});
+  release_until(t, steady::now() + options_.lease, [](int) {});
 }
 
 void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
