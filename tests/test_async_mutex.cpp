@@ -728,7 +728,10 @@ TEST_F(AsyncMutexTest, AWaitInFlightWhenTheSubscriberDiesIsNotPassedOver) {
   const auto connections = proxy.accepted();
   admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
   ASSERT_TRUE(eventually([&] { return proxy.accepted() > connections; }));  // the watcher subscribes again
-  const auto place = [&] { return admin->command({"HGETALL", m.key() + ":waiters"})->element[1]->str; };
+  const auto place = [&] {
+    auto r = admin->command({"HGETALL", m.key() + ":waiters"});  // the reply owns the string
+    return std::string(r->element[1]->str, r->element[1]->len);
+  };
   const std::string before = place();
   proxy.set_request_hook({});
   proxy.heal();
