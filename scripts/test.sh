@@ -38,8 +38,9 @@ variants=("$@")
 [ ${#variants[@]} -eq 0 ] && variants=(plain asan tsan hiredis1 redis6 redis8 valkey9 valkey9-nolua)
 
 # The slowest fault scenarios (cluster and Sentinel failovers, five Redlock masters) run once, in the plain
-# build: under a sanitizer they add minutes and test the same client code as the rest.
-slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults|model_sentinel|model_cluster)$"
+# build: under a sanitizer they add minutes and test the same client code as the rest. So does the async
+# stale-notice scenario (it waits out several leases, about 4.5 s, with proxy delays set against them).
+slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults|model_sentinel|model_cluster|AsyncMutexTest\.AStaleHandOffNoticeMakesNoSecondHolder)$"
 
 # -g1: line tables only (stack traces name file:line); full debug info doubles compile time.
 sanitized() {  # <dir> <sanitizers> <optimisation>

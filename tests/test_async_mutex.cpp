@@ -3,6 +3,7 @@
 // under contention; renewal and loss; many waiters on one loop thread; a multi-threaded loop.
 #include "eventually.hpp"
 #include "server_fixture.hpp"
+#include "server_version.hpp"
 #include "tcp_proxy.hpp"
 
 #include <redislock/asio.hpp>
@@ -627,6 +628,263 @@ TEST_F(AsyncMutexTest, DestroyingTheClientEndsItsWaits) {
   ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
   EXPECT_EQ(waiting.get(), async_errc::connection_failed);
   blocking.unlock();
+}
+
+// ---- Review findings (each test fails on the current code; see the commit message) ----
+
+// The natural RAII order, {client, mutex, hold} destroyed innermost first, while the loop keeps
+// running: the hold's release is posted first, the client's close second, and close() frees
+// the command connection before hiredis ever wrote the release. The lock stays blocked for the
+// whole lease (on_background_release reports `failed`), although nothing had broken.
+TEST_F(AsyncMutexTest, AHoldDestroyedJustBeforeItsClientIsStillReleased) {
+  lock_options o;
+  o.lease = seconds(20);
+  std::string key;
+  auto failed = std::make_shared<std::atomic<int>>(0);
+  {
+    async_client_options co{server->options()};
+    co.on_background_release = [failed](const std::string&, release_status s) {
+      if (s == release_status::failed) ++*failed;
+    };
+    async_client c(runner->io.get_executor(), co);
+    async_mutex m(c, "raii", o);
+    key = m.key();
+    async_hold h = m.async_lock(asio::use_future).get();
+    ASSERT_TRUE(h.owns_lock());
+  }  // h, then m, then c
+  EXPECT_TRUE(eventually([&] { return !exists(key); }, seconds(2)))
+      << "the lock stays held for its lease; background releases failed: " << failed->load();
+}
+
+// A completion "runs on the handler's associated executor (for a plain callback, the client's
+// io_context)" (docs/async.md). A hold that was already unlocked completes a second call on
+// asio's system executor instead: a thread the application never runs, concurrently with its
+// single loop thread.
+TEST_F(AsyncMutexTest, AnEmptyHoldCompletesOnTheLoopNotOnAForeignThread) {
+  async_mutex m(*client, "where");
+  async_hold h = m.async_lock(asio::use_future).get();
+  EXPECT_FALSE(unlock_now(h));
+  std::promise<std::thread::id> where;
+  h.async_extend([&](std::error_code, bool) { where.set_value(std::this_thread::get_id()); });
+  EXPECT_EQ(where.get_future().get(), runner->runners[0].get_id());
+}
+
+// A timed acquisition against a stalled server: the blocking mutex's try_lock_for ends by its
+// deadline plus connect_timeout (options.hpp); the async one ignores its deadline while an
+// attempt is in flight and completes only when command_timeout breaks the connection.
+TEST_F(AsyncMutexTest, ATimedAcquisitionEndsByItsDeadlineWhenTheServerStalls) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.connect_timeout = milliseconds(500);
+  co.command_timeout = seconds(3);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "stalled-try");
+  async_hold first = m.async_lock(asio::use_future).get();  // the connection is open
+  EXPECT_FALSE(unlock_now(first));
+  proxy.set_stalled(true);
+  const auto started = steady::now();
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(milliseconds(200), cb); });
+  const auto took = std::chrono::duration_cast<milliseconds>(steady::now() - started);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_LT(took, milliseconds(1500)) << "deadline 200 ms + connect_timeout 500 ms; completed with: " << e.message();
+  proxy.heal();
+}
+
+// The subscriber connection dies while a queued waiter's "wait" is in flight. The waiter is
+// not sleeping then, so on_subscribed(false) does not wake it; its reply then puts it to sleep
+// with nobody subscribed to its channel. The next release counts no listener, drops its place
+// and frees the lock, while the waiter sleeps on (up to recheck_interval, or the old holder's
+// lease). The blocking waiter checks its subscription after every attempt (wake_wait.hpp).
+TEST_F(AsyncMutexTest, AWaitInFlightWhenTheSubscriberDiesIsNotPassedOver) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.recheck_interval = seconds(30);
+  async_mutex m(c, "inflight", o), watcher(c, "inflight-watcher", o);
+  // A sleeping waiter on another name: its re-subscription (a new proxied connection) shows
+  // that the client has handled the subscriber's death.
+  admin->command({"SET", watcher.key(), "x", "PX", "60000"});
+  watcher.async_lock([](std::error_code, async_hold) {});
+  ASSERT_TRUE(eventually([&] { return queued(watcher.key()) == 1; }));
+  // Our waiter sleeps until the holder's lease (1 s) ends, then sends a "wait".
+  admin->command({"SET", m.key(), "holder", "PX", "1000"});
+  asio::cancellation_signal signal;
+  auto result = std::make_shared<std::promise<std::pair<std::error_code, bool>>>();
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [result](std::error_code e, async_hold h) {
+    result->set_value({e, h.owns_lock()});
+  }));
+  auto done = result->get_future();
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  auto wait_sent = std::make_shared<std::atomic<bool>>(false);
+  proxy.set_request_hook([wait_sent](const std::string& chunk) {
+    if (chunk.find("\r\nwait\r\n") != std::string::npos) *wait_sent = true;
+  });
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_server);
+  admin->command({"PEXPIRE", m.key(), "60000"});                           // the holder keeps it after all
+  ASSERT_TRUE(eventually([&] { return wait_sent->load(); }, seconds(3)));  // in flight, held by the proxy
+  const auto connections = proxy.accepted();
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return proxy.accepted() > connections; }));  // the watcher subscribes again
+  const auto place = [&] {
+    auto r = admin->command({"HGETALL", m.key() + ":waiters"});  // the reply owns the string
+    return std::string(r->element[1]->str, r->element[1]->len);
+  };
+  const std::string before = place();
+  proxy.set_request_hook({});
+  proxy.heal();
+  ASSERT_TRUE(eventually([&] { return place() != before; }));  // our "wait" ran
+  release_as(m, "holder");                                     // hands the lock to our waiter, or frees it
+  const bool served = done.wait_for(seconds(3)) == std::future_status::ready;
+  EXPECT_TRUE(served) << "the waiter sleeps on; the lock is " << (exists(m.key()) ? "held" : "free")
+                      << ", its queue has " << queued(m.key()) << " place(s)";
+  if (!served) asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  auto [e, held] = done.get();
+  if (served) {
+    EXPECT_FALSE(e);
+    EXPECT_TRUE(held);
+  }
+}
+
+// A hand-off counts its lease from the waiter's last "wait", which can be older than the lease
+// (the waiter sleeps up to recheck_interval, or the holder's remaining lease). The server gave
+// the waiter a full lease at the release, yet with auto_renew the fresh hold is lost() at
+// once and on_lost runs: renew() checks the clock before it tries the extend. The blocking
+// mutex renews once in that case (object_hold.hpp, start_renewal).
+TEST_F(AsyncMutexTest, AHandOffAfterALongSleepIsNotLostAtOnce) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(5);
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  o.on_lost = [lost](const std::string&) { ++*lost; };
+  async_mutex m(*client, "long-sleep", o);
+  mutex blocking(*pool, "long-sleep", lease(seconds(10)));
+  blocking.lock();
+  auto waiting = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  std::this_thread::sleep_for(milliseconds(500));  // longer than our lease since our "wait"
+  blocking.unlock();                               // hands us a full 300 ms lease from now
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(get(m.key()), h.token());
+  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 100);
+  EXPECT_FALSE(h.lost()) << "on_lost calls: " << lost->load();
+  EXPECT_FALSE(unlock_now(h));
+}
+
+// A hand-off to a token no acquisition waits for any more (one that could not leave the queue)
+// is passed on with one owner-checked release, sent once: when that release is lost with its
+// connection, nothing sends it again, and the lock stays
+// with a token nobody uses for the whole lease it was handed.
+TEST_F(AsyncMutexTest, APassedOnHandOffIsReleasedEvenWhenTheFirstTryIsLost) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = milliseconds(300);
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "pass-on");
+  admin->command({"SET", m.key(), "holder", "PX", "60000"});
+  // One wait that gives up: the mutex stays subscribed to its channel.
+  EXPECT_FALSE(m.async_try_lock_for(milliseconds(50), asio::use_future).get().owns_lock());
+  auto channels = admin->command({"PUBSUB", "CHANNELS", m.key() + ":w:*"});
+  ASSERT_EQ(channels->elements, 1u);
+  const std::string channel(channels->element[0]->str, channels->element[0]->len);
+  // A place left by an acquisition of this mutex that failed before it could leave.
+  const std::string stale = channel.substr((m.key() + ":w:").size()) + ":999999";
+  admin->command({"ZADD", m.key() + ":queue", "1", stale});
+  admin->command({"HSET", m.key() + ":waiters", stale, "99999999999999:20000"});
+  auto release_sent = std::make_shared<std::atomic<bool>>(false);
+  proxy.set_request_hook([release_sent, stale](const std::string& chunk) {
+    if (chunk.find(stale) != std::string::npos) *release_sent = true;
+  });
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_server);
+  release_as(m, "holder");  // hands the lock to the stale token; our client passes it on
+  EXPECT_EQ(get(m.key()), stale);
+  ASSERT_TRUE(eventually([&] { return release_sent->load(); }));  // the pass-on release, held by the proxy
+  EXPECT_EQ(c.stats().passed_on, 1u);
+  proxy.cut_all();  // ... and lost with its connection
+  proxy.set_request_hook({});
+  proxy.heal();
+  EXPECT_TRUE(eventually([&] { return get(m.key()) != stale; }, seconds(3)))
+      << "the lock stays with the stale token for " << admin->command({"PTTL", m.key()})->integer << " ms";
+}
+
+// A hand-off notice is trusted with the send time of the waiter's LAST "wait" as its lease's
+// start. The notice travels on the subscriber connection, the attempts' replies on the command
+// connection: nothing orders them. Here the notice lags (2.3 s, replies of the connections
+// read meanwhile); the lease it announced (1.5 s) runs out, a blocking client takes the lock,
+// and then the waiter's next "wait" (not acquired) is answered before the notice arrives. The
+// notice then makes a holder whose lease counts from that "wait": lost() false and
+// lease_confirmed_until() 1.2 s ahead, while the blocking client holds the lock (and the
+// blocking waiter does the same, object_hold.hpp: queue_sent_).
+TEST_F(AsyncMutexTest, AStaleHandOffNoticeMakesNoSecondHolder) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.lease = milliseconds(1500);
+  o.auto_renew = true;
+  o.recheck_interval = seconds(30);
+  async_mutex m(c, "stale-notice", o), probe(c, "stale-notice-probe");
+  mutex first(*pool, "stale-notice", lease(milliseconds(2000)));
+  mutex other(*pool, "stale-notice", lease(seconds(60)));
+  first.lock();  // our waiter's "wait" sees 2 s left: it sleeps that long, then asks again
+  struct seen {
+    bool owns = false, lost = true;
+    long long confirmed_ahead_ms = 0;
+    std::error_code e;
+  };
+  auto result = std::make_shared<std::promise<seen>>();
+  asio::cancellation_signal signal;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [result](std::error_code e, async_hold h) {
+    seen s;
+    s.e = e;
+    s.owns = h.owns_lock();
+    s.lost = h.lost();
+    if (auto until = h.lease_confirmed_until())
+      s.confirmed_ahead_ms = std::chrono::duration_cast<milliseconds>(*until - steady::now()).count();
+    result->set_value(s);
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  async_hold p = probe.async_lock(asio::use_future).get();  // after our "wait"'s reply, same connection
+  EXPECT_FALSE(unlock_now(p));
+  proxy.set_delay(milliseconds(2300), milliseconds(0), redislock_test::tcp_proxy::direction::to_client);
+  first.unlock();  // hands our waiter the lock (1.5 s lease); its notice lags
+  ASSERT_TRUE(eventually([&] { return !exists(m.key()); }, seconds(3)));  // that lease ran out
+  proxy.set_delay(milliseconds(0), milliseconds(0), redislock_test::tcp_proxy::direction::to_client);
+  ASSERT_TRUE(other.try_lock());
+  auto outcome_of_wait = result->get_future();
+  if (outcome_of_wait.wait_for(seconds(3)) != std::future_status::ready)
+    asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  const seen s = outcome_of_wait.get();
+  EXPECT_TRUE(other.still_held());  // the blocking client held the lock throughout
+  EXPECT_FALSE(s.owns && !s.lost && s.confirmed_ahead_ms > 0)
+      << "a second holder: lost() false, lease confirmed for " << s.confirmed_ahead_ms << " ms more";
+  other.unlock();
+}
+
+// A user the server lets lock but not SUBSCRIBE (an ACL without the lock's channels): the
+// blocking waiter backs off and polls (wake_wait.hpp: "a refusal, e.g. by ACL"), and gets the
+// lock when the holder's lease ends. The async waiter's refused SUBSCRIBE is never confirmed:
+// command_timeout breaks the subscriber connection and the acquisition fails.
+TEST_F(AsyncMutexTest, AWaiterThatMayNotSubscribeStillGetsTheLock) {
+  if (redislock_test::server_version(*admin) < 60200) GTEST_SKIP() << "Redis < 6.2 has no channel permissions";
+  admin->command({"ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels", "+@all"});
+  connection_options co = server->options();
+  co.user = "nosub";
+  co.password = "pw";
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  async_mutex m(c, "no-subscribe");
+  mutex holder(*pool, "no-subscribe", lease(milliseconds(1500)));
+  holder.lock();  // never released: its lease runs out
+  auto [e, h] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(seconds(5), cb); });
+  EXPECT_FALSE(e) << e.message();
+  EXPECT_TRUE(h.owns_lock());
+  admin->command({"ACL", "DELUSER", "nosub"});
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -149,8 +150,8 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
         [w](std::string_view type, std::string_view channel, std::string_view payload) {
           if (auto self = w.lock()) self->on_pubsub(type, channel, payload);
         },
-        [w] {
-          if (auto self = w.lock()) self->on_subscriber_broken();
+        [w](std::uint64_t ended) {
+          if (auto self = w.lock()) self->on_subscriber_broken(ended);
         });
   }
 
@@ -181,13 +182,19 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     });
   }
 
-  /// Subscribes `channel` for `m` (or finds it subscribed); done(true) once confirmed. On the strand.
-  void subscribe(const std::string& channel, const std::shared_ptr<async_mutex_core>& m) {
-    channels_[channel] = m;
+  /// Subscribes `channel` for `m`; m->on_subscribed(ok) once confirmed or refused. Returns the
+  /// subscriber connection's generation the subscription lives on. On the strand.
+  std::uint64_t subscribe(const std::string& channel, const std::shared_ptr<async_mutex_core>& m) {
+    auto& entry = channels_[channel];
+    entry.mutex = m;
     if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
       asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
     }
+    return entry.generation = subscriber_->generation();
   }
+
+  /// The subscriber connection's current generation: a subscription made on another one is gone.
+  std::uint64_t subscriber_generation() const noexcept { return subscriber_->generation(); }
 
   /// The mutex of `channel` is gone: stop listening (a release then skips its stale places).
   /// Only a channel subscribed on the current connection (a lost connection forgot them all).
@@ -195,11 +202,16 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     if (channels_.erase(channel) != 0) subscriber_->pubsub("UNSUBSCRIBE", channel);
   }
 
-  /// For good: later operations fail with connection_failed.
+  /// For good: later operations fail with connection_failed. Commands already sent (a release
+  /// posted by a hold destroyed just before its client) are still written and answered.
   void close() {
-    commands_->shutdown();
+    closed_ = true;
+    commands_->shutdown(true);
     subscriber_->shutdown();
   }
+
+  bool closed() const noexcept { return closed_; }
+  std::chrono::milliseconds connect_timeout() const noexcept { return options_.connection.connect_timeout; }
 
   void count(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
   void report_background(const std::string& name, release_status s) {
@@ -228,13 +240,18 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
  private:
   inline void on_pubsub(std::string_view type, std::string_view channel, std::string_view payload);
   inline void confirm(const std::string& channel, bool ok);
-  inline void on_subscriber_broken();
+  inline void on_subscriber_broken(std::uint64_t ended);
 
   asio::any_io_executor executor_;
   async_strand strand_;
   async_client_options options_;
   std::shared_ptr<async_redis> commands_, subscriber_;
-  std::unordered_map<std::string, std::weak_ptr<async_mutex_core>> channels_;
+  struct channel_entry {
+    std::weak_ptr<async_mutex_core> mutex;
+    std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
+  };
+  std::unordered_map<std::string, channel_entry> channels_;
+  bool closed_ = false;
 };
 
 struct async_acquire_op;
@@ -310,11 +327,17 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   /// Calls ready(true) once our channel is subscribed (at once when it is), ready(false) when
   /// the subscription failed.
   void when_subscribed(std::function<void(bool)> ready) {
+    // The connection died and its news is still on its way: sleepers are woken now.
+    if (subscribed_ == sub_state::active && !subscription_alive()) on_subscribed(false);
     if (subscribed_ == sub_state::active) return ready(true);
     subscribe_waiters_.push_back(std::move(ready));
     if (subscribed_ == sub_state::pending) return;
     subscribed_ = sub_state::pending;
-    client_->subscribe(channel_, shared_from_this());
+    sub_generation_ = client_->subscribe(channel_, shared_from_this());
+  }
+  /// Our channel is subscribed on the live subscriber connection (a notice can reach us).
+  bool subscription_alive() const noexcept {
+    return subscribed_ == sub_state::active && client_->subscriber_generation() == sub_generation_;
   }
   inline void on_subscribed(bool ok);
 
@@ -332,6 +355,25 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
         mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
         [done = std::move(done)](redisReply* r) {
           done(r == nullptr ? -1 : r->type != REDIS_REPLY_INTEGER ? -2 : static_cast<int>(r->integer));
+        },
+        by_source);
+  }
+
+  /// send_release, sent again (backing off retry_min..retry_max) while no reply comes, until
+  /// `until` (when a lease our token may hold has certainly ended) or the client is closed.
+  /// For a release nobody waits on: a hand-off passed on, a grant that came too late.
+  void release_until(const std::string& token, steady::time_point until, std::function<void(int)> done,
+                     bool by_source = false, std::chrono::milliseconds pause = {}) {
+    send_release(
+        token,
+        [self = shared_from_this(), token, until, done, by_source, pause](int ours) {
+          if (ours != -1 || steady::now() >= until || self->client_->closed()) return done(ours);
+          const auto next = std::clamp(pause * 2, self->options_.retry_min, self->options_.retry_max);
+          auto timer = std::make_shared<asio::steady_timer>(self->strand(), next);
+          timer->async_wait([self, timer, token, until, done, by_source, next](const asio::error_code& e) {
+            if (e) return done(-1);
+            self->release_until(token, until, done, by_source, next);
+          });
         },
         by_source);
   }
@@ -368,6 +410,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   token_sequence tokens_;
   std::string channel_, lease_ms_, wait_lease_ms_;
   sub_state subscribed_ = sub_state::none;
+  std::uint64_t sub_generation_ = 0;  // the subscriber connection our channel is subscribed on
   std::vector<std::function<void(bool)>> subscribe_waiters_;
   std::unordered_map<std::string, std::weak_ptr<async_acquire_op>> waiting_;
   std::unordered_set<std::string> held_;
@@ -381,12 +424,29 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   using attempt_result = std::optional<std::chrono::milliseconds>;  // nullopt: acquired
 
   async_acquire_op(std::shared_ptr<async_mutex_core> m, deadline d, async_mutex_core::acquire_done done)
-      : mutex(std::move(m)), deadline_(d), done_(std::move(done)), timer(mutex->strand()) {}
+      : mutex(std::move(m)),
+        deadline_(d),
+        done_(std::move(done)),
+        timer(mutex->strand()),
+        deadline_timer(mutex->strand()) {}
 
   void start() {
     token = mutex->next_token();
     if (cancelled) return finish(asio::error::operation_aborted);
     mutex->attach(token, weak_from_this());
+    const auto grace = mutex->client().connect_timeout();
+    if (deadline_ && grace.count() > 0) {
+      // As the blocking try_lock_for: an attempt or SUBSCRIBE in flight may run past the
+      // deadline by connect_timeout, no longer (a stalled server). Then the caller gets an
+      // empty hold, and the late reply is handled as a cancellation.
+      deadline_timer.expires_at(*deadline_ + grace);
+      deadline_timer.async_wait([w = weak_from_this()](const asio::error_code& e) {
+        auto self = w.lock();
+        if (e || !self || self->phase == phase_t::done || self->phase == phase_t::sleeping || self->cancelled) return;
+        self->cancelled = true;
+        self->deliver({}, nullptr);
+      });
+    }
     if (mutex->options().fair) return attempt("try");
     first_attempt();
   }
@@ -412,8 +472,14 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     }
     ++timer_generation;
     timer.cancel();
+    // The grant came after our first "wait" was sent (only our waits queue the token), so its
+    // lease counts from there. Nothing orders the notice with the attempts' replies: it may be
+    // stale (that lease ran out, someone else took the lock). With little of that lease left,
+    // a "wait" decides: it returns the lock (with a lease from its own send) only when ours.
+    const auto& lease = mutex->options().lease;
+    if (steady::now() >= first_wait_sent + lease - lease / 3) return attempt("wait");
     mutex->client().count(mutex->client().handed_over_);
-    acquired(last_wait_sent);
+    acquired(first_wait_sent);
   }
 
   // The uncontended path, as basic_mutex::attempt_first: SET NX GET PX.
@@ -449,6 +515,10 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     const bool wait = std::string_view(mode) == "wait", leave = std::string_view(mode) == "leave";
     phase = phase_t::attempting;
     if (wait) notified = false;
+    if (wait && !first_wait_sent_set) {
+      first_wait_sent = sent;
+      first_wait_sent_set = true;
+    }
     mutex->run(
         mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
         {token, mutex->lease_ms(), mode, mutex->options().fair ? "1" : "0", mutex->wait_lease_ms(), k.waiter_prefix},
@@ -458,10 +528,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
               r->element[1]->type != REDIS_REPLY_INTEGER)
             return self->failed(async_errc::server_error, self->queued);
           if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
-          if (wait) {
-            self->queued = true;
-            self->last_wait_sent = sent;  // a later hand-off set its lease after this
-          }
+          if (wait) self->queued = true;
           if (leave) {
             self->queued = false;
             return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
@@ -480,16 +547,48 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     }
     if (cancelled || passed(deadline_)) return give_up();
     if (std::exchange(notified, false) && queued) return attempt("wait");  // a notice came during the attempt
-    if (!queued) {
-      phase = phase_t::subscribing;
-      return mutex->when_subscribed([self = shared_from_this()](bool ok) {
-        if (self->phase == phase_t::done) return;
-        if (self->cancelled) return self->give_up();
-        if (!ok) return self->failed(async_errc::connection_failed, false);
-        self->attempt("wait");
-      });
-    }
+    if (polling) return poll();
+    // Not subscribed yet, or the subscriber connection died while we attempted (nobody would
+    // wake us: a release then passes over our place): subscribe (again), then queue.
+    if (!queued || !mutex->subscription_alive()) return subscribe_then_wait();
     sleep(*pttl);
+  }
+
+  void subscribe_then_wait() {
+    phase = phase_t::subscribing;
+    mutex->when_subscribed([self = shared_from_this()](bool ok) {
+      if (self->phase == phase_t::done) return;
+      if (self->cancelled) return self->give_up();
+      if (!ok) return self->start_polling();
+      self->attempt("wait");
+    });
+  }
+
+  // The subscription failed (a refusal, e.g. by ACL, or no subscriber connection): attempt by
+  // backoff (retry_min..retry_max), and subscribe again after a while (doubling, as the
+  // blocking waiter: wake_wait.hpp). A connection failure of an attempt still fails the wait.
+  void start_polling() {
+    polling = true;
+    resubscribe_at = steady::now() + resubscribe_after;
+    resubscribe_after = std::min(resubscribe_after * 2, kMaxResubscribe);
+    poll_pause = std::chrono::milliseconds(0);
+    attempt("wait");
+  }
+  void poll() {
+    if (steady::now() >= resubscribe_at) {
+      polling = false;
+      return subscribe_then_wait();
+    }
+    const auto& o = mutex->options();
+    poll_pause = std::clamp(poll_pause * 2, o.retry_min, o.retry_max);
+    phase = phase_t::sleeping;
+    const steady::time_point at = steady::now() + poll_pause;
+    timer.expires_at(deadline_ ? std::min(at, *deadline_) : at);
+    timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
+      if (gen != self->timer_generation || self->phase != phase_t::sleeping) return;
+      if (passed(self->deadline_)) return self->give_up();
+      self->attempt("wait");
+    });
   }
 
   void sleep(std::chrono::milliseconds pttl) {
@@ -507,13 +606,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     timer.cancel();
     if (passed(deadline_)) return give_up();
     // Subscribed again first when the subscriber connection was lost meanwhile.
-    phase = phase_t::subscribing;
-    mutex->when_subscribed([self = shared_from_this()](bool ok) {
-      if (self->phase == phase_t::done) return;
-      if (self->cancelled) return self->give_up();
-      if (!ok) return self->failed(async_errc::connection_failed, true);
-      self->attempt("wait");
-    });
+    polling = false;
+    subscribe_then_wait();
   }
 
   // The deadline passed or the caller cancelled: leave the queue ("leave" keeps a hand-off
@@ -534,8 +628,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       // By source: a server that never ran the script would answer NOSCRIPT, and that reply
       // may be lost too.
       auto release = [m, t] {
-        m->send_release(
-            t, [](int) {}, true);
+        m->release_until(
+            t, steady::now() + m->options().lease, [](int) {}, true);
       };
       if (!leave_queue) return release();
       const auto& k = m->keys();
@@ -547,10 +641,18 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     finish(e);
   }
 
-  // We got the lock but must not keep it (cancelled): release it, then complete.
+  // We got the lock but must not keep it (cancelled): release it, then complete (at the first
+  // outcome; a release whose reply was lost is sent again in the background until our lease
+  // has certainly ended).
   void pass_on(std::error_code e) {
     phase = phase_t::attempting;
-    mutex->send_release(token, [self = shared_from_this(), e](int) { self->finish(e); });
+    const steady::time_point until = steady::now() + mutex->options().lease;
+    mutex->send_release(token, [self = shared_from_this(), e, until](int ours) {
+      if (ours == -1)
+        asio::post(self->mutex->strand(),
+                   [m = self->mutex, t = self->token, until] { m->release_until(t, until, [](int) {}); });
+      self->finish(e);
+    });
   }
 
   void acquired(steady::time_point sent) {
@@ -566,8 +668,16 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     phase = phase_t::done;
     ++timer_generation;
     timer.cancel();
+    deadline_timer.cancel();
     mutex->detach(token);
+    deliver(e, std::move(h));
+  }
+
+  // Completes the caller (once; the deadline may do so before the op ends).
+  void deliver(std::error_code e, async_mutex_core::hold_ptr h) {
+    if (!done_) return;
     auto done = std::move(done_);
+    done_ = nullptr;
     done(e, std::move(h));
   }
 
@@ -576,12 +686,15 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   std::shared_ptr<async_mutex_core> mutex;
   deadline deadline_;
   async_mutex_core::acquire_done done_;
-  asio::steady_timer timer;
+  asio::steady_timer timer, deadline_timer;
   std::string token;
   phase_t phase = phase_t::idle;
   std::uint64_t timer_generation = 0;
-  bool cancelled = false, queued = false, notified = false;
-  steady::time_point last_wait_sent{};
+  bool cancelled = false, queued = false, notified = false, polling = false;
+  std::chrono::milliseconds resubscribe_after = kFirstResubscribe, poll_pause{0};
+  steady::time_point resubscribe_at{};
+  steady::time_point first_wait_sent{};  // a hand-off's lease counts from here (never moved forward)
+  bool first_wait_sent_set = false;
 };
 
 std::shared_ptr<async_acquire_op> async_mutex_core::acquisition(deadline d, acquire_done done) {
@@ -614,7 +727,7 @@ void async_mutex_core::on_notice(std::string_view token) {
   // Handed to an acquisition that gave up without being able to leave the queue: pass it on
   // (owner-checked: a no-op when the lock is no longer that token's).
   client_->count(client_->passed_on_);
-  send_release(t, [](int) {});
+  release_until(t, steady::now() + options_.lease, [](int) {});
 }
 
 void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
@@ -634,7 +747,7 @@ void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_
 void async_mutex_core::start_renewal(const hold_ptr& h) {
   h->renew_timer.emplace(strand());
   h->valid_until.store((h->acquired_at + options_.lease).time_since_epoch().count());
-  // A hand-off's lease runs from our last "wait": when a third of it is gone, renew at once.
+  // A hand-off's lease runs from our first "wait": when a third of it is gone, renew at once.
   schedule_renewal(h, std::max(steady::now(), h->acquired_at + options_.lease / 3));
 }
 
@@ -668,21 +781,30 @@ void async_client_core::on_pubsub(std::string_view type, std::string_view channe
   if (type != "message") return;
   auto it = channels_.find(std::string(channel));
   if (it == channels_.end()) return;
-  if (auto m = it->second.lock()) m->on_notice(payload);
+  if (auto m = it->second.mutex.lock()) m->on_notice(payload);
 }
 
 void async_client_core::confirm(const std::string& channel, bool ok) {
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
-  auto m = it->second.lock();
+  auto m = it->second.mutex.lock();
   if (!ok) channels_.erase(it);
   if (m) m->on_subscribed(ok);
 }
 
-void async_client_core::on_subscriber_broken() {
-  // Every channel is gone with the connection: each mutex subscribes again on its next wait.
-  for (auto& [channel, w] : std::exchange(channels_, {}))
-    if (auto m = w.lock()) m->on_subscribed(false);
+void async_client_core::on_subscriber_broken(std::uint64_t ended) {
+  // Every channel of that connection is gone with it: each mutex subscribes again on its next
+  // wait. A channel subscribed again meanwhile (on a newer connection) stays.
+  std::vector<std::shared_ptr<async_mutex_core>> gone;
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    if (it->second.generation > ended) {
+      ++it;
+      continue;
+    }
+    if (auto m = it->second.mutex.lock()) gone.push_back(std::move(m));
+    it = channels_.erase(it);
+  }
+  for (auto& m : gone) m->on_subscribed(false);
 }
 
 }  // namespace detail
@@ -807,18 +929,26 @@ class async_hold {
   auto on_strand(Token&& token, Empty empty, Body body, bool ending = false) {
     state_ptr s = owns_lock() ? state_ : nullptr;
     if (s && ending) s->release_requested.store(true);
+    // An unlocked hold still knows its client: complete there, as every other operation does.
+    asio::any_io_executor ex;
+    if (state_) ex = state_->mutex->client().executor();
     return asio::async_initiate<Token, Signature>(
-        [s, empty, body](auto handler) mutable {
-          auto ex = s ? asio::any_io_executor(s->mutex->client().executor()) : asio::any_io_executor();
+        [s, ex, empty, body](auto handler) mutable {
           if (!s) {
-            // No strand to run on: complete on the handler's own executor.
-            auto hex = asio::get_associated_executor(handler);
-            asio::post(hex, [h = std::move(handler), empty]() mutable {
-              std::move(h)(std::error_code(async_errc::not_held), empty);
-            });
+            // Nothing to run on the strand: complete on the handler's executor (the client's
+            // for a plain callback; a default-constructed or moved-from hold knows no client:
+            // asio's system executor then).
+            auto complete = [empty](auto h) { std::move(h)(std::error_code(async_errc::not_held), empty); };
+            if (ex) {
+              auto hex = asio::get_associated_executor(handler, ex);
+              asio::post(hex, [h = std::move(handler), complete]() mutable { complete(std::move(h)); });
+            } else {
+              auto hex = asio::get_associated_executor(handler);
+              asio::post(hex, [h = std::move(handler), complete]() mutable { complete(std::move(h)); });
+            }
             return;
           }
-          auto done = completion_for<Signature>(std::move(handler), ex);
+          auto done = completion_for<Signature>(std::move(handler), s->mutex->client().executor());
           asio::post(s->mutex->strand(), [s, body, done]() mutable { body(s, done); });
         },
         token);
@@ -867,7 +997,8 @@ class async_client {
   }
   async_client(const async_client&) = delete;
   async_client& operator=(const async_client&) = delete;
-  /// Closes the connections (posted): operations still under way complete with
+  /// Closes the connections (posted): commands already sent are still answered (within
+  /// command_timeout); operations still under way then complete with
   /// async_errc::connection_failed; holds still alive end with their leases.
   ~async_client() {
     asio::post(core_->strand(), [c = core_] { c->close(); });

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -63,8 +64,9 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   async_redis& operator=(const async_redis&) = delete;
   ~async_redis() { close(); }
 
-  /// Subscriber connections: messages and (un)subscribe confirmations; broken: the connection ended.
-  void set_sinks(message_sink on_message, std::function<void()> on_broken) {
+  /// Subscriber connections: messages and (un)subscribe confirmations; broken(generation): the
+  /// connection of that generation() ended.
+  void set_sinks(message_sink on_message, std::function<void(std::uint64_t)> on_broken) {
     on_message_ = std::move(on_message);
     on_broken_ = std::move(on_broken);
   }
@@ -98,10 +100,17 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     return true;
   }
 
-  /// Closes for good: no reconnection after this.
-  void shutdown() noexcept {
+  /// Changes when a context opens and when it ends (synchronously, before on_broken is told).
+  std::uint64_t generation() const noexcept { return generation_; }
+
+  /// Closes for good: no reconnection after this. `graceful`: commands already sent are
+  /// written and their replies awaited first (with what their callbacks send on this
+  /// connection, e.g. a script's EVAL after NOSCRIPT); command_timeout still breaks the
+  /// connection should a reply not come. At once when no reply is due.
+  void shutdown(bool graceful = false) noexcept {
     shut_ = true;
-    close();
+    draining_ = graceful;
+    if (!graceful || sent_at_.empty()) close();
   }
 
   /// Frees the context: pending callbacks get nullptr. On the strand (or with nothing else left).
@@ -186,6 +195,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     auto* self = static_cast<async_redis*>(ac->data);
     if (!self->sent_at_.empty()) self->sent_at_.pop_front();
     (*cb)(static_cast<redisReply*>(reply));
+    if (self->draining_ && self->sent_at_.empty() && self->ac_ == ac) self->close();  // freed after this callback
   }
 
   static void on_pubsub(redisAsyncContext*, void* reply, void* priv) {
@@ -247,7 +257,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     // it): the second call must not take a context opened in between for this one.
     if (ac_ != nullptr) ac_->ev.cleanup = nullptr;
     ac_ = nullptr;
-    ++generation_;
+    const std::uint64_t ended = generation_++;
     sent_at_.clear();
     try {
       if (socket_.is_open()) socket_.release();  // cancels its waits; never closes the descriptor
@@ -256,15 +266,15 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     connect_timer_.cancel();
     reply_timer_.cancel();
     if (on_broken_)
-      asio::post(strand_, [self = weak_from_this()] {
-        if (auto s = self.lock(); s && s->on_broken_) s->on_broken_();
+      asio::post(strand_, [self = weak_from_this(), ended] {
+        if (auto s = self.lock(); s && s->on_broken_) s->on_broken_(ended);
       });
   }
 
   async_strand strand_;
   connection_options options_;
   bool subscriber_;
-  bool shut_ = false;
+  bool shut_ = false, draining_ = false;
   asio::posix::stream_descriptor socket_;
   asio::steady_timer connect_timer_, reply_timer_;
   redisAsyncContext* ac_ = nullptr;
@@ -272,7 +282,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   bool want_read_ = false, want_write_ = false, read_armed_ = false, write_armed_ = false;
   std::deque<std::chrono::steady_clock::time_point> sent_at_;  // commands awaiting replies, oldest first
   message_sink on_message_;
-  std::function<void()> on_broken_;
+  std::function<void(std::uint64_t)> on_broken_;
 };
 
 }  // namespace redislock::detail
