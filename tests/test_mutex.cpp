@@ -290,3 +290,65 @@ TEST_F(MutexTest, WithoutSetNxGetTheMutexStillRecognisesItsOwnAndWrongTypes) {
     EXPECT_EQ(x->last_release(), release_status::released);
   }
 }
+
+namespace {
+
+// Freezes the thread waiting for lock `name` at its first wake-up by the timer (a paused
+// process, a GC stop, a descheduled thread): on_woken runs on the waiting thread right before
+// its next attempt. It goes on once `go` is set.
+struct freeze_at_first_timer_wake : lock_observer {
+  explicit freeze_at_first_timer_wake(std::string n) : name(std::move(n)), go_future(go.get_future().share()) {}
+  void on_woken(const woken_event& e) override {
+    if (e.name != name || e.cause != wake_cause::timer || done.exchange(true)) return;
+    frozen.set_value();
+    go_future.wait_for(seconds(20));
+  }
+  std::string name;
+  std::atomic<bool> done{false};
+  std::promise<void> frozen, go;
+  std::shared_future<void> go_future;
+};
+
+// Installs an observer for one test (every way out of it uninstalls it).
+struct installed {
+  explicit installed(std::shared_ptr<lock_observer> o) { set_observer(std::move(o)); }
+  ~installed() { set_observer(nullptr); }
+  installed(const installed&) = delete;
+  installed& operator=(const installed&) = delete;
+};
+
+}  // namespace
+
+// As Semaphore.AHandOffNoticeReadAfterARefusedAttemptIsNotAHold, for the mutex (the wait is
+// detail/object_hold.hpp's, shared): the lock was handed to the frozen waiter, its lease ran
+// out, c took the lock; the waiter's next "wait" is refused, and the old notice must not make
+// it the holder.
+TEST_F(MutexTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
+  auto freezer = std::make_shared<freeze_at_first_timer_wake>("stale-notice");
+  const installed observing(freezer);
+  mutex h(*pool, "stale-notice", lease(seconds(20)));
+  h.lock();
+  redislock::client other(options());
+  lock_options short_lease = lease(milliseconds(300));
+  short_lease.recheck_interval = milliseconds(100);
+  mutex w(other, "stale-notice", short_lease);
+  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_lock_for(seconds(3)); });
+  std::future<void> frozen = freezer->frozen.get_future();
+  ASSERT_EQ(frozen.wait_for(seconds(10)), std::future_status::ready);
+  h.unlock();  // hands the lock to w's token and publishes the notice
+  EXPECT_FALSE(get(h.key()).empty()) << "not handed to the waiter";
+  redislock::client third(options());
+  mutex c(third, "stale-notice", lease(seconds(20)));
+  bool c_holds = false;
+  for (const auto end = std::chrono::steady_clock::now() + seconds(5);
+       !c_holds && std::chrono::steady_clock::now() < end;)
+    c_holds = c.try_lock();  // once the handed 300 ms lease ran out
+  ASSERT_TRUE(c_holds);
+  freezer->go.set_value();
+  ASSERT_EQ(got.wait_for(seconds(15)), std::future_status::ready);
+  const bool w_holds = got.get();
+  EXPECT_TRUE(c.still_held());
+  EXPECT_FALSE(w_holds && !w.still_held()) << "w believes it holds the mutex while c holds it";
+  if (w_holds) w.unlock();
+  c.unlock();
+}

@@ -451,3 +451,113 @@ TEST_F(Semaphore, InspectAndForceRelease) {
 }
 
 }  // namespace
+
+namespace {
+
+// Freezes the thread waiting for lock `name` at its first wake-up by the timer (as a paused
+// process, a GC stop or a descheduled thread would): on_woken runs on the waiting thread right
+// before its next attempt. `frozen` is set once it stopped; it goes on when `go` is set.
+struct freeze_at_first_timer_wake : lock_observer {
+  explicit freeze_at_first_timer_wake(std::string n) : name(std::move(n)), go_future(go.get_future().share()) {}
+  void on_woken(const woken_event& e) override {
+    if (e.name != name || e.cause != wake_cause::timer || done.exchange(true)) return;
+    frozen.set_value();
+    go_future.wait_for(seconds(20));
+  }
+  std::string name;
+  std::atomic<bool> done{false};
+  std::promise<void> frozen, go;
+  std::shared_future<void> go_future;
+};
+
+// Installs an observer for one test (every way out of it uninstalls it).
+struct installed {
+  explicit installed(std::shared_ptr<lock_observer> o) { set_observer(std::move(o)); }
+  ~installed() { set_observer(nullptr); }
+  installed(const installed&) = delete;
+  installed& operator=(const installed&) = delete;
+};
+
+}  // namespace
+
+// A hand-off notice read after a later attempt was refused is stale: the permit it announced
+// was handed while the waiter was frozen (between its timer wake-up and its next "wait"), and
+// that lease ran out and another took the permit before the "wait" ran. The wait must not
+// count the old notice as its hold: the server queued the waiter again, the permit is C's.
+TEST_F(Semaphore, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
+  auto freezer = std::make_shared<freeze_at_first_timer_wake>("stale-notice");
+  const installed observing(freezer);
+  lock_options held_long = lease(seconds(20));
+  semaphore h(*pool, "stale-notice", 1, held_long);
+  ASSERT_TRUE(h.try_acquire());
+  client other(options());
+  lock_options short_lease = lease(milliseconds(300));
+  short_lease.recheck_interval = milliseconds(100);  // the waiter's timer fires soon
+  semaphore w(other, "stale-notice", 1, short_lease);
+  // 3 s: frozen and unfrozen well within it; with the stale notice ignored, it ends queued.
+  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(3)); });
+  std::future<void> frozen = freezer->frozen.get_future();
+  ASSERT_EQ(frozen.wait_for(seconds(10)), std::future_status::ready);
+  ASSERT_EQ(queued(h), 1);
+  const std::string t = w.owner_id();
+  h.release();  // hands the permit to w's token (w listens) and publishes the notice
+  EXPECT_EQ(admin->command({"ZSCORE", h.key(), t})->type, REDIS_REPLY_STRING) << "not handed to the waiter";
+  client third(options());
+  semaphore c(third, "stale-notice", 1, held_long);
+  ASSERT_TRUE(eventually([&] { return c.try_acquire(); })) << "the handed lease never ran out";  // 300 ms
+  freezer->go.set_value();  // w's next "wait" is refused (c holds) and queues it again
+  ASSERT_EQ(got.wait_for(seconds(15)), std::future_status::ready);
+  const bool w_holds = got.get();
+  EXPECT_TRUE(c.still_held());
+  EXPECT_FALSE(w_holds && !w.still_held())
+      << "w believes it holds a permit of 1 while c holds it (the server has w queued: " << queued(h) << ")";
+  if (w_holds) w.release();
+  c.release();
+}
+
+// A "wait" of an earlier wait, delayed in the network, runs after that wait left the queue
+// (replayed here on the admin connection with the old token): it queues a token nobody uses.
+// A release must not strand its permit on that token (for its whole lease) while the same
+// object, waiting again with its new token, is the only live waiter.
+TEST_F(Semaphore, ALateWaitOfAnAbandonedTokenStrandsNoPermit) {
+  lock_options o = quiet_waits();  // lease 20 s: a stranded permit stays away that long
+  semaphore holder(*pool, "late-wait", 1, o);
+  ASSERT_TRUE(holder.try_acquire());
+  client c(options());
+  semaphore w(c, "late-wait", 1, o);
+  const std::string stale = w.owner_id();
+  EXPECT_FALSE(w.try_acquire_for(milliseconds(200)));  // queued, then left: its token rotates
+  ASSERT_NE(w.owner_id(), stale);
+  ASSERT_EQ(queued(holder), 0);
+  const std::string key = holder.key();
+  namespace s = detail::semaphore_scripts;
+  reply_ptr r = s::acquire().run(*admin, {key, key + ":fence", key + ":pqueue", key + ":pwaiters"},
+                                 {stale, key + ":w:", "1", "20000", "wait", "0", "2000"});
+  ASSERT_EQ(r->element[0]->integer, 0);
+  ASSERT_EQ(queued(holder), 1) << "the late wait did not queue";
+  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_acquire_for(seconds(3)); });
+  ASSERT_TRUE(eventually([&] { return queued(holder) == 2; }));
+  holder.release();
+  ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(got.get()) << "the released permit went to the abandoned token "
+                         << (admin->command({"ZSCORE", key, stale})->type == REDIS_REPLY_STRING ? "(it holds it)" : "");
+  if (w.owns_lock()) w.release();
+}
+
+// set_permits() "sets the permit count for every client of this name, from now on"
+// (semaphore.hpp): a count set while permits are held must still apply once the semaphore
+// has gone idle, not give way to the next acquirer's own count.
+TEST_F(Semaphore, ACountSetBySetPermitsOutlivesAnIdleMoment) {
+  semaphore a(*pool, "set-then-idle", 3, lease(seconds(20)));
+  semaphore b(*pool, "set-then-idle", 3, lease(seconds(20)));
+  semaphore c(*pool, "set-then-idle", 3, lease(seconds(20)));
+  ASSERT_TRUE(a.try_acquire());
+  a.set_permits(1);
+  EXPECT_EQ(b.permits(), 1);
+  a.release();  // idle for a moment
+  ASSERT_TRUE(b.try_acquire());
+  EXPECT_FALSE(c.try_acquire()) << "set_permits(1) was forgotten once nobody held: " << holders(a) << " hold";
+  EXPECT_EQ(c.permits(), 1);
+  if (c.owns_lock()) c.release();
+  b.release();
+}
