@@ -4,6 +4,7 @@
 #include "eventually.hpp"
 #include "redis_keys.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 #include "worker_process.hpp"
 
 #include <redislock/redislock.hpp>
@@ -560,4 +561,30 @@ TEST_F(Semaphore, ACountSetBySetPermitsOutlivesAnIdleMoment) {
   EXPECT_EQ(c.permits(), 1);
   if (c.owns_lock()) c.release();
   b.release();
+}
+
+// An attempt that ran but whose reply was lost (the connection cut after the request), by an
+// object that then goes (a std::unique_lock's stack unwinding): the permit it took belongs to
+// a token nobody will use again. The async kinds send a best-effort leave and owner-checked
+// release of that token (docs/async.md); the sync object keeps it only for its own next
+// attempt, so here the permit stays away for the whole lease (20 s) while another waits.
+TEST_F(Semaphore, AnAttemptWhoseReplyWasLostLeavesNoPermitBehindItsObject) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  via.connection.connect_timeout = milliseconds(300);
+  via.connection.command_timeout = milliseconds(300);
+  client through(via);
+  {
+    semaphore s(through, "lost-try", 1, lease(seconds(20)));
+    ASSERT_TRUE(s.try_acquire());  // the connection is made and the scripts are loaded
+    s.release();
+    proxy.cut_after_next_requests(1);
+    EXPECT_ANY_THROW(s.try_acquire());
+    EXPECT_EQ(holders(s), 1) << "the attempt did not run";
+  }
+  semaphore other(*pool, "lost-try", 1, lease(seconds(20)));
+  EXPECT_TRUE(other.try_acquire_for(seconds(2)))
+      << "the lost attempt's permit stays with an abandoned token for its whole lease";
+  if (other.owns_lock()) other.release();
 }
