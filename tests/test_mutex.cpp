@@ -26,6 +26,8 @@ using MutexTest = redislock_test::server_test;
 struct redislock::detail::mutex_test_access {
   // As after the server refused SET NX GET (Redis before 7.0).
   static void without_set_get(mutex& m) { m.set_get_supported_.store(false); }
+  // The token of the object's current (or next) acquisition.
+  static std::string token(const mutex& m) { return m.current_token(); }
 };
 
 TEST_F(MutexTest, LockSetsAKeyWithTheLeaseAndUnlockDeletesIt) {
@@ -351,4 +353,34 @@ TEST_F(MutexTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
   EXPECT_FALSE(w_holds && !w.still_held()) << "w believes it holds the mutex while c holds it";
   if (w_holds) w.unlock();
   c.unlock();
+}
+
+// As Semaphore.ALateWaitOfAnAbandonedTokenStrandsNoPermit, for the mutex (the queue is
+// detail/queue_lua.hpp's, shared): a "wait" of a wait that already left, delayed in the network
+// (replayed on the admin connection), queues a token its object no longer uses; the release
+// must not hand the lock to it while the same object waits again with its new token.
+TEST_F(MutexTest, ALateWaitOfAnAbandonedTokenStrandsNoLock) {
+  lock_options o = lease(seconds(20));
+  o.recheck_interval = seconds(60);  // only a hand-off wakes the waiter
+  mutex holder(*pool, "late-wait", o);
+  holder.lock();
+  redislock::client c(options());
+  mutex w(c, "late-wait", o);
+  const std::string stale = redislock::detail::mutex_test_access::token(w);
+  EXPECT_FALSE(w.try_lock_for(milliseconds(200)));  // queued, then left: its token rotates
+  ASSERT_NE(redislock::detail::mutex_test_access::token(w), stale);
+  const std::string key = holder.key();
+  reply_ptr r =
+      detail::mutex_scripts::queue_attempt().run(*admin, {key, key + ":fence", key + ":queue", key + ":waiters"},
+                                                 {stale, "20000", "wait", "0", "2000", key + ":w:"});
+  ASSERT_EQ(r->element[0]->integer, 0);
+  ASSERT_EQ(admin->command({"ZCARD", key + ":queue"})->integer, 1) << "the late wait did not queue";
+  std::future<bool> got = std::async(std::launch::async, [&] { return w.try_lock_for(seconds(3)); });
+  for (const auto end = std::chrono::steady_clock::now() + seconds(5);
+       admin->command({"ZCARD", key + ":queue"})->integer < 2 && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(milliseconds(1));
+  holder.unlock();
+  ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(got.get()) << "the lock went to the abandoned token" << (get(key) == stale ? " (it holds it)" : "");
+  if (w.owns_lock()) w.unlock();
 }
