@@ -219,8 +219,9 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
     return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
   }
 
-  // The token is only replaced after a release, so an attempt whose reply was lost (and that
-  // may have set the key) is recognised as ours by the next attempt.
+  // An attempt whose reply was lost (and that may have set the key) ends the wait with an
+  // error: an owner-checked release deletes what it may have set and the token is replaced
+  // (object_hold's release_unheard_attempt; leave_unscripted_wait on the Lua-free path).
 
   // The uncontended path: one plain command, `SET key token NX GET PX lease`. GET makes a
   // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another

@@ -207,9 +207,9 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
             {token, keys_.waiter_prefix, permits_arg(), lease_ms_}};
   }
 
-  // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). The token is only
-  // replaced after a release or a wait given up, so an attempt whose reply was lost (and that
-  // may have taken a permit) is recognised as ours by the next attempt.
+  // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). An attempt whose reply
+  // was lost (and that may have taken a permit) ends the wait with an error: the permit is
+  // released (owner-checked) and the token replaced (object_hold's release_unheard_attempt).
   attempt_result attempt_once(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {

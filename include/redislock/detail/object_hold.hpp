@@ -200,6 +200,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     } catch (...) {
       if (self().waits_without_script()) self().leave_unscripted_wait(queued);
       else if (queued) leave_after_failure();
+      else release_unheard_attempt();
       throw;
     }
     if (acquired || !queued) return acquired;
@@ -284,6 +285,19 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     // channel any more makes a release skip that place (it counts no listener on our channel)
     // instead of handing the hold to a token nobody will use.
     channel_subscription_.reset();
+    rotate_token_noexcept();
+  }
+
+  // A wait that never queued failed: its last attempt may have run with its reply lost, and
+  // taken the hold. An owner-checked release of our token (best effort: errors are swallowed,
+  // the hold then lapses with its lease) hands such a hold on now rather than leaving it on a
+  // token the object may never use again (it may be destroyed by the unwinding); a new token
+  // keeps a late reply or notice about the old one from counting as ours.
+  void release_unheard_attempt() noexcept {
+    try {
+      self().send_release();
+    } catch (...) {
+    }
     rotate_token_noexcept();
   }
 
