@@ -103,10 +103,12 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
     const auto [n, held] = counts();
     return n > held ? n - held : 0;
   }
-  /// Sets the permit count for every client of this name, from now on (and this object's own,
-  /// which seeds the semaphore when it is idle). Growing hands the new permits to the longest
-  /// waiting live waiters at once; shrinking revokes nothing: holders above the new count keep
-  /// their permits until they release, and nobody is admitted until fewer than `permits` hold.
+  /// Sets the permit count for every client of this name while anyone holds (and this
+  /// object's own, which seeds the semaphore when it is idle). The count is stored with the
+  /// holders: once nobody holds it goes with them, and the next acquirer's own count applies.
+  /// Growing hands the new permits to the longest waiting live waiters at once; shrinking
+  /// revokes nothing: holders above the new count keep their permits until they release, and
+  /// nobody is admitted until fewer than `permits` hold.
   /// Throws invalid_argument for permits outside [1, max_permits] (sending nothing).
   void set_permits(std::int64_t permits) {
     const std::string n = std::to_string(checked_permits(permits, "set_permits"));
