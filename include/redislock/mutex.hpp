@@ -168,18 +168,19 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
 
   // A script refused for want of scripting (the user's ACL changed since the connection looked)
   // ran nothing: the Lua-free release follows on the same connection.
-  std::int64_t send_release() {
+  std::int64_t send_release() { return release_token(token_); }
+  std::int64_t release_token(const std::string& token) {
     return client_.run(keys_.lock, [&](connection& c) {
       if (c.features().scripting) {
         try {
           return detail::as_integer(*detail::mutex_scripts::release().run(
-              c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token_, keys_.waiter_prefix}));
+              c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix}));
         } catch (const scripting_unavailable_error&) {
           if (c.features().scripting) throw;
         }
       }
       require_lua_free_path(c.features());
-      return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token_);
+      return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token);
     });
   }
 

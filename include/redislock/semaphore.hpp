@@ -190,8 +190,9 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
     });
   }
 
-  std::int64_t send_release() {
-    return run_integer(detail::semaphore_scripts::release(), {token_, keys_.waiter_prefix, permits_arg()});
+  std::int64_t send_release() { return release_token(token_); }
+  std::int64_t release_token(const std::string& token) {
+    return run_integer(detail::semaphore_scripts::release(), {token, keys_.waiter_prefix, permits_arg()});
   }
   std::int64_t run_extend(const std::string& token, const std::string& lease_ms) {
     return run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), lease_ms},
