@@ -2,8 +2,10 @@
 // the local gate shared by threads, SET NX GET and its fallback, wrong types, guards, server
 // loss). What every kind promises (deadlines, stale releases, extend, bad input, round trips,
 // fencing, hand-off): test_lock_contract.cpp.
+#include "eventually.hpp"
 #include "freeze_waiter.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -356,4 +358,32 @@ TEST_F(MutexTest, ALateWaitOfAnAbandonedTokenStrandsNoLock) {
   ASSERT_EQ(got.wait_for(seconds(10)), std::future_status::ready);
   EXPECT_TRUE(got.get()) << "the lock went to the abandoned token" << (get(key) == stale ? " (it holds it)" : "");
   if (w.owns_lock()) w.unlock();
+}
+
+// The uncontended SET NX path, as Semaphore.AnAttemptWhoseReplyWasLostLeavesNoPermitBehindItsObject:
+// an attempt that set the key but whose reply was lost, by an object that then goes, must not
+// leave the lock on a token nobody will use for its whole lease (20 s).
+TEST_F(MutexTest, AnAttemptWhoseReplyWasLostLeavesNoLockBehindItsObject) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  via.connection.connect_timeout = milliseconds(300);
+  via.connection.command_timeout = milliseconds(300);
+  redislock::client through(via);
+  const std::string key = mutex(*pool, "lost-set", lease(seconds(20))).key();
+  {
+    mutex m(through, "lost-set", lease(seconds(20)));
+    ASSERT_TRUE(m.try_lock());  // the connection is made
+    m.unlock();
+    const long long sets_before = command_calls(*admin, "set");
+    proxy.cut_after_next_requests(1);
+    EXPECT_ANY_THROW(m.try_lock());
+    // (the proxy forwards the request as it cuts: the server may run it after we are told)
+    EXPECT_TRUE(redislock_test::eventually([&] { return command_calls(*admin, "set") > sets_before; }))
+        << "the SET NX did not run";
+  }
+  EXPECT_EQ(admin->command({"EXISTS", key})->integer, 0) << "the lost attempt's lock was not released";
+  mutex other(*pool, "lost-set", lease(seconds(20)));
+  EXPECT_TRUE(other.try_lock_for(seconds(2))) << "the lost attempt's lock stays with an abandoned token";
+  if (other.owns_lock()) other.unlock();
 }

@@ -168,18 +168,19 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
 
   // A script refused for want of scripting (the user's ACL changed since the connection looked)
   // ran nothing: the Lua-free release follows on the same connection.
-  std::int64_t send_release() {
+  std::int64_t send_release() { return release_token(token_); }
+  std::int64_t release_token(const std::string& token) {
     return client_.run(keys_.lock, [&](connection& c) {
       if (c.features().scripting) {
         try {
           return detail::as_integer(*detail::mutex_scripts::release().run(
-              c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token_, keys_.waiter_prefix}));
+              c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix}));
         } catch (const scripting_unavailable_error&) {
           if (c.features().scripting) throw;
         }
       }
       require_lua_free_path(c.features());
-      return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token_);
+      return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token);
     });
   }
 
@@ -219,8 +220,9 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
     return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
   }
 
-  // The token is only replaced after a release, so an attempt whose reply was lost (and that
-  // may have set the key) is recognised as ours by the next attempt.
+  // An attempt whose reply was lost (and that may have set the key) ends the wait with an
+  // error: an owner-checked release deletes what it may have set and the token is replaced
+  // (object_hold's release_unheard_attempt; leave_unscripted_wait on the Lua-free path).
 
   // The uncontended path: one plain command, `SET key token NX GET PX lease`. GET makes a
   // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another

@@ -103,10 +103,12 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
     const auto [n, held] = counts();
     return n > held ? n - held : 0;
   }
-  /// Sets the permit count for every client of this name, from now on (and this object's own,
-  /// which seeds the semaphore when it is idle). Growing hands the new permits to the longest
-  /// waiting live waiters at once; shrinking revokes nothing: holders above the new count keep
-  /// their permits until they release, and nobody is admitted until fewer than `permits` hold.
+  /// Sets the permit count for every client of this name while anyone holds (and this
+  /// object's own, which seeds the semaphore when it is idle). The count is stored with the
+  /// holders: once nobody holds it goes with them, and the next acquirer's own count applies.
+  /// Growing hands the new permits to the longest waiting live waiters at once; shrinking
+  /// revokes nothing: holders above the new count keep their permits until they release, and
+  /// nobody is admitted until fewer than `permits` hold.
   /// Throws invalid_argument for permits outside [1, max_permits] (sending nothing).
   void set_permits(std::int64_t permits) {
     const std::string n = std::to_string(checked_permits(permits, "set_permits"));
@@ -188,8 +190,9 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
     });
   }
 
-  std::int64_t send_release() {
-    return run_integer(detail::semaphore_scripts::release(), {token_, keys_.waiter_prefix, permits_arg()});
+  std::int64_t send_release() { return release_token(token_); }
+  std::int64_t release_token(const std::string& token) {
+    return run_integer(detail::semaphore_scripts::release(), {token, keys_.waiter_prefix, permits_arg()});
   }
   std::int64_t run_extend(const std::string& token, const std::string& lease_ms) {
     return run_integer(detail::semaphore_scripts::extend(), {token, keys_.waiter_prefix, permits_arg(), lease_ms},
@@ -207,9 +210,9 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
             {token, keys_.waiter_prefix, permits_arg(), lease_ms_}};
   }
 
-  // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). The token is only
-  // replaced after a release or a wait given up, so an attempt whose reply was lost (and that
-  // may have taken a permit) is recognised as ours by the next attempt.
+  // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). An attempt whose reply
+  // was lost (and that may have taken a permit) ends the wait with an error: the permit is
+  // released (owner-checked) and the token replaced (object_hold's release_unheard_attempt).
   attempt_result attempt_once(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {

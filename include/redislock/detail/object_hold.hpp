@@ -10,6 +10,7 @@
 ///   bool wait_for_hold(const deadline&)        the kind's attempts, built on wait_queued();
 ///   attempt_result attempt_leave()              its "leave" attempt (nullopt: it holds);
 ///   std::int64_t send_release()                 its release script for token_ (1 ours, 0 not);
+///   std::int64_t release_token(token)           the same for another token of ours (a stale one);
 ///   std::int64_t run_extend(token, lease_ms)    its extend script (1 renewed, 0 not ours);
 ///   std::int64_t run_remaining(token)           ms left (-1 no expiry, -2 not ours);
 ///   std::int64_t run_fence(token)               a new fencing token, 0 when not ours;
@@ -185,7 +186,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     // up) from completing this one: such a notice names a token this object no longer uses
     // (a wait that left the queue without the hold rotates the token, below), and whatever is
     // still buffered on the channel is dropped now.
-    channel_subscription_.discard_pending();
+    release_stale_notices(channel_subscription_.discard_pending());
     first_wait_sent_.reset();
     auto handed_over = [&](subscriber::subscription& s) {
       if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
@@ -200,10 +201,15 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       acquired = wait_for_release(
           this->client_, channel_, d,
           wait_plan{this->options_.retry_min, this->options_.retry_max, this->options_.recheck_interval, true}, attempt,
-          handed_over, &channel_subscription_);
+          [&](subscriber::subscription& s) {
+            release_stale_notices(s.take_messages_except(token_));
+            return handed_over(s);
+          },
+          &channel_subscription_);
     } catch (...) {
       if (self().waits_without_script()) self().leave_unscripted_wait(queued);
       else if (queued) leave_after_failure();
+      else release_unheard_attempt();
       throw;
     }
     if (acquired || !queued) return acquired;
@@ -288,6 +294,36 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     // channel any more makes a release skip that place (it counts no listener on our channel)
     // instead of handing the hold to a token nobody will use.
     channel_subscription_.reset();
+    rotate_token_noexcept();
+  }
+
+  // Hand-off notices on our channel for a token of ours that is not the current one: a "wait"
+  // of an earlier wait that arrived after that wait left the queue (delayed in the network)
+  // queued a token we no longer use, and a release handed the hold to it. Nobody else would
+  // release it before its lease ends, so an owner-checked release of that token (best effort:
+  // errors are swallowed) hands it on now, to the longest waiting live waiter (maybe us).
+  template <class Notices>
+  void release_stale_notices(const Notices& notices) noexcept {
+    const std::string ours = tokens_.id() + ":";
+    for (const std::string& token : notices) {
+      if (token == token_ || token.compare(0, ours.size(), ours) != 0) continue;
+      try {
+        self().release_token(token);
+      } catch (...) {
+      }
+    }
+  }
+
+  // A wait that never queued failed: its last attempt may have run with its reply lost, and
+  // taken the hold. An owner-checked release of our token (best effort: errors are swallowed,
+  // the hold then lapses with its lease) hands such a hold on now rather than leaving it on a
+  // token the object may never use again (it may be destroyed by the unwinding); a new token
+  // keeps a late reply or notice about the old one from counting as ours.
+  void release_unheard_attempt() noexcept {
+    try {
+      self().send_release();
+    } catch (...) {
+    }
     rotate_token_noexcept();
   }
 

@@ -153,12 +153,30 @@ class subscriber {
     /// Reads what already arrived (without waiting), then forgets every notice and wake-up
     /// received so far: a wait that starts with this cannot be ended by anything published
     /// for an earlier wait. For a channel with one waiter at a time (a mutex object's own).
-    void discard_pending() {
-      if (!owner_ || owner_->forked_.inherited()) return;
+    /// Returns the notices it dropped.
+    std::deque<std::string> discard_pending() {
+      if (!owner_ || owner_->forked_.inherited()) return {};
       std::unique_lock<std::mutex> g(owner_->mutex_);
       owner_->catch_up(g);
-      state_->messages.clear();
       state_->tokens = 0;
+      return std::exchange(state_->messages, {});
+    }
+
+    /// Removes and returns the messages received on this channel other than `kept`.
+    std::deque<std::string> take_messages_except(std::string_view kept) {
+      std::deque<std::string> taken;
+      if (!owner_) return taken;
+      std::lock_guard<std::mutex> g(owner_->mutex_);
+      auto& m = state_->messages;
+      for (auto it = m.begin(); it != m.end();) {
+        if (*it == kept) {
+          ++it;
+        } else {
+          taken.push_back(std::move(*it));
+          it = m.erase(it);
+        }
+      }
+      return taken;
     }
 
     /// The subscriber (hence the node) it was made on; nullptr when empty.
