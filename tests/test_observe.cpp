@@ -46,6 +46,11 @@ struct recorder : lock_observer {
     if (open_holds.count(e.hold) == 0) lines.push_back("bad_hold_pair");  // released a hold never acquired
     if (!e.nested) open_holds.erase(e.hold);
   }
+  void on_fenced(const fenced_event& e) override {
+    add("fenced", e, "token=" + std::to_string(e.token));
+    std::lock_guard<std::mutex> g(m);
+    if (open_holds.count(e.hold) == 0) lines.push_back("bad_fence_hold");  // not the hold that drew it
+  }
   void on_woken(const woken_event& e) override { add("woken", e, to_string(e.cause)); }
   void on_lost(const lost_event& e) override { add("lost", e, ""); }
   void on_renewed(const renewed_event& e) override {
@@ -89,6 +94,7 @@ struct handle {
   virtual bool try_lock() = 0;
   virtual bool try_lock_for(milliseconds) = 0;
   virtual release_status unlock() = 0;
+  virtual std::uint64_t fencing_token() = 0;
   virtual std::string key() const = 0;
 };
 template <class L>
@@ -99,6 +105,7 @@ struct exclusive_handle : handle {
   bool try_lock() override { return l.try_lock(); }
   bool try_lock_for(milliseconds t) override { return l.try_lock_for(t); }
   release_status unlock() override { return l.unlock_and_report(); }
+  std::uint64_t fencing_token() override { return l.fencing_token(); }
   std::string key() const override { return l.key(); }
   L l;
 };
@@ -108,6 +115,7 @@ struct reader_handle : handle {
   bool try_lock() override { return l.try_lock_shared(); }
   bool try_lock_for(milliseconds t) override { return l.try_lock_shared_for(t); }
   release_status unlock() override { return l.unlock_shared_and_report(); }
+  std::uint64_t fencing_token() override { return l.fencing_token(); }
   std::string key() const override { return l.key(); }
   shared_mutex l;
 };
@@ -181,6 +189,30 @@ TEST_P(Observe, AnUncontendedCycleReportsAttemptAcquiredReleasedOnce) {
   EXPECT_EQ(h->unlock(), release_status::not_held);  // nothing held: no event
   const std::vector<std::string> want{ev("attempt") + " wait", ev("acquired") + " direct attempts=1",
                                       ev("released") + " released"};
+  EXPECT_EQ(rec->snapshot(), want);
+}
+
+// A hold's first fencing_token() is reported once, with the token and the hold's number (the
+// recorder checks that the hold is the open one); later calls return the kept token and report
+// nothing; the next hold draws and reports a greater one.
+TEST_P(Observe, TheFirstFencingTokenOfAHoldIsReportedOnce) {
+  auto h = GetParam().make(c, name(), {});
+  h->lock();
+  const std::uint64_t first = h->fencing_token();
+  EXPECT_EQ(h->fencing_token(), first);
+  EXPECT_EQ(h->unlock(), release_status::released);
+  h->lock();
+  const std::uint64_t second = h->fencing_token();
+  EXPECT_EQ(h->fencing_token(), second);
+  EXPECT_EQ(h->unlock(), release_status::released);
+  EXPECT_GT(second, first);
+  const std::vector<std::string> cycle{ev("attempt") + " wait", ev("acquired") + " direct attempts=1"};
+  std::vector<std::string> want = cycle;
+  want.push_back(ev("fenced") + " token=" + std::to_string(first));
+  want.push_back(ev("released") + " released");
+  want.insert(want.end(), cycle.begin(), cycle.end());
+  want.push_back(ev("fenced") + " token=" + std::to_string(second));
+  want.push_back(ev("released") + " released");
   EXPECT_EQ(rec->snapshot(), want);
 }
 
@@ -344,6 +376,7 @@ TEST(ObservePrometheus, TheTextOfAContendedRunParses) {
     auto a = std::string(k.label) == "shared_read" ? kinds()[3].make(c, name, {}) : k.make(c, name, {});
     auto b = k.make(c, name, {});
     a->lock();
+    a->fencing_token();
     std::promise<void> timed_out;
     std::thread t([&] {
       EXPECT_FALSE(b->try_lock_for(milliseconds(5)));
@@ -368,6 +401,8 @@ TEST(ObservePrometheus, TheTextOfAContendedRunParses) {
       std::string::npos)
       << text;
   EXPECT_NE(text.find("redislock_held{lock=\"inventory\",kind=\"mutex\",mode=\"exclusive\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("redislock_fencing_tokens_total{lock=\"order:*\",kind=\"semaphore\",mode=\"exclusive\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(text.find("redislock_waiting{lock=\"order:*\",kind=\"mutex\",mode=\"exclusive\"} 0\n"), std::string::npos);
   if (const char* out = std::getenv("REDISLOCK_METRICS_SAMPLE")) std::ofstream(out) << text;  // docs' sample
   if (std::system("command -v promtool > /dev/null 2>&1") == 0) {

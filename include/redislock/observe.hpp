@@ -122,6 +122,14 @@ struct released_event : lock_event {
   std::uint64_t hold = 0;  ///< the acquired_event's hold number (0: acquired while no observer was installed)
 };
 
+/// A hold drew its fencing token: the first fencing_token() of the hold,
+/// once per hold (later calls return the kept token and send nothing). The token that guards
+/// the hold's writes downstream, so that a log can tie a rejected write to the hold behind it.
+struct fenced_event : lock_event {
+  std::uint64_t token = 0;
+  std::uint64_t hold = 0;  ///< the acquired_event's hold number (0: acquired while no observer was installed)
+};
+
 /// A waiter's sleep ended (it attempts again, or the notice itself handed it the lock).
 struct woken_event : lock_event {
   wake_cause cause = wake_cause::notice;
@@ -166,6 +174,7 @@ class lock_observer {
   virtual void on_acquired(const acquired_event&) {}
   virtual void on_not_acquired(const not_acquired_event&) {}
   virtual void on_released(const released_event&) {}
+  virtual void on_fenced(const fenced_event&) {}
   virtual void on_woken(const woken_event&) {}
   virtual void on_renewed(const renewed_event&) {}
   virtual void on_lost(const lost_event&) {}

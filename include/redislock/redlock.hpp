@@ -262,9 +262,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       const detail::tally tw = raise->wait(steady::now() + quorum_->instance_timeout(), decided(false));
       raise->close();
       if (tw.yes >= quorum_->needed()) {
-        std::lock_guard<std::mutex> g(state_mutex_);
-        if (hold_.token == h.token) hold_.fence = static_cast<std::uint64_t>(highest + 1);
-        return static_cast<std::uint64_t>(highest + 1);
+        const auto drawn = static_cast<std::uint64_t>(highest + 1);
+        std::unique_lock<std::mutex> g(state_mutex_);
+        if (hold_.token != h.token) return drawn;  // released meanwhile
+        hold_.fence = drawn;
+        g.unlock();
+        this->observe_fenced(drawn);  // the first draw (fence_mutex_ makes the others wait, then return it)
+        return drawn;
       }
       if (tw.no > quorum_->size() - quorum_->needed()) check_majority(tw, *raise, h, "fencing_token");
       // Refused proposals (a register already as high): try again above the highest seen.

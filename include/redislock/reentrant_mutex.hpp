@@ -131,8 +131,11 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   /// lock_error when the thread holds nothing, or when its lease has run out (then lost() is
   /// true: write nothing).
   std::uint64_t fencing_token() {
-    return detail::draw_fence(client_, keys_, owners_, detail::reentrant_scripts::fence(), name_,
-                              [](hold& h) { h.lease->mark_lost(); });
+    const bool kept = owners_.mine().fence != 0;
+    const std::uint64_t fence = detail::draw_fence(client_, keys_, owners_, detail::reentrant_scripts::fence(), name_,
+                                                   [](hold& h) { h.lease->mark_lost(); });
+    if (!kept) this->observe_fenced(fence);
+    return fence;
   }
   /// True when the calling thread's current (or most recent) hold was found lost: by the
   /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it

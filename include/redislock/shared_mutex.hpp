@@ -186,8 +186,13 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// when the thread holds nothing, or when its leases have run out (then lost() or
   /// lost_shared() is true: write nothing).
   std::uint64_t fencing_token() {
-    return detail::draw_fence(client_, keys_, owners_, detail::shared_scripts::fence(), name_,
-                              [](hold& h) { (h.writing ? h.lease->write : h.lease->read).mark_lost(); });
+    const hold before = owners_.mine();
+    const std::uint64_t fence =
+        detail::draw_fence(client_, keys_, owners_, detail::shared_scripts::fence(), name_,
+                           [](hold& h) { (h.writing ? h.lease->write : h.lease->read).mark_lost(); });
+    if (before.fence == 0 && before.writing) this->observe_fenced(fence);
+    if (before.fence == 0 && !before.writing) this->observe_fenced_shared(fence);
+    return fence;
   }
   /// True when the calling thread's current (or most recent) write hold was found lost: by the
   /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it

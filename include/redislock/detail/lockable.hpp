@@ -66,6 +66,7 @@ class timed_lockable {
 
  private:
   Self& self() { return static_cast<Self&>(*this); }
+  const Self& self_const() const { return static_cast<const Self&>(*this); }
   // Every command of the call, its retries and reconnects included, ends by `d` plus one
   // connect timeout (detail/call_deadline.hpp).
   bool timed_acquire(const deadline& d, bool may_wait) {
@@ -84,6 +85,11 @@ class timed_lockable {
     return release_probe(
         me, lock_mode::exclusive, current_observer() != nullptr || held_since_.running(),
         [](const Self& s) { return s.owns_lock(); }, [this](bool ended) { return held_since_.release(ended); });
+  }
+  /// Reports the current exclusive hold's newly drawn fencing token (observe.hpp: fenced_event).
+  void observe_fenced(std::uint64_t token) const noexcept {
+    if (current_observer() == nullptr) return;
+    report_fenced(describe(self_const(), lock_mode::exclusive), token, held_since_.id());
   }
 
  private:
@@ -146,6 +152,14 @@ class shared_timed_lockable {
           if (ended) holds.erase(it);
           return r;
         });
+  }
+  /// Reports the calling thread's read hold's newly drawn fencing token.
+  void observe_fenced_shared(std::uint64_t token) const noexcept {
+    if (current_observer() == nullptr) return;
+    const auto& holds = shared_holds();
+    const auto it = holds.find(this);
+    report_fenced(describe(static_cast<const Self&>(*this), lock_mode::shared), token,
+                  it == holds.end() ? 0 : it->second.id);
   }
 };
 

@@ -124,10 +124,13 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       mark_lost_if_current(token);
       throw lock_error("fencing_token: the lease on lock '" + this->name_ + "' has run out");
     }
-    std::lock_guard<std::mutex> g(token_mutex_);
+    std::unique_lock<std::mutex> g(token_mutex_);
     if (token != token_) return static_cast<std::uint64_t>(fence);  // released meanwhile
-    if (fence_ == 0) fence_ = static_cast<std::uint64_t>(fence);
-    return fence_;  // two first calls at once: both return the one that was kept
+    if (fence_ != 0) return fence_;  // two first calls at once: both return the one that was kept
+    fence_ = static_cast<std::uint64_t>(fence);
+    g.unlock();
+    this->observe_fenced(static_cast<std::uint64_t>(fence));
+    return static_cast<std::uint64_t>(fence);
   }
 
  protected:

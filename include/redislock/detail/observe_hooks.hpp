@@ -260,6 +260,8 @@ class hold_clock {
     return r;
   }
   bool running() const noexcept { return since_.load(std::memory_order_relaxed) != 0; }
+  /// The running hold's number (0: none, or not observed).
+  std::uint64_t id() const noexcept { return running() ? id_.load(std::memory_order_relaxed) : 0; }
 
  private:
   std::atomic<clock_ticks> since_{0};
@@ -275,6 +277,17 @@ struct shared_hold {
 inline std::unordered_map<const void*, shared_hold>& shared_holds() {
   thread_local std::unordered_map<const void*, shared_hold> holds;
   return holds;
+}
+
+/// Reports a hold's newly drawn fencing token.
+inline void report_fenced(const lock_event& what, std::uint64_t token, std::uint64_t hold) noexcept {
+  notify([&](lock_observer& o) {
+    fenced_event e;
+    static_cast<lock_event&>(e) = what;
+    e.token = token;
+    e.hold = hold;
+    o.on_fenced(e);
+  });
 }
 
 /// The release status this thread recorded last (lock_core's record()): the outcome of the

@@ -80,6 +80,10 @@ class prometheus_collector : public lock_observer {
     if (!e.nested && e.held.count() > 0) s.hold.observe(seconds(e.held), o_.hold_buckets);
     if (s.held > 0) --s.held;
   }
+  void on_fenced(const fenced_event& e) override {
+    std::lock_guard<std::mutex> g(m_);
+    ++of(e).fenced;
+  }
   void on_woken(const woken_event& e) override {
     std::lock_guard<std::mutex> g(m_);
     ++of(e).wakeups[static_cast<std::size_t>(e.cause)];
@@ -134,6 +138,8 @@ class prometheus_collector : public lock_observer {
            "Releases, by status: released, lease_expired (the lease had run out), failed (Redis unreachable).");
     by_enum(out, p + "releases_total", "status",
             {release_status::released, release_status::lease_expired, release_status::failed}, &series::releases);
+    family(out, p + "fencing_tokens_total", "counter", "Fencing tokens drawn (a hold's first fencing_token()).");
+    for (const auto& [k, s] : series_) sample(out, p + "fencing_tokens_total", k, "", s.fenced);
     family(out, p + "leases_lost_total", "counter", "Holds whose lease was found lost (once per hold).");
     for (const auto& [k, s] : series_) sample(out, p + "leases_lost_total", k, "", s.lost);
     family(out, p + "lease_lost_margin_seconds", "gauge",
@@ -210,7 +216,7 @@ class prometheus_collector : public lock_observer {
     }
   };
   struct series {
-    std::uint64_t attempts = 0, handoffs = 0, lost = 0;
+    std::uint64_t attempts = 0, handoffs = 0, lost = 0, fenced = 0;
     std::array<std::uint64_t, 3> outcomes{};  // acquired, timeout, error
     std::array<std::uint64_t, 4> releases{};  // by release_status
     std::array<std::uint64_t, 3> wakeups{};   // by wake_cause
