@@ -207,7 +207,10 @@ TEST_F(WakeupTest, WaitersOfOneClientShareOneSubscriberConnection) {
   holder.unlock();
   other_holder.unlock();
   for (auto& f : done) ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
-  EXPECT_GE(waiters_client.wait_stats().wakeups, 2u);
+  // Served through that connection, none by backoff. (How many sleeps a notice ended depends on
+  // timing: a hand-off that arrives before its waiter sleeps is taken without one.)
+  EXPECT_EQ(waiters_client.wait_stats().fallback_waits, 0u);
+  EXPECT_EQ(waiters_client.wait_stats().subscribe_failures, 0u);
 }
 
 TEST_F(WakeupTest, WithoutSubscribePermissionWaitersBackOffAndItIsCounted) {
