@@ -19,6 +19,8 @@
 #include <future>
 #include <thread>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -1112,7 +1114,27 @@ TEST(Cluster, ASubscriptionKeptOnADemotedMasterIsMovedToTheOwnerAtTheNextWait) {
 // its 5 s): the client recovers within a bound of the promotion;
 // the held lock (replicated before the switch: a manual failover waits for the replica to
 // catch up) survives, and its renewals go to the new master.
+// Records the failover events (observe.hpp) while installed.
+struct failover_log : lock_observer {
+  void on_failover(const failover_event& e) override {
+    std::lock_guard<std::mutex> g(m);
+    seen.push_back(std::string(e.topology) + " " + std::string(e.from) + " -> " + std::string(e.to));
+  }
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> g(m);
+    return seen;
+  }
+  std::mutex m;
+  std::vector<std::string> seen;
+};
+struct observing {
+  explicit observing(std::shared_ptr<lock_observer> o) { set_observer(std::move(o)); }
+  ~observing() { set_observer(nullptr); }
+};
+
 TEST(Cluster, PrimaryFailoverRecovers) {
+  auto failovers = std::make_shared<failover_log>();
+  const observing installed(failovers);
   cluster_client c(cluster->options());
   const std::vector<int> masters = cluster->masters();
   const int old_master = masters[0];
@@ -1152,6 +1174,8 @@ TEST(Cluster, PrimaryFailoverRecovers) {
       recovery_ms, client_ms);
   ::testing::Test::RecordProperty("failover_recovery_ms", std::to_string(recovery_ms));
   EXPECT_LT(client_ms, 10000);
+  EXPECT_EQ(failovers->events(), std::vector<std::string>{"cluster 127.0.0.1:" + std::to_string(old_master) +
+                                                          " -> 127.0.0.1:" + std::to_string(replica)});
 
   const std::uint64_t renewed = c.watchdog().stats().renewals;
   ASSERT_TRUE(eventually([&] { return c.watchdog().stats().renewals >= renewed + 2; }, seconds(10)));
@@ -1167,6 +1191,8 @@ TEST(Cluster, PrimaryFailoverRecovers) {
 // replicated before the crash (WAIT) survives with its renewals; one not yet replicated could
 // be lost (asynchronous replication: see README). Last test: the killed node stays down.
 TEST(Cluster, MasterCrashAutomaticFailover) {
+  auto failovers = std::make_shared<failover_log>();
+  const observing installed(failovers);
   cluster_client c(cluster->options());
   const std::vector<int> masters = cluster->masters();
   const int victim = masters[1];
@@ -1203,6 +1229,8 @@ TEST(Cluster, MasterCrashAutomaticFailover) {
   const long long recovery_ms = ms_since(start);
   ASSERT_TRUE(recovered);
   EXPECT_EQ(c.node_of("{" + probe_name + "}"), "127.0.0.1:" + std::to_string(replica));
+  EXPECT_EQ(failovers->events(), std::vector<std::string>{"cluster 127.0.0.1:" + std::to_string(victim) +
+                                                          " -> 127.0.0.1:" + std::to_string(replica)});
   std::printf(
       "[ measure  ] master crash (SIGKILL, cluster-node-timeout 2000 ms) to the first lock acquired on the "
       "promoted replica: %lld ms (%d calls failed meanwhile)\n",

@@ -50,6 +50,7 @@
 #include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/cluster_slots.hpp>
 #include <redislock/detail/fork_guard.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/errors.hpp>
@@ -332,6 +333,7 @@ class cluster_client {
         }
       } catch (const connection_error&) {
         stale_map_.store(true, std::memory_order_relaxed);
+        note_failure();
         if (started) throw;  // the command may have run: not ours to repeat (see the file comment)
         pause_or_rethrow();
         try {
@@ -485,16 +487,61 @@ class cluster_client {
   }
 
   void install(const std::vector<detail::slot_range>& ranges) {
+    std::vector<std::pair<std::string, std::string>> promotions;
     {
       std::lock_guard<std::mutex> g(state_mutex_);
+      std::vector<int> before = slot_owner_;
       std::fill(slot_owner_.begin(), slot_owner_.end(), -1);
       for (const detail::slot_range& r : ranges) {
         const int index = static_cast<int>(node_index(r.host, r.port));
         std::fill(slot_owner_.begin() + r.first, slot_owner_.begin() + r.last + 1, index);
       }
+      if (current_observer() != nullptr) promotions = promoted(before);
     }
     generation_.fetch_add(1, std::memory_order_acq_rel);
     routing_epoch_.fetch_add(1, std::memory_order_acq_rel);
+    const steady::rep failed_at = first_failure_at_.exchange(0, std::memory_order_relaxed);
+    for (const auto& [from, to] : promotions) {
+      detail::notify([&](lock_observer& o) {
+        failover_event e;
+        e.topology = "cluster";
+        e.from = from;
+        e.to = to;
+        if (failed_at != 0) e.recovered_in = steady::now() - steady::time_point(steady::duration(failed_at));
+        o.on_failover(e);
+      });
+    }
+  }
+
+  // The failovers between the slot map `before` and the current one (under state_mutex_): a
+  // node that owned slots and owns none now, all of whose slots went to one node that owned
+  // none before (its replica, promoted). A resharding moves slots between masters that keep
+  // some: not a failover.
+  std::vector<std::pair<std::string, std::string>> promoted(const std::vector<int>& before) const {
+    std::vector<int> heir(nodes_.size(), -2);  // old master -> the one new owner of its slots (-1: several)
+    std::vector<bool> owned_before(nodes_.size(), false), owns_now(nodes_.size(), false);
+    for (std::size_t slot = 0; slot < before.size(); ++slot) {
+      if (slot_owner_[slot] >= 0) owns_now[static_cast<std::size_t>(slot_owner_[slot])] = true;
+      if (before[slot] < 0) continue;
+      const auto old = static_cast<std::size_t>(before[slot]);
+      owned_before[old] = true;
+      if (heir[old] == -2) heir[old] = slot_owner_[slot];
+      else if (heir[old] != slot_owner_[slot]) heir[old] = -1;
+    }
+    std::vector<std::pair<std::string, std::string>> out;
+    for (std::size_t m = 0; m < heir.size(); ++m) {
+      if (!owned_before[m] || owns_now[m] || heir[m] < 0) continue;
+      if (owned_before[static_cast<std::size_t>(heir[m])]) continue;
+      out.emplace_back(nodes_[m]->endpoint, nodes_[static_cast<std::size_t>(heir[m])]->endpoint);
+    }
+    return out;
+  }
+
+  // The first connection failure since the map was last loaded: a failover's recovered_in.
+  void note_failure() noexcept {
+    steady::rep none = 0;
+    first_failure_at_.compare_exchange_strong(none, steady::now().time_since_epoch().count(),
+                                              std::memory_order_relaxed);
   }
 
   // On the watchdog thread (its locator): failed renewals since the last look mean a node may
@@ -518,6 +565,7 @@ class cluster_client {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::uint64_t> routing_epoch_{0};  // +1 per load and per slot a MOVED reassigned
   std::atomic<bool> stale_map_{false};
+  std::atomic<steady::rep> first_failure_at_{0};  // see note_failure()
   std::atomic<std::uint64_t> renewal_failures_seen_{0};
   std::once_flag watchdog_once_;
   std::unique_ptr<redislock::watchdog> watchdog_;  // last member: destroyed first

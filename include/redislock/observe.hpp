@@ -158,9 +158,10 @@ struct reconnected_event {
   std::chrono::nanoseconds down_for{0};  ///< from the failure (or the first reconnect try) to now
 };
 
-/// A Sentinel client moved to a new master (a failover).
+/// A Sentinel client moved to a new master, or a Cluster client's slot map shows a master's
+/// slots all taken over by a node that had none (its replica, promoted): a failover.
 struct failover_event {
-  std::string_view topology;                 ///< "sentinel"
+  std::string_view topology;                 ///< "sentinel" or "cluster"
   std::string_view from, to;                 ///< the old and the new master (host:port)
   std::chrono::nanoseconds recovered_in{0};  ///< from the first failure seen on the old master to now
                                              ///< (0 when the switch came without one)
