@@ -98,6 +98,12 @@ class span_forwarder : public redislock::lock_observer {
     s->attributes["lock.release_status"] = to_string(e.status);
     tracer_.end(std::move(s));
   }
+  // The hold's token goes on its span: a write a downstream store refused names its hold.
+  void on_fenced(const redislock::fenced_event& e) override {
+    std::lock_guard<std::mutex> g(m_);
+    auto it = holds_.find(e.hold);
+    if (it != holds_.end()) it->second->attributes["lock.fencing_token"] = std::to_string(e.token);
+  }
   void on_lost(const redislock::lost_event& e) override {  // a span of its own, without duration
     auto s = tracer_.start_span("lock.lost");
     describe(*s, e);
@@ -132,6 +138,7 @@ class fan_out : public redislock::lock_observer {
     a_->on_not_acquired(e), b_->on_not_acquired(e);
   }
   void on_released(const redislock::released_event& e) override { a_->on_released(e), b_->on_released(e); }
+  void on_fenced(const redislock::fenced_event& e) override { a_->on_fenced(e), b_->on_fenced(e); }
   void on_woken(const redislock::woken_event& e) override { a_->on_woken(e), b_->on_woken(e); }
   void on_renewed(const redislock::renewed_event& e) override { a_->on_renewed(e), b_->on_renewed(e); }
   void on_lost(const redislock::lost_event& e) override { a_->on_lost(e), b_->on_lost(e); }
@@ -169,8 +176,9 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
           order.unlock();
         }
-        if (w == 1) {  // one writer, three readers
+        if (w == 1) {  // one writer, three readers; the writer draws a fencing token per hold
           std::lock_guard<redislock::shared_mutex> g(report);
+          report.fencing_token();
         } else {
           std::shared_lock<redislock::shared_mutex> g(report);
         }
