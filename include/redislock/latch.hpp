@@ -77,8 +77,8 @@ class basic_latch {
     const long long outcome = detail::as_integer(detail::element(*r, 0));
     if (outcome == 2) {
       const long long theirs = detail::as_integer(detail::element(*r, 2));
-      throw latch_mismatch_error("latch '" + name_ + "' exists with count " + std::to_string(theirs) +
-                                     ", not the " + std::to_string(expected) + " asked for",
+      throw latch_mismatch_error("latch '" + name_ + "' exists with count " + std::to_string(theirs) + ", not the " +
+                                     std::to_string(expected) + " asked for",
                                  theirs);
     }
     id_ = detail::as_string(detail::element(*r, 1));
@@ -206,10 +206,10 @@ class basic_latch {
     };
     // A notice only says "read again": the count decides (it may be for an earlier latch).
     auto never_handed = [](detail::subscriber::subscription&) { return false; };
-    return detail::wait_for_release(client_, keys_.channel, d,
-                                    detail::wait_plan{std::chrono::milliseconds(10), std::chrono::milliseconds(200),
-                                                      options_.recheck_interval},
-                                    attempt, never_handed);
+    return detail::wait_for_release(
+        client_, keys_.channel, d,
+        detail::wait_plan{std::chrono::milliseconds(10), std::chrono::milliseconds(200), options_.recheck_interval},
+        attempt, never_handed);
   }
 
   Client& client_;

@@ -85,8 +85,8 @@ return {0, f[1], tonumber(f[2])}
 ///        {-2, count} over_count.
 inline const script& count_down() {
   // Effects replication (Redis 6): the PUBSUB counts below come after writes.
-  static const script s(std::string("if redis.replicate_commands then redis.replicate_commands() end\n") +
-                        prelude() + R"lua(
+  static const script s(std::string("if redis.replicate_commands then redis.replicate_commands() end\n") + prelude() +
+                        R"lua(
 local f = redis.call('HMGET', key, '@id', 'count')
 if not kind or f[1] ~= ARGV[1] then return {-1, 0} end
 local count, call = tonumber(f[2]), 'd:' .. ARGV[4]
