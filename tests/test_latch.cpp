@@ -6,6 +6,7 @@
 #include "redis_keys.hpp"
 #include "redis_stats.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -146,6 +147,47 @@ TEST_F(Latch, ACountDownSentTwiceIsAppliedOnce) {
   EXPECT_EQ(l.count(), 1);
   l.count_down();
   EXPECT_TRUE(l.try_wait());
+}
+
+// A count_down that ran but whose reply was lost (the connection cut after the request) is
+// sent again with the same call id: the caller is not told it failed, and it counts once.
+TEST_F(Latch, ACountDownWhoseReplyWasLostCountsOnceAndSucceeds) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  client through(via);
+  latch l(through, "l-lost", 3);
+  l.count_down();  // the connection is made and the script loaded
+  proxy.cut_after_next_requests(1);
+  EXPECT_NO_THROW(l.count_down());
+  EXPECT_EQ(proxy.cut_after_request_count(), 1u) << "no reply was lost";
+  EXPECT_EQ(l.count(), 1) << "the resent count_down counted twice";
+}
+
+// A waiter whose subscription is cut while it waits (its subscriber's connection killed) falls
+// back to reading with backoff and subscribes again: the count_down is not missed, though the
+// waiter would look again only after a minute by itself.
+TEST_F(Latch, AWaiterWhoseSubscriptionIsCutStillSeesTheLatchOpen) {
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  client other(options());
+  latch counter(*pool, "l-cut", 1), waiter(other, "l-cut", 1, patient);
+  auto opened = std::async(std::launch::async, [&] { return waiter.wait_for(seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(waiter.key() + ":open") == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  counter.count_down();
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "the waiter missed the count_down";
+  EXPECT_TRUE(opened.get());
+}
+
+TEST_F(Latch, AnUnreachableServerIsAnErrorWithinTheTimeout) {
+  client_options nowhere = options();
+  nowhere.connection.port = redislock_test::free_port();
+  nowhere.connection.connect_timeout = milliseconds(200);
+  client c(nowhere);
+  const steady::time_point start = steady::now();
+  EXPECT_THROW(latch(c, "l-nowhere", 1), connection_error);
+  EXPECT_LT(steady::now() - start, seconds(2));
 }
 
 // An abandoned latch goes with its lease; its waiter is told it expired (never that it
