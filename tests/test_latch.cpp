@@ -263,6 +263,29 @@ TEST_F(Latch, BadInputIsRefusedAndSendsNothing) {
   EXPECT_EQ(l.count(), 2);
 }
 
+// inspect() tells a latch from the lock kinds, with its counts, lease and listening clients;
+// force_release() leaves it alone.
+TEST_F(Latch, InspectShowsALatchAndForceReleaseLeavesItAlone) {
+  latch l(*pool, "l-inspect", 2, lease_of(seconds(30)));
+  auto opened = std::async(std::launch::async, [&] { return l.wait_for(seconds(10)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(l.key() + ":open") == 1; }));
+  lock_info i = inspect(*pool, "l-inspect");
+  EXPECT_EQ(i.kind, lock_kind::latch);
+  EXPECT_EQ(i.latch_count, 2);
+  EXPECT_EQ(i.latch_initial, 2);
+  EXPECT_GT(i.key_ttl.count(), 25000);
+  EXPECT_LE(i.key_ttl.count(), 30000);
+  EXPECT_EQ(i.waiters, 1);
+  EXPECT_FALSE(i.held());
+  i = force_release(*pool, "l-inspect");
+  EXPECT_EQ(i.kind, lock_kind::latch);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(opened.get());
+  EXPECT_EQ(inspect(*pool, "l-inspect").latch_count, 0);
+}
+
 TEST_F(Latch, AZeroCountLatchIsOpenAtOnce) {
   latch l(*pool, "l-zero", 0);
   EXPECT_TRUE(l.try_wait());
