@@ -6,6 +6,7 @@
 #include "redis_keys.hpp"
 #include "redis_stats.hpp"
 #include "server_fixture.hpp"
+#include "server_version.hpp"
 #include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
@@ -284,6 +285,37 @@ TEST_F(Latch, InspectShowsALatchAndForceReleaseLeavesItAlone) {
   ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready);
   EXPECT_TRUE(opened.get());
   EXPECT_EQ(inspect(*pool, "l-inspect").latch_count, 0);
+}
+
+// The permissions a latch needs beyond the mutex's (docs/latch.md, "ACL"): create, join,
+// count down, read and wait by the notice, under exactly those.
+TEST_F(Latch, TheDocumentedAclSuffices) {
+  if (version() < 60000) GTEST_SKIP() << "no ACL before Redis 6";
+  std::vector<std::string> acl = {"ACL", "SETUSER", "latcher", "reset", "on", ">latch-pw", "~redislock:*", "-@all",
+                                  "+evalsha", "+script|load", "+get", "+set", "+del", "+pexpire", "+pttl", "+time",
+                                  "+zadd", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+publish", "+subscribe",
+                                  "+unsubscribe", "+pubsub|numsub",
+                                  // the latch's additions
+                                  "+hmget", "+hexists", "+exists"};
+  for (const std::string& rule : redislock_test::acl_channel_rules(*admin, "redislock:*")) acl.push_back(rule);
+  admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
+  admin->command({"SCRIPT", "FLUSH"});
+  client_options as_latcher = options();
+  as_latcher.connection.user = "latcher";
+  as_latcher.connection.password = "latch-pw";
+  client c(as_latcher), c2(as_latcher);
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  latch a(c, "l-acl", 2), b(c2, "l-acl", 2, patient);
+  std::future<bool> opened = std::async(std::launch::async, [&] { return b.wait_for(seconds(10)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(a.key() + ":open") == 1; }));
+  a.count_down();
+  EXPECT_FALSE(b.try_wait());
+  EXPECT_EQ(b.count(), 1);
+  a.count_down();
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "not woken by the notice";
+  EXPECT_TRUE(opened.get());
+  EXPECT_EQ(c2.wait_stats().fallback_waits, 0u);
 }
 
 TEST_F(Latch, AZeroCountLatchIsOpenAtOnce) {
