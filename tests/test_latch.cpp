@@ -214,14 +214,14 @@ TEST_F(Latch, AnAbandonedLatchExpiresAndItsWaiterIsToldSo) {
 
 // An open latch stays open for one lease after the count_down that opened it, then goes.
 TEST_F(Latch, AnOpenLatchStaysOpenForItsLease) {
-  latch l(*pool, "l-open", 1, lease_of(milliseconds(400)));
+  latch l(*pool, "l-open", 1, lease_of(milliseconds(800)));
   l.count_down();
   const long long pttl = admin->command({"PTTL", l.key()})->integer;
   EXPECT_GT(pttl, 0);
-  EXPECT_LE(pttl, 400);
+  EXPECT_LE(pttl, 800);
   latch late(*pool, "l-open", 1, lease_of(seconds(60)));
   EXPECT_TRUE(late.try_wait());
-  EXPECT_LE(admin->command({"PTTL", l.key()})->integer, 400) << "joining an open latch restarted its lease";
+  EXPECT_LE(admin->command({"PTTL", l.key()})->integer, 800) << "joining an open latch restarted its lease";
   EXPECT_TRUE(eventually([&] { return admin->command({"EXISTS", l.key()})->integer == 0; }, seconds(2)));
   EXPECT_THROW(late.try_wait(), latch_expired_error);
 }
