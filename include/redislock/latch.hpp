@@ -93,7 +93,9 @@ class basic_latch {
   /// (sending nothing), latch_error when n is more than the count left (nothing changes),
   /// latch_expired_error when the latch is gone. A reply lost to a broken connection is asked
   /// for again once with the same call id (applied at most once); when that fails too, the
-  /// connection_error is thrown and the count_down may or may not have been applied.
+  /// connection_error is thrown and the count_down may or may not have been applied. A
+  /// timeout_error is not asked again (the call ends within the client's timeout) and leaves
+  /// the same doubt: read count() before counting down again (a new call counts anew).
   void count_down(std::int64_t n = 1) {
     const std::string amount = std::to_string(checked(n, "count_down: n", 1));
     const std::string call = detail::random_token();
