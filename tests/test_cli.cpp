@@ -859,6 +859,31 @@ TEST_F(cli_test, InspectOfAFreeNameCountsTheWaitersOfEveryKind) {
   EXPECT_EQ(reader.unlock_shared_and_report(), redislock::release_status::lease_expired);
 }
 
+// A latch is never held: status shows its count, its initial count and its lease left (exit
+// status 1: not held), and break leaves it alone.
+TEST_F(cli_test, StatusShowsALatchAndBreakLeavesItAlone) {
+  redislock::latch l(*pool, "gate", 3);
+  l.count_down();
+  const redislock::lock_info i = redislock::inspect(*pool, "gate");
+  EXPECT_EQ(i.kind, redislock::lock_kind::latch);
+  EXPECT_FALSE(i.held());
+  EXPECT_EQ(i.latch_count, 2);
+  EXPECT_EQ(i.latch_initial, 3);
+  EXPECT_GT(i.key_ttl.count(), 0);
+  EXPECT_EQ(i.waiters, 0);
+  const result text = run({"status", "gate"});
+  EXPECT_EQ(text.status, 1);
+  EXPECT_EQ(text.out.rfind("gate: latch, 2 of 3 left to count down (created with 3), lease ", 0), 0u) << text.out;
+  const result as_json = run({"status", "--json", "gate"});
+  EXPECT_EQ(json_field(as_json.out, "kind"), "\"latch\"");
+  EXPECT_EQ(json_field(as_json.out, "latch_count"), "2");
+  EXPECT_EQ(json_field(as_json.out, "latch_initial"), "3");
+  EXPECT_EQ(run({"break", "--yes", "gate"}).status, 1);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
+  EXPECT_EQ(run({"status", "gate"}).out.rfind("gate: latch, open (created with 3)", 0), 0u);
+}
+
 // status --watch: a refreshed view, --count refreshes for scripts, or until Ctrl-C.
 TEST_F(cli_test, StatusWatchRefreshesAndEndsAfterCountOrOnCtrlC) {
   redislock::mutex holder(*pool, "job");

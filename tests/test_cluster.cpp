@@ -515,6 +515,35 @@ TEST(Cluster, AskDuringMigrationThenTryAgainUntilItEnds) {
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
+// A latch's waiter sleeps subscribed (sharded) on the latch's master; the latch's slot moves to
+// another master while it waits: the waiter follows the channel there (the source ends its
+// subscription), and the count_down that opens the latch on the new master wakes it by the
+// notice (it would look again only after a minute otherwise).
+TEST(Cluster, ALatchWaiterFollowsItsSlotAndWakesByTheShardedNotice) {
+  cluster_client counter_client(cluster->options()), waiter_client(cluster->options());
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(counter_client, masters[0], "latch-");
+  ASSERT_FALSE(name.empty());
+  latch_options o;
+  o.lease = seconds(20);
+  o.recheck_interval = seconds(60);
+  basic_latch<cluster_client> counter(counter_client, name, 2, o), waiter(waiter_client, name, 2, o);
+  const std::string channel = waiter.key() + ":open";
+  auto opened = std::async(std::launch::async, [&] { return waiter.wait_for(seconds(15)); });
+  ASSERT_TRUE(eventually([&] { return shard_subscribers(masters[0], channel) == 1; }));
+  counter.count_down();
+  migrate_slot(
+      detail::key_slot(name), masters[0], masters[1], [] {}, [] {});
+  ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+  ASSERT_TRUE(eventually([&] { return shard_subscribers(masters[1], channel) == 1; }));
+  EXPECT_EQ(opened.wait_for(milliseconds(0)), std::future_status::timeout) << "woke before the count reached zero";
+  counter.count_down();
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "the waiter missed the notice";
+  EXPECT_TRUE(opened.get());
+  EXPECT_EQ(waiter.count(), 0);
+  EXPECT_EQ(waiter_client.wait_stats().fallback_waits, 0u);
+}
+
 // While a lock is held (auto_renew) and another client waits for it, its slot migrates to
 // another master: the lock stays exclusive, renewals go on, the release succeeds on the new
 // master and the waiter gets the lock then.

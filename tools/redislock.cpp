@@ -419,7 +419,10 @@ std::string json(const redislock::lock_info& i) {
   s << "{\"name\":" << json_string(i.name) << ",\"key\":" << json_string(i.key) << ",\"kind\":\""
     << redislock::to_string(i.kind) << "\",\"held\":" << (i.held() ? "true" : "false")
     << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence << ",\"waiters\":" << i.waiters
-    << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"permits\":" << i.permits << ",\"holders\":[";
+    << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"permits\":" << i.permits;
+  if (i.kind == redislock::lock_kind::latch)
+    s << ",\"latch_count\":" << i.latch_count << ",\"latch_initial\":" << i.latch_initial;
+  s << ",\"holders\":[";
   for (std::size_t k = 0; k < i.holders.size(); ++k) {
     const auto& h = i.holders[k];
     s << (k ? "," : "") << "{\"owner\":" << json_string(h.owner) << ",\"object\":" << json_string(h.object_id())
@@ -441,6 +444,15 @@ std::string text(const redislock::lock_info& i) {
   s << i.name << ": ";
   if (i.kind == redislock::lock_kind::foreign) {
     s << "not a lock (the key " << i.key << " holds a " << i.foreign_type << ")\n";
+    return s.str();
+  }
+  if (i.kind == redislock::lock_kind::latch) {
+    s << "latch, "
+      << (i.latch_count == 0
+              ? "open"
+              : std::to_string(i.latch_count) + " of " + std::to_string(i.latch_initial) + " left to count down")
+      << " (created with " << i.latch_initial << "), lease " << seconds(i.key_ttl) << "\n";
+    s << "  clients waiting: " << i.waiters << "\n";
     return s.str();
   }
   s << (i.held() ? "held" : "free");
@@ -772,7 +784,9 @@ int break_lock(const std::vector<std::string>& args) {
   if (!removed.held()) {
     std::fputs(text(removed).c_str(), stdout);
     say(removed.kind == redislock::lock_kind::foreign ? "'" + name + "' is not a lock: left alone"
-                                                      : "'" + name + "' is free: nothing removed");
+        : removed.kind == redislock::lock_kind::latch
+            ? "'" + name + "' is a latch (nobody holds it): left alone; it ends with its lease"
+            : "'" + name + "' is free: nothing removed");
     return 1;
   }
   std::string out = "removed " + text(removed);

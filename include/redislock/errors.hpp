@@ -21,6 +21,9 @@
 ///   │   │                     the version needed)
 ///   │   └── redirect_error    MOVED / ASK (Redis Cluster)
 ///   ├── lock_error            ownership misuse (unlocking or extending a lock not held)
+///   ├── latch_error           a latch refused the call: count_down past zero (latch.hpp)
+///   │   ├── latch_mismatch_error  the name is a latch created with another count
+///   │   └── latch_expired_error   the latch's lease ended (or it was made anew) before it opened
 ///   └── replication_error     lock_options::min_replicas not reached: the hold was released
 ///
 /// Messages never contain passwords.
@@ -137,6 +140,30 @@ class redirect_error : public reply_error {
 class lock_error : public error {
  public:
   using error::error;
+};
+
+/// basic_latch (latch.hpp): a count_down larger than the count left; nothing changed.
+class latch_error : public error {
+ public:
+  using error::error;
+};
+
+/// basic_latch: the name is a latch created with another count (initial()); nothing changed.
+class latch_mismatch_error : public latch_error {
+ public:
+  latch_mismatch_error(std::string what, long long initial) : latch_error(std::move(what)), initial_(initial) {}
+  long long initial() const noexcept { return initial_; }
+
+ private:
+  long long initial_;
+};
+
+/// basic_latch: the latch this object created or joined is gone (its lease ended before it
+/// opened, or ended after it opened and someone made a new latch of the name). Never reported
+/// as open.
+class latch_expired_error : public latch_error {
+ public:
+  using latch_error::latch_error;
 };
 
 /// sentinel_client: no Sentinel answered with the master's address (all down, unreachable,

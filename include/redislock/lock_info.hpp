@@ -5,7 +5,7 @@
 ///
 /// Both read one consistent snapshot with one script per kind (detail/lock_info_scripts.hpp):
 /// the mutex's script runs first and tells the kind; a hash kind's script follows when the
-/// name is a reentrant lock, a shared lock or a semaphore (2 round trips then). A free name (no
+/// name is a reentrant lock, a shared lock, a semaphore or a latch (2 round trips then). A free name (no
 /// lock key) may still have waiters in any kind's queue: the other kinds' scripts then add
 /// theirs (4 round trips, one snapshot per kind). inspect() changes nothing.
 
@@ -34,6 +34,7 @@ enum class lock_kind {
   reentrant,  ///< redislock::reentrant_mutex (a hash, @kind = reentrant)
   shared,     ///< redislock::shared_mutex (a hash, @kind = shared)
   semaphore,  ///< redislock::semaphore (a zset of holders with the "#permits" member)
+  latch,      ///< redislock::latch (a hash, @kind = latch; never held: see lock_info::latch_count)
   foreign,    ///< the key holds something else (lock_info::foreign_type says what)
 };
 
@@ -44,6 +45,7 @@ inline const char* to_string(lock_kind k) noexcept {
     case lock_kind::reentrant: return "reentrant";
     case lock_kind::shared: return "shared";
     case lock_kind::semaphore: return "semaphore";
+    case lock_kind::latch: return "latch";
     case lock_kind::foreign: return "foreign";
   }
   return "?";
@@ -77,12 +79,17 @@ struct lock_info {
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
   /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue,
   /// :squeue, :pqueue). For a free name (kind none), the waiters of every kind's queue, added up.
+  /// A latch (no queue): the connections listening for it to open on its server (one per
+  /// client, however many of its objects wait).
   std::int64_t waiters = -1;
   /// shared: a writer waits (new readers queue behind it) for at most this much longer (its
   /// place, refreshed while it lives); 0: none.
   std::chrono::milliseconds writer_waiting{0};
   /// semaphore: its permit count N (the holders are its permits in use); 0 for the other kinds.
   std::int64_t permits = 0;
+  /// latch: the count left (0: open) and the count it was created with; key_ttl is its lease
+  /// left. 0 for the other kinds.
+  std::int64_t latch_count = 0, latch_initial = 0;
 
   bool held() const noexcept { return !holders.empty(); }
 };
@@ -104,6 +111,8 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
     info.kind = lock_kind::shared;
   } else if (kind == "semaphore") {
     info.kind = lock_kind::semaphore;
+  } else if (kind == "latch") {
+    info.kind = lock_kind::latch;
   } else {
     info.kind = lock_kind::foreign;
     info.foreign_type = kind.substr(kind.find(' ') + 1);
@@ -111,7 +120,13 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
   info.key_ttl = std::chrono::milliseconds(as_integer(element(r, 1)));
   info.last_fence = static_cast<std::uint64_t>(as_integer(element(r, 2)));
   info.waiters = as_integer(element(r, 3));
-  // The fifth element is the semaphore's permit count, the shared lock's writer_waiting_ms.
+  // The fifth element is the semaphore's permit count, the shared lock's writer_waiting_ms, a
+  // latch's initial count (then its count left, and no holders).
+  if (info.kind == lock_kind::latch) {
+    info.latch_initial = as_integer(element(r, 4));
+    info.latch_count = as_integer(element(r, 5));
+    return info;
+  }
   if (info.kind == lock_kind::semaphore) info.permits = as_integer(element(r, 4));
   else info.writer_waiting = std::chrono::milliseconds(as_integer(element(r, 4)));
   for (std::size_t i = 5; i + 3 < r.elements; i += 4) {
@@ -143,7 +158,7 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   struct kind_scripts {
     std::string_view kind;
     const script *info, *force_release;
-    const std::string *queue, *waiters;
+    const std::string *queue, *waiters;  // the kind's queue keys (a latch has none: nullptr)
   };
   const kind_scripts kinds[] = {
       {"mutex", &lock_info_scripts::mutex_info(), &lock_info_scripts::mutex_break(), &mk.queue, &mk.waiters},
@@ -151,15 +166,19 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
        &rk.waiters},
       {"shared", &lock_info_scripts::shared_info(), &lock_info_scripts::shared_break(), &sk.queue, &sk.waiters},
       {"semaphore", &lock_info_scripts::semaphore_info(), &lock_info_scripts::semaphore_break(), &pk.queue,
-       &pk.waiters}};
+       &pk.waiters},
+      {"latch", &lock_info_scripts::latch_info(), &lock_info_scripts::latch_break(), nullptr, nullptr}};
   std::string kind = "mutex";  // the mutex's script also answers for a free or foreign key
   for (int round = 0; round < 4; ++round) {
     const kind_scripts* k = &kinds[0];
     for (const kind_scripts& candidate : kinds)
       if (candidate.kind == kind) k = &candidate;
     const script* s = force ? k->force_release : k->info;
+    // A latch's script reads no queue: it is given the mutex's keys, unused.
+    const std::string& queue = k->queue ? *k->queue : mk.queue;
+    const std::string& waiters = k->waiters ? *k->waiters : mk.waiters;
     reply_ptr r = client.run(key, [&](connection& c) {
-      return s->run(c, {key, mk.fence, *k->queue, *k->waiters}, {mk.waiter_prefix});
+      return s->run(c, {key, mk.fence, queue, waiters}, {mk.waiter_prefix});
     });
     const std::string found(as_string(element(*r, 0)));
     if (r->elements <= 1) {
@@ -170,7 +189,7 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
     if (info.kind != lock_kind::none) return info;
     // A free name: add the waiters of the other kinds' queues (read-only, break or not).
     for (const kind_scripts& other : kinds) {
-      if (&other == k) continue;
+      if (&other == k || other.queue == nullptr) continue;
       reply_ptr o = client.run(key, [&](connection& c) {
         return other.info->run(c, {key, mk.fence, *other.queue, *other.waiters}, {mk.waiter_prefix});
       });
@@ -199,7 +218,8 @@ lock_info inspect(Client& client, std::string_view name, const lock_options& opt
 /// longest waiting live waiter, or a shared lock's run of readers). Returns what was removed (held() false:
 /// the lock was free, nothing changed). The fencing counter is kept, so the next holder's token
 /// still exceeds the removed holder's: fence your writes and the old holder is rejected.
-/// A key of a foreign type is left alone (kind == foreign).
+/// A key of a foreign type is left alone (kind == foreign), and so is a latch (it has no
+/// holders: kind == latch, held() false).
 template <class Client>
 lock_info force_release(Client& client, std::string_view name, const lock_options& options = {}) {
   return detail::run_lock_info(client, name, options, true);

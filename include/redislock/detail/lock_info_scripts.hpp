@@ -8,8 +8,8 @@
 /// mutex, P{N}:squeue / P{N}:swaiters for the shared mutex), ARGV[1] = waiter channel prefix "P{N}:w:".
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
-/// "none" (absent), "mutex" (a string), "reentrant", "shared", "semaphore" (a zset with the
-/// "#permits" member), or "foreign <type>". A script
+/// "none" (absent), "mutex" (a string), "reentrant", "shared", "latch" (hashes with that
+/// @kind), "semaphore" (a zset with the "#permits" member), or "foreign <type>". A script
 /// that finds another kind than its own replies {kind} alone, and the caller runs that kind's
 /// script; so each reply is one atomic snapshot of one kind. The mutex script also answers
 /// for "foreign" (there is nothing else to read), and every kind's script for "none", with
@@ -21,7 +21,8 @@
 ///   waiters            live places in the kind's queue
 ///   writer_waiting_ms  shared: how long the longest live place of a queued writer still lasts
 ///                      (new readers queue behind it meanwhile; 0: no writer waits);
-///                      semaphore: its permit count instead
+///                      semaphore: its permit count instead; latch: its initial count,
+///                      followed by its count left (a latch has no holders)
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
 ///
@@ -39,6 +40,9 @@
 ///              their next call); nothing is written.
 ///   semaphore  P{N} zset: "#permits" (score -N), token -> lease end (server ms); P{N}:fence;
 ///              P{N}:pqueue and P{N}:pwaiters as the mutex's. Ended holds are left out.
+///   latch      P{N} hash: @kind, count, initial (detail/latch_scripts.hpp); PTTL P{N} is its
+///              lease; "waiters" are the connections subscribed to its channel P{N}:open on
+///              this server (it has no queue).
 ///
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
@@ -48,9 +52,12 @@
 ///              readers), exactly as a release does (shared_scripts::queue_lua);
 ///   semaphore  remove every hold and hand the freed permits to the longest waiting live
 ///              waiters, exactly as releases do (semaphore_scripts::hand_off_permits_lua).
+///   latch      nothing: a latch has no holders (its participants count it down; its lease
+///              ends it). The reply is its info.
 /// None deletes P{N} before the hand-off writes it (detail/notify_lua.hpp: migrating slots).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
+#include <redislock/detail/latch_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
 #include <redislock/detail/semaphore_scripts.hpp>
@@ -72,7 +79,7 @@ local function kind_of_lock()
   if t == 'string' then return 'mutex' end
   if t == 'hash' then
     local k = redis.call('HGET', KEYS[1], '@kind')
-    if k == 'reentrant' or k == 'shared' then return k end
+    if k == 'reentrant' or k == 'shared' or k == 'latch' then return k end
     return 'foreign hash'
   end
   if t == 'zset' and redis.call('ZSCORE', KEYS[1], '#permits') then return 'semaphore' end
@@ -103,7 +110,7 @@ inline const char* mutex_info_lua() {
   return R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind == 'reentrant' or kind == 'shared' or kind == 'semaphore' then return {kind} end
+  if kind == 'reentrant' or kind == 'shared' or kind == 'semaphore' or kind == 'latch' then return {kind} end
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
   if kind == 'mutex' then
@@ -192,6 +199,19 @@ end
 )lua";
 }
 
+/// Defines info() for a latch, or for a free key, or {kind}.
+inline std::string latch_info_lua() {
+  return listeners_on_lua() + R"lua(
+local function info()
+  local kind = kind_of_lock()
+  if kind ~= 'latch' and kind ~= 'none' then return {kind} end
+  local f = redis.call('HMGET', KEYS[1], 'initial', 'count')
+  return {kind, redis.call('PTTL', KEYS[1]), fence_value(), (listeners_on(KEYS[1] .. ':open')),
+          tonumber(f[1] or '0'), tonumber(f[2] or '0')}
+end
+)lua";
+}
+
 /// The snapshot of one kind: "return info()".
 inline const script& mutex_info() {
   static const script s(std::string(kind_lua()) + mutex_info_lua() + "return info()\n");
@@ -276,5 +296,14 @@ redis.call('ZREMRANGEBYSCORE', lock, 0, '+inf')
                         semaphore_scripts::finish_lua() + "return r\n");
   return s;
 }
+
+/// A latch's snapshot (read-only).
+inline const script& latch_info() {
+  static const script s(std::string(kind_lua()) + latch_info_lua() + "return info()\n");
+  return s;
+}
+
+/// A latch has no holders to remove: its "break" is its snapshot, and changes nothing.
+inline const script& latch_break() { return latch_info(); }
 
 }  // namespace redislock::detail::lock_info_scripts

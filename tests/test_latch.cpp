@@ -1,0 +1,328 @@
+// redislock::latch: a count-down latch shared by processes (docs/latch.md). Waiters wake when
+// the count reaches zero and not before, by the notice rather than by polling; creation is
+// idempotent and refuses another count; a lost count_down reply is never counted twice; an
+// abandoned latch expires and its waiters are told so, never that it opened.
+#include "eventually.hpp"
+#include "redis_keys.hpp"
+#include "redis_stats.hpp"
+#include "server_fixture.hpp"
+#include "server_version.hpp"
+#include "tcp_proxy.hpp"
+
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::eventually;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct Latch : redislock_test::server_test {
+  static latch_options lease_of(milliseconds ms) {
+    latch_options o;
+    o.lease = ms;
+    return o;
+  }
+  std::string field(const latch& l, const char* f) { return redislock_test::hget(*admin, l.key(), f); }
+};
+
+// Three waiters (two on one client, so one notice must wake both of its waiters, and one on
+// another client) wake once the count reaches zero, and not before: each checks that the last
+// count_down was already sent when its wait returned. They would look again only after a
+// minute (recheck_interval, lease): the notice wakes them.
+TEST_F(Latch, WaitersWakeWhenTheCountReachesZeroAndNotBefore) {
+  client other(options());
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  latch creator(*pool, "l-wake", 3);
+  EXPECT_TRUE(creator.created());
+  EXPECT_EQ(field(creator, "@kind"), "latch");
+  std::atomic<bool> last_sent{false};
+  std::vector<std::future<bool>> waiters;
+  for (client* c : {pool.get(), pool.get(), &other}) {
+    waiters.push_back(std::async(std::launch::async, [&, c] {
+      latch mine(*c, "l-wake", 3, patient);
+      mine.wait();
+      return last_sent.load();
+    }));
+  }
+  ASSERT_TRUE(eventually([&] { return subscribers(creator.key() + ":open") == 2; }));  // two clients
+  std::vector<std::future<void>> counters;
+  for (int i = 0; i < 2; ++i)
+    counters.push_back(std::async(std::launch::async, [&] {
+      client own(options());
+      latch l(own, "l-wake", 3);
+      l.count_down();
+    }));
+  for (auto& c : counters) c.get();
+  EXPECT_EQ(creator.count(), 1);
+  EXPECT_FALSE(creator.try_wait());
+  for (auto& w : waiters) EXPECT_EQ(w.wait_for(milliseconds(0)), std::future_status::timeout);
+  last_sent = true;
+  creator.count_down();
+  for (auto& w : waiters) {
+    ASSERT_EQ(w.wait_for(seconds(5)), std::future_status::ready) << "a waiter missed the notice";
+    EXPECT_TRUE(w.get()) << "a waiter returned before the count reached zero";
+  }
+  EXPECT_TRUE(creator.try_wait());
+  EXPECT_EQ(creator.count(), 0);
+  EXPECT_EQ(pool->wait_stats().fallback_waits, 0u);
+}
+
+// A waiter sleeps subscribed: a timed wait reads the count at most three times (before
+// subscribing, once subscribed, at the deadline), and ends at its deadline.
+TEST_F(Latch, ATimedWaitSleepsUntilItsDeadlineAndDoesNotPoll) {
+  latch l(*pool, "l-timed", 2);
+  EXPECT_FALSE(l.try_wait());  // loads the script
+  reset_stats();
+  const steady::time_point start = steady::now();
+  EXPECT_FALSE(l.wait_for(milliseconds(300)));
+  const auto took = steady::now() - start;
+  EXPECT_GE(took, milliseconds(300));
+  EXPECT_LT(took, seconds(2));
+  EXPECT_LE(evalsha(), 3) << "the waiter polled";
+  EXPECT_FALSE(l.wait_until(std::chrono::system_clock::now() + milliseconds(50)));
+  EXPECT_EQ(l.count(), 2);
+}
+
+TEST_F(Latch, ArriveAndWaitOpensTheLatchForEveryParticipant) {
+  std::vector<std::future<void>> parties;
+  for (int i = 0; i < 4; ++i)
+    parties.push_back(std::async(std::launch::async, [&] {
+      client own(options());
+      latch l(own, "l-arrive", 4);
+      l.arrive_and_wait();
+    }));
+  for (auto& p : parties) ASSERT_EQ(p.wait_for(seconds(10)), std::future_status::ready);
+  for (auto& p : parties) p.get();
+  latch l(*pool, "l-arrive", 4);
+  EXPECT_FALSE(l.created());
+  EXPECT_TRUE(l.try_wait());
+}
+
+TEST_F(Latch, JoiningWithAnotherCountIsRefusedAndChangesNothing) {
+  latch first(*pool, "l-twice", 3);
+  first.count_down();
+  latch same(*pool, "l-twice", 3);
+  EXPECT_FALSE(same.created());
+  EXPECT_EQ(same.count(), 2);
+  try {
+    latch other(*pool, "l-twice", 5);
+    ADD_FAILURE() << "joined a latch of another count";
+  } catch (const latch_mismatch_error& e) {
+    EXPECT_EQ(e.initial(), 3);
+  }
+  EXPECT_EQ(field(first, "count"), "2");
+  EXPECT_EQ(field(first, "initial"), "3");
+}
+
+TEST_F(Latch, CountingPastZeroIsRefusedAndChangesNothing) {
+  latch l(*pool, "l-over", 2);
+  EXPECT_THROW(l.count_down(3), latch_error);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
+  EXPECT_TRUE(l.try_wait());
+  EXPECT_THROW(l.count_down(), latch_error);
+  EXPECT_EQ(l.count(), 0);
+}
+
+// The count_down a lost reply makes the client send again carries the same call id: the
+// server applies it once. Sent here by hand, twice, as the resend would.
+TEST_F(Latch, ACountDownSentTwiceIsAppliedOnce) {
+  latch l(*pool, "l-resend", 3);
+  const std::string id = field(l, "@id");
+  for (int i = 0; i < 2; ++i) {
+    reply_ptr r = detail::latch_scripts::count_down().run(*admin, {l.key()}, {id, "2", "60000", "call-1"});
+    EXPECT_EQ(detail::as_integer(detail::element(*r, 0)), 1);
+  }
+  EXPECT_EQ(l.count(), 1);
+  l.count_down();
+  EXPECT_TRUE(l.try_wait());
+}
+
+// A count_down that ran but whose reply was lost (the connection cut after the request) is
+// sent again with the same call id: the caller is not told it failed, and it counts once.
+TEST_F(Latch, ACountDownWhoseReplyWasLostCountsOnceAndSucceeds) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  client through(via);
+  latch l(through, "l-lost", 3);
+  l.count_down();  // the connection is made and the script loaded
+  proxy.cut_after_next_requests(1);
+  EXPECT_NO_THROW(l.count_down());
+  EXPECT_EQ(proxy.cut_after_request_count(), 1u) << "no reply was lost";
+  EXPECT_EQ(l.count(), 1) << "the resent count_down counted twice";
+}
+
+// A waiter whose subscription is cut while it waits (its subscriber's connection killed) falls
+// back to reading with backoff and subscribes again: the count_down is not missed, though the
+// waiter would look again only after a minute by itself.
+TEST_F(Latch, AWaiterWhoseSubscriptionIsCutStillSeesTheLatchOpen) {
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  client other(options());
+  latch counter(*pool, "l-cut", 1), waiter(other, "l-cut", 1, patient);
+  auto opened = std::async(std::launch::async, [&] { return waiter.wait_for(seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(waiter.key() + ":open") == 1; }));
+  admin->command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  counter.count_down();
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "the waiter missed the count_down";
+  EXPECT_TRUE(opened.get());
+}
+
+TEST_F(Latch, AnUnreachableServerIsAnErrorWithinTheTimeout) {
+  client_options nowhere = options();
+  nowhere.connection.port = redislock_test::free_port();
+  nowhere.connection.connect_timeout = milliseconds(200);
+  client c(nowhere);
+  const steady::time_point start = steady::now();
+  EXPECT_THROW(latch(c, "l-nowhere", 1), connection_error);
+  EXPECT_LT(steady::now() - start, seconds(2));
+}
+
+// An abandoned latch goes with its lease; its waiter is told it expired (never that it
+// opened), woken by the lease's end rather than by polling; later calls say so too, and an
+// object of the old latch never touches a new one made under the same name.
+TEST_F(Latch, AnAbandonedLatchExpiresAndItsWaiterIsToldSo) {
+  latch_options o = lease_of(milliseconds(300));
+  o.recheck_interval = seconds(60);
+  latch l(*pool, "l-abandoned", 2, o);
+  l.count_down();
+  const steady::time_point start = steady::now();
+  EXPECT_THROW(l.wait_for(seconds(5)), latch_expired_error);
+  EXPECT_GE(steady::now() - start, milliseconds(250));
+  EXPECT_LT(steady::now() - start, seconds(2)) << "slept past the lease's end";
+  EXPECT_THROW(l.try_wait(), latch_expired_error);
+  EXPECT_THROW(l.count_down(), latch_expired_error);
+  latch anew(*pool, "l-abandoned", 2);
+  EXPECT_TRUE(anew.created());
+  EXPECT_THROW(l.count_down(), latch_expired_error);
+  EXPECT_THROW(l.count(), latch_expired_error);
+  EXPECT_EQ(anew.count(), 2);
+}
+
+// An open latch stays open for one lease after the count_down that opened it, then goes.
+TEST_F(Latch, AnOpenLatchStaysOpenForItsLease) {
+  latch l(*pool, "l-open", 1, lease_of(milliseconds(800)));
+  l.count_down();
+  const long long pttl = admin->command({"PTTL", l.key()})->integer;
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 800);
+  latch late(*pool, "l-open", 1, lease_of(seconds(60)));
+  EXPECT_TRUE(late.try_wait());
+  EXPECT_LE(admin->command({"PTTL", l.key()})->integer, 800) << "joining an open latch restarted its lease";
+  EXPECT_TRUE(eventually([&] { return admin->command({"EXISTS", l.key()})->integer == 0; }, seconds(2)));
+  EXPECT_THROW(late.try_wait(), latch_expired_error);
+}
+
+TEST_F(Latch, AnotherKindOnTheNameIsWrongType) {
+  mutex m(*pool, "l-kind-m");
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_THROW(latch(*pool, "l-kind-m", 1), wrong_type_error);
+  m.unlock();
+  latch l(*pool, "l-kind", 1);
+  mutex m2(*pool, "l-kind");
+  EXPECT_THROW(m2.try_lock(), wrong_type_error);
+  reentrant_mutex r(*pool, "l-kind");
+  EXPECT_THROW(r.try_lock(), wrong_type_error);
+  shared_mutex s(*pool, "l-kind");
+  EXPECT_THROW(s.try_lock_shared(), wrong_type_error);
+  semaphore sem(*pool, "l-kind", 2);
+  EXPECT_THROW(sem.try_acquire(), wrong_type_error);
+  EXPECT_EQ(l.count(), 1);
+  admin->command({"SET", "redislock:{l-kind-s}", "x"});
+  EXPECT_THROW(latch(*pool, "l-kind-s", 1), wrong_type_error);
+}
+
+TEST_F(Latch, BadInputIsRefusedAndSendsNothing) {
+  latch l(*pool, "l-bad", 2);
+  redislock_test::command_monitor monitor(server->options());
+  monitor.take(*admin);
+  EXPECT_THROW(latch(*pool, "", 1), invalid_argument);
+  EXPECT_THROW(latch(*pool, "l-bad", -1), invalid_argument);
+  EXPECT_THROW(latch(*pool, "l-bad", max_latch_count + 1), invalid_argument);
+  EXPECT_THROW(latch(*pool, "l-bad", 2, lease_of(milliseconds(0))), invalid_argument);
+  EXPECT_THROW(latch(*pool, "l-bad", 2, lease_of(max_lease + milliseconds(1))), invalid_argument);
+  latch_options fast;
+  fast.recheck_interval = milliseconds(1);
+  EXPECT_THROW(latch(*pool, "l-bad", 2, fast), invalid_argument);
+  EXPECT_THROW(l.count_down(0), invalid_argument);
+  EXPECT_THROW(l.count_down(-1), invalid_argument);
+  EXPECT_THROW(l.arrive_and_wait(0), invalid_argument);
+  EXPECT_EQ(monitor.take(*admin), std::vector<std::string>{});
+  EXPECT_EQ(l.count(), 2);
+}
+
+// inspect() tells a latch from the lock kinds, with its counts, lease and listening clients;
+// force_release() leaves it alone.
+TEST_F(Latch, InspectShowsALatchAndForceReleaseLeavesItAlone) {
+  latch l(*pool, "l-inspect", 2, lease_of(seconds(30)));
+  auto opened = std::async(std::launch::async, [&] { return l.wait_for(seconds(10)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(l.key() + ":open") == 1; }));
+  lock_info i = inspect(*pool, "l-inspect");
+  EXPECT_EQ(i.kind, lock_kind::latch);
+  EXPECT_EQ(i.latch_count, 2);
+  EXPECT_EQ(i.latch_initial, 2);
+  EXPECT_GT(i.key_ttl.count(), 25000);
+  EXPECT_LE(i.key_ttl.count(), 30000);
+  EXPECT_EQ(i.waiters, 1);
+  EXPECT_FALSE(i.held());
+  i = force_release(*pool, "l-inspect");
+  EXPECT_EQ(i.kind, lock_kind::latch);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(opened.get());
+  EXPECT_EQ(inspect(*pool, "l-inspect").latch_count, 0);
+}
+
+// The permissions a latch needs beyond the mutex's (docs/latch.md, "ACL"): create, join,
+// count down, read and wait by the notice, under exactly those.
+TEST_F(Latch, TheDocumentedAclSuffices) {
+  if (version() < 60000) GTEST_SKIP() << "no ACL before Redis 6";
+  std::vector<std::string> acl = {"ACL", "SETUSER", "latcher", "reset", "on", ">latch-pw", "~redislock:*", "-@all",
+                                  "+evalsha", "+script|load", "+get", "+set", "+del", "+pexpire", "+pttl", "+time",
+                                  "+zadd", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+publish", "+subscribe",
+                                  "+unsubscribe", "+pubsub|numsub",
+                                  // the latch's additions
+                                  "+hmget", "+hexists", "+exists"};
+  for (const std::string& rule : redislock_test::acl_channel_rules(*admin, "redislock:*")) acl.push_back(rule);
+  admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
+  admin->command({"SCRIPT", "FLUSH"});
+  client_options as_latcher = options();
+  as_latcher.connection.user = "latcher";
+  as_latcher.connection.password = "latch-pw";
+  client c(as_latcher), c2(as_latcher);
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  latch a(c, "l-acl", 2), b(c2, "l-acl", 2, patient);
+  std::future<bool> opened = std::async(std::launch::async, [&] { return b.wait_for(seconds(10)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(a.key() + ":open") == 1; }));
+  a.count_down();
+  EXPECT_FALSE(b.try_wait());
+  EXPECT_EQ(b.count(), 1);
+  a.count_down();
+  ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "not woken by the notice";
+  EXPECT_TRUE(opened.get());
+  EXPECT_EQ(c2.wait_stats().fallback_waits, 0u);
+}
+
+TEST_F(Latch, AZeroCountLatchIsOpenAtOnce) {
+  latch l(*pool, "l-zero", 0);
+  EXPECT_TRUE(l.try_wait());
+  l.wait();
+  EXPECT_TRUE(l.wait_for(milliseconds(0)));
+}
+
+}  // namespace
