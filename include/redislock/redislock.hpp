@@ -18,6 +18,7 @@
 #include <redislock/reentrant_mutex.hpp>
 #include <redislock/shared_mutex.hpp>
 #include <redislock/semaphore.hpp>
+#include <redislock/election.hpp>
 #include <redislock/redlock.hpp>
 #include <redislock/lock_info.hpp>
 #include <redislock/observe.hpp>
