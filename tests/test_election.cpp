@@ -186,7 +186,8 @@ TEST_F(Election, WaitForChangeWakesOnResignationExpiryAndDeadline) {
   ASSERT_TRUE(seen && seen->value == "a");
 
   // Resignation.
-  auto changed = std::async(std::launch::async, [&] { return watcher.wait_for_change(seen, steady::now() + seconds(20)); });
+  auto changed =
+      std::async(std::launch::async, [&] { return watcher.wait_for_change(seen, steady::now() + seconds(20)); });
   ASSERT_TRUE(eventually([&] { return subscribers(a.key() + ":leader") == 1; }));
   a.resign();
   ASSERT_EQ(changed.wait_for(seconds(2)), std::future_status::ready) << "not woken by the notice";

@@ -137,8 +137,9 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   /// The current leader, read with one script: nullopt when nobody leads. Throws
   /// wrong_type_error when the name is used by another lock kind.
   std::optional<leader_info> leader() {
-    return this->client_.run(this->keys_.lock,
-                             [&](connection& c) { return parse_leader(run_script(c, detail::election_scripts::leader(), "#")); });
+    return this->client_.run(this->keys_.lock, [&](connection& c) {
+      return parse_leader(run_script(c, detail::election_scripts::leader(), "#"));
+    });
   }
 
   /// Waits until the leadership differs from `seen` (another grant, or nobody leading where
@@ -237,7 +238,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
         : a4(x4), a5(x5), a6(x6), a7(x7) {}
     std::string_view a4, a5, a6, a7;
   };
-  reply_ptr run_script(connection& c, const script& s, std::string_view token, const script_args& more = script_args()) const {
+  reply_ptr run_script(connection& c, const script& s, std::string_view token,
+                       const script_args& more = script_args()) const {
     return s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters, keys_.values},
                  {token, keys_.waiter_prefix, keys_.notices, more.a4, more.a5, more.a6, more.a7});
   }
@@ -279,7 +281,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
     const detail::steady::time_point sent = this->attempt_sent(mode);
     const std::string value = this->value();
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
-      return run_script(c, detail::election_scripts::attempt(), token_, script_args(lease_ms_, mode, wait_lease_ms_, value));
+      return run_script(c, detail::election_scripts::attempt(), token_,
+                        script_args(lease_ms_, mode, wait_lease_ms_, value));
     });
     if (detail::as_integer(detail::element(*r, 0)) == 1) return this->finish_attempt(sent);
     return std::chrono::milliseconds(detail::as_integer(detail::element(*r, 1)));

@@ -92,9 +92,10 @@ end
 /// announcement's `message` is scoped: the hand-off's own `message`, the token it is for, is
 /// published on the waiter's channel right after this.)
 inline std::string grant_lua(const char* who, const char* value) {
-  return std::string("local term = string.format('%d', next_fence(fence))\n") + "redis.call('HSET', lock, '@kind', 'election', '@owner', " +
-         who + ", '@value', " + value + ", '@term', term)\n" + "redis.call('PEXPIRE', lock, lease)\n" +
-         "do\n  local message = term\n" + announce_lua() + "end\n";
+  return std::string("local term = string.format('%d', next_fence(fence))\n") +
+         "redis.call('HSET', lock, '@kind', 'election', '@owner', " + who + ", '@value', " + value +
+         ", '@term', term)\n" + "redis.call('PEXPIRE', lock, lease)\n" + "do\n  local message = term\n" +
+         announce_lua() + "end\n";
 }
 
 /// The hand-off (detail/queue_lua.hpp) with the election's grant: the head's queued value is
