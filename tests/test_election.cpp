@@ -219,6 +219,32 @@ TEST_F(Election, ACampaignThatTimesOutLeavesTheQueue) {
   EXPECT_EQ(admin->command({"EXISTS", a.key()})->integer, 0) << "nobody was handed leadership";
 }
 
+// A hand-off notice that arrives after its campaign gave up (and left the queue) must not make
+// a later campaign of the same object the leader: leadership is still another's.
+TEST_F(Election, ANoticeLeftFromAnEarlierCampaignNeverMakesALaterOneLead) {
+  client other(options());
+  election a(*pool, "stale", quiet_waits()), b(other, "stale", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  std::string token;  // b's token while it queues
+  auto first = std::async(std::launch::async, [&] { return b.try_campaign_for("b", milliseconds(500)); });
+  ASSERT_TRUE(eventually([&] {
+    reply_ptr r = admin->command({"ZRANGE", a.key() + ":equeue", "0", "-1"});
+    if (r->elements != 1) return false;
+    token.assign(r->element[0]->str, r->element[0]->len);
+    return true;
+  }));
+  ASSERT_FALSE(first.get());
+  const std::string channel = a.key() + ":w:" + token.substr(0, token.rfind(':'));
+  ASSERT_EQ(admin->command({"PUBLISH", channel, token})->integer, 1) << "b keeps its channel between campaigns";
+  EXPECT_FALSE(b.try_campaign_for("b", milliseconds(300)));
+  EXPECT_FALSE(b.owns_lock());
+  const std::optional<leader_info> l = b.leader();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->owner, a.owner_id());
+  a.resign();
+  EXPECT_EQ(a.last_release(), release_status::released);
+}
+
 TEST_F(Election, BadInputIsRefusedAndSendsNothing) {
   reset_stats();
   EXPECT_THROW(election(*pool, ""), invalid_argument);
