@@ -19,6 +19,10 @@
 #include <thread>
 #include <vector>
 
+// Every member compiles for the other clients too.
+template class redislock::basic_election<redislock::sentinel_client>;
+template class redislock::basic_election<redislock::cluster_client>;
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -286,6 +290,19 @@ TEST_F(Election, AnotherKindOnTheSameNameIsWrongType) {
   election e2(*pool, "kind2");
   EXPECT_THROW(e2.try_campaign("v"), wrong_type_error);
   r2.unlock();
+}
+
+// inspect() never takes an election for a mutex, and force_release() does not touch it.
+TEST_F(Election, InspectReportsAForeignHashAndForceReleaseLeavesItAlone) {
+  election e(*pool, "inspected");
+  ASSERT_TRUE(e.try_campaign("v"));
+  const lock_info info = inspect(*pool, "inspected");
+  EXPECT_EQ(info.kind, lock_kind::foreign);
+  EXPECT_EQ(info.foreign_type, "hash");
+  EXPECT_EQ(force_release(*pool, "inspected").kind, lock_kind::foreign);
+  EXPECT_TRUE(e.still_held());
+  e.resign();
+  EXPECT_EQ(e.last_release(), release_status::released);
 }
 
 }  // namespace
