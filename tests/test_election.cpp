@@ -249,6 +249,34 @@ TEST_F(Election, ANoticeLeftFromAnEarlierCampaignNeverMakesALaterOneLead) {
   EXPECT_EQ(a.last_release(), release_status::released);
 }
 
+// Leadership granted to a campaign whose notice it never read before its deadline passed (here
+// written by hand, as a resignation whose notice was lost would leave it): the campaign's last
+// attempt finds leadership its own and reports it, rather than leave it on a token nobody uses
+// until its lease runs out.
+TEST_F(Election, AGrantThatReachedACampaignAtItsDeadlineIsKept) {
+  client other(options());
+  election a(*pool, "deadline", quiet_waits()), b(other, "deadline", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  std::string token;
+  auto got = std::async(std::launch::async, [&] { return b.try_campaign_for("b", milliseconds(400)); });
+  ASSERT_TRUE(eventually([&] {
+    reply_ptr r = admin->command({"ZRANGE", a.key() + ":equeue", "0", "-1"});
+    if (r->elements != 1) return false;
+    token.assign(r->element[0]->str, r->element[0]->len);
+    return true;
+  }));
+  // a's leadership goes to b without a notice.
+  admin->command({"HSET", a.key(), "@owner", token, "@value", "b"});
+  ASSERT_TRUE(got.get()) << "the last attempt found leadership its own";
+  EXPECT_TRUE(b.owns_lock());
+  EXPECT_EQ(b.owner_id(), token);
+  EXPECT_TRUE(b.still_held());
+  EXPECT_EQ(a.resign_and_report(), release_status::lease_expired);
+  b.resign();
+  EXPECT_EQ(b.last_release(), release_status::released);
+  EXPECT_EQ(admin->command({"EXISTS", a.key()})->integer, 0);
+}
+
 TEST_F(Election, BadInputIsRefusedAndSendsNothing) {
   reset_stats();
   EXPECT_THROW(election(*pool, ""), invalid_argument);
