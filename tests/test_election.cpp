@@ -5,6 +5,7 @@
 #include "lost_signal.hpp"
 #include "redis_keys.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -275,6 +276,61 @@ TEST_F(Election, AGrantThatReachedACampaignAtItsDeadlineIsKept) {
   b.resign();
   EXPECT_EQ(b.last_release(), release_status::released);
   EXPECT_EQ(admin->command({"EXISTS", a.key()})->integer, 0);
+}
+
+// Replies lost on the way back (the connection cut after the request; the server ran it).
+struct lost_replies {
+  explicit lost_replies(redislock_test::server_test& t) : proxy(t.server->port()), through(via(t, proxy)) {}
+  static client_options via(redislock_test::server_test& t, redislock_test::tcp_proxy& p) {
+    client_options o = t.options();
+    o.connection.port = p.port();
+    o.connection.connect_timeout = milliseconds(300);
+    o.connection.command_timeout = milliseconds(300);
+    return o;
+  }
+  redislock_test::tcp_proxy proxy;
+  client through;
+};
+
+// A campaign that was granted leadership but never heard it, by an object that then goes: the
+// failing call gives leadership back (owner-checked) instead of leaving the election to a
+// token nobody uses for a whole lease (20 s).
+TEST_F(Election, ACampaignWhoseReplyWasLostLeavesNoLeaderBehind) {
+  lost_replies lost(*this);
+  {
+    election e(lost.through, "lost-campaign", quiet_waits());
+    ASSERT_TRUE(e.try_campaign("warm-up"));  // the connection is made and the scripts are loaded
+    e.resign();
+    // A grant writes the leader's hash with HSET (counted in INFO commandstats from a script).
+    const auto granted = [&] { return redislock_test::command_calls(*admin, "hset"); };
+    const long long granted_before = granted();
+    lost.proxy.cut_after_next_requests(1);
+    EXPECT_ANY_THROW(e.try_campaign("lost"));
+    EXPECT_TRUE(eventually([&] { return granted() > granted_before; })) << "the attempt was not granted";
+    EXPECT_FALSE(e.owns_lock());
+  }
+  election other(*pool, "lost-campaign", quiet_waits());
+  EXPECT_TRUE(other.try_campaign_for("other", seconds(2))) << "the unheard grant stays for its whole lease";
+  if (other.owns_lock()) other.resign();
+}
+
+// A resignation whose reply was lost: reported as failed (resign_and_report() throws, resign()
+// records it), never as released, and the local leadership is dropped either way.
+TEST_F(Election, AResignationWhoseReplyWasLostIsReportedFailed) {
+  lost_replies lost(*this);
+  election e(lost.through, "lost-resign", quiet_waits());
+  for (const bool reporting : {true, false}) {
+    SCOPED_TRACE(reporting);
+    ASSERT_TRUE(e.try_campaign("v"));
+    lost.proxy.cut_after_next_requests(1);
+    if (reporting) EXPECT_ANY_THROW(e.resign_and_report());
+    else e.resign();
+    EXPECT_EQ(e.last_release(), release_status::failed);
+    EXPECT_FALSE(e.owns_lock());
+    EXPECT_TRUE(eventually([&] {
+      return admin->command({"EXISTS", e.key()})->integer == 0;
+    })) << "the resignation ran on the server";
+  }
 }
 
 TEST_F(Election, BadInputIsRefusedAndSendsNothing) {
