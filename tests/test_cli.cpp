@@ -321,6 +321,10 @@ TEST_F(cli_test, ElectRunsTheCommandWhileItLeads) {
   EXPECT_EQ(l->value, "host-b");
   EXPECT_EQ(std::to_string(l->term), term);
   EXPECT_GT(l->term, first_term);
+  const result status = run({"status", "sched"});
+  EXPECT_EQ(status.status, 0) << status.err;
+  EXPECT_NE(status.out.find("sched: held (election)\n  leader " + l->owner + " (object "), std::string::npos)
+      << status.out;
   admin->command({"DEL", "redislock:{sched}"});  // leadership taken away: COMMAND is stopped
   EXPECT_EQ(t.wait(), 76) << t.err();
   EXPECT_NE(t.err().find("lost the lock 'sched'"), std::string::npos) << t.err();

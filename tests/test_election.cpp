@@ -376,17 +376,48 @@ TEST_F(Election, AnotherKindOnTheSameNameIsWrongType) {
   r2.unlock();
 }
 
-// inspect() never takes an election for a mutex, and force_release() does not touch it.
-TEST_F(Election, InspectReportsAForeignHashAndForceReleaseLeavesItAlone) {
-  election e(*pool, "inspected");
-  ASSERT_TRUE(e.try_campaign("v"));
+// inspect() shows the leader as the one holder; force_release() hands leadership to the
+// waiting campaigner with a new term (woken by its notice), and the removed leader learns it.
+TEST_F(Election, InspectShowsTheLeaderAndForceReleaseHandsLeadershipOn) {
+  client other(options());
+  election a(*pool, "inspected", quiet_waits()), b(other, "inspected", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  const std::uint64_t a_term = a.term();
+  auto got = std::async(std::launch::async, [&] { return b.try_campaign_for("b", seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
   const lock_info info = inspect(*pool, "inspected");
-  EXPECT_EQ(info.kind, lock_kind::foreign);
-  EXPECT_EQ(info.foreign_type, "hash");
-  EXPECT_EQ(force_release(*pool, "inspected").kind, lock_kind::foreign);
-  EXPECT_TRUE(e.still_held());
-  e.resign();
-  EXPECT_EQ(e.last_release(), release_status::released);
+  EXPECT_EQ(info.kind, lock_kind::election);
+  ASSERT_EQ(info.holders.size(), 1u);
+  EXPECT_EQ(info.holders[0].owner, a.owner_id());
+  EXPECT_EQ(info.holders[0].role, "leader");
+  EXPECT_GT(info.holders[0].remaining, seconds(19));
+  EXPECT_EQ(info.waiters, 1);
+  EXPECT_EQ(info.last_fence, a_term);
+
+  const lock_info removed = force_release(*pool, "inspected");
+  EXPECT_EQ(removed.kind, lock_kind::election);
+  ASSERT_EQ(removed.holders.size(), 1u);
+  EXPECT_EQ(removed.holders[0].owner, a.owner_id());
+  ASSERT_EQ(got.wait_for(seconds(2)), std::future_status::ready) << "not handed leadership";
+  ASSERT_TRUE(got.get());
+  const std::optional<leader_info> l = b.leader();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->value, "b");
+  EXPECT_GT(l->term, a_term);
+  EXPECT_FALSE(a.extend());
+  EXPECT_TRUE(a.lost());
+  EXPECT_EQ(a.resign_and_report(), release_status::lease_expired);
+
+  // Nobody waiting: the key goes, and an observer is told.
+  std::optional<leader_info> seen = a.leader();
+  auto changed = std::async(std::launch::async, [&] { return a.wait_for_change(seen, steady::now() + seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return subscribers(a.key() + ":leader") == 1; }));
+  EXPECT_EQ(force_release(*pool, "inspected").kind, lock_kind::election);
+  ASSERT_EQ(changed.wait_for(seconds(2)), std::future_status::ready) << "the observer was not told";
+  EXPECT_TRUE(changed.get());
+  EXPECT_FALSE(seen);
+  EXPECT_EQ(inspect(*pool, "inspected").kind, lock_kind::none);
+  EXPECT_EQ(b.resign_and_report(), release_status::lease_expired);
 }
 
 }  // namespace

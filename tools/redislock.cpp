@@ -492,7 +492,8 @@ std::string text(const redislock::lock_info& i) {
   s << "\n";
   for (const auto& h : i.holders) {
     s << "  " << h.role << " " << h.owner;
-    const bool one_hold = i.kind == redislock::lock_kind::mutex || i.kind == redislock::lock_kind::semaphore;
+    const bool one_hold = i.kind == redislock::lock_kind::mutex || i.kind == redislock::lock_kind::semaphore ||
+                          i.kind == redislock::lock_kind::election;
     if (one_hold) s << " (object " << h.object_id() << ")";
     if (h.count != 1 || !one_hold) s << ", count " << h.count;
     s << ", " << seconds(h.remaining) << "\n";
