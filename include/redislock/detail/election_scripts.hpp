@@ -202,8 +202,9 @@ return redis.call('PTTL', lock)
 inline const script& leader() {
   static const script s(prelude_lua() + R"lua(
 if not owner then return {} end
-local h = redis.call('HMGET', lock, '@value', '@term')
-return {owner, h[1] or '', tonumber(h[2] or '0'), redis.call('PTTL', lock)}
+-- HGET rather than HMGET: the commands every kind's ACL grants (docs/guarantees.md).
+local value, term = redis.call('HGET', lock, '@value'), redis.call('HGET', lock, '@term')
+return {owner, value or '', tonumber(term or '0'), redis.call('PTTL', lock)}
 )lua");
   return s;
 }
