@@ -15,11 +15,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <atomic>
 #include <future>
 #include <thread>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
