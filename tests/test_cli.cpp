@@ -22,8 +22,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -231,8 +233,12 @@ TEST_F(cli_test, BadUrlFromTheEnvironmentIsAUsageError) {
 }
 
 TEST_F(cli_test, HelpPagesHaveExamples) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"--help"}, {"help", "run"}, {"run", "--help"}, {"status", "--help"}, {"break", "-h"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"--help"},
+                                                                                    {"help", "run"},
+                                                                                    {"run", "--help"},
+                                                                                    {"elect", "--help"},
+                                                                                    {"status", "--help"},
+                                                                                    {"break", "-h"}}) {
     const result r = run(args);
     EXPECT_EQ(r.status, 0) << args[0];
     EXPECT_NE(r.out.find("SYNOPSIS"), std::string::npos) << args[0];
@@ -286,6 +292,43 @@ TEST_F(cli_test, NotObtainedGivesTheConflictCode) {
   EXPECT_EQ(run({"run", "--wait", "150ms", "--conflict-exit-code", "9", "job", "--", "echo", "ran"}).status, 9);
   holder.unlock();
   EXPECT_EQ(run({"run", "--no-wait", "job", "--", "echo", "ran"}).out, "ran\n");
+}
+
+// `elect` runs COMMAND while it leads: the leader's value and term are what the library's
+// observers read, another leader means the conflict code, COMMAND's end resigns, and a lost
+// leadership stops COMMAND (exit 76).
+TEST_F(cli_test, ElectRunsTheCommandWhileItLeads) {
+  const result once = run({"elect", "sched", "--value", "host-a", "--", "sh", "-c", "echo $REDISLOCK_FENCING_TOKEN"});
+  EXPECT_EQ(once.status, 0) << once.err;
+  const std::uint64_t first_term = std::stoull(once.out);
+  EXPECT_FALSE(exists("redislock:{sched}")) << "resigned when the command ended";
+
+  redislock::election library(*pool, "sched");
+  ASSERT_TRUE(library.try_campaign("library"));
+  const result busy = run({"elect", "--no-wait", "sched", "--", "echo", "ran"});
+  EXPECT_EQ(busy.status, 75) << busy.err;
+  EXPECT_TRUE(busy.out.empty());
+  EXPECT_NE(busy.err.find("has another leader"), std::string::npos) << busy.err;
+  library.resign();
+
+  tool t({"elect", "--lease", "1500ms", "sched", "--value", "host-b", "--", "sh", "-c",
+          "echo $REDISLOCK_FENCING_TOKEN; echo ready; while :; do sleep 0.02; done"},
+         url());
+  const std::string term = t.line();
+  ASSERT_EQ(t.line(), "ready");
+  const std::optional<redislock::leader_info> l = library.leader();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->value, "host-b");
+  EXPECT_EQ(std::to_string(l->term), term);
+  EXPECT_GT(l->term, first_term);
+  const result status = run({"status", "sched"});
+  EXPECT_EQ(status.status, 0) << status.err;
+  EXPECT_NE(status.out.find("sched: held (election)\n  leader " + l->owner + " (object "), std::string::npos)
+      << status.out;
+  admin->command({"DEL", "redislock:{sched}"});  // leadership taken away: COMMAND is stopped
+  EXPECT_EQ(t.wait(), 76) << t.err();
+  EXPECT_NE(t.err().find("lost the lock 'sched'"), std::string::npos) << t.err();
+  EXPECT_EQ(run({"elect", "--shared", "sched", "--", "true"}).status, 2) << "elect takes no lock kind";
 }
 
 // Children record when they start and end; no two intervals of the same NAME may overlap.

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -157,6 +158,7 @@ struct one_permit_semaphore : basic_semaphore<Client> {
       : basic_semaphore<Client>(c, std::move(name), 1, std::move(o)) {}
 };
 using semaphore_kind = exclusive_kind<one_permit_semaphore>;
+using election_kind = exclusive_kind<basic_election>;  // lock(): a campaign with an empty value
 
 // Subscribers on the node at `port` to the shard channel (PUBSUB SHARDNUMSUB).
 long long shard_subscribers(int port, const std::string& channel) {
@@ -373,6 +375,8 @@ TEST(Cluster, SharedMutexWriterOnEveryMaster) { hold_wait_renew_release<shared_w
 TEST(Cluster, SharedMutexReaderWaitsForWriterOnEveryMaster) { hold_wait_renew_release<shared_read_kind>("shared-r-"); }
 TEST(Cluster, SemaphoreOnEveryMaster) { hold_wait_renew_release<semaphore_kind>("semaphore-"); }
 TEST(Cluster, SemaphoreWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<semaphore_kind>("notice-semaphore-"); }
+TEST(Cluster, ElectionOnEveryMaster) { hold_wait_renew_release<election_kind>("election-"); }
+TEST(Cluster, ElectionCampaignerWokenByNoticeOnEveryMaster) { woken_by_notice<election_kind>("notice-election-"); }
 TEST(Cluster, MutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<mutex_kind>("notice-mutex-"); }
 TEST(Cluster, FairMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<fair_mutex_kind>("notice-fair-"); }
 TEST(Cluster, ReentrantMutexWaiterWokenByNoticeOnEveryMaster) { woken_by_notice<reentrant_kind>("notice-reentrant-"); }
@@ -381,6 +385,41 @@ TEST(Cluster, SharedMutexReaderWokenByNoticeOnEveryMaster) { woken_by_notice<sha
 
 // Fair mode on a cluster: waiters of three clients (seeded on different nodes) that queued
 // one after the other get the lock in that order, each handed it by a sharded notice.
+// An observer of an election on each master: woken by the resignation's sharded broadcast on
+// the election's own node (its timers are 20 s and 60 s away), and it reads the new leader.
+TEST(Cluster, ElectionObserverWokenByShardedNoticeOnEveryMaster) {
+  cluster_client leader_client(cluster->options()), observer_client(cluster->uri());
+  const std::vector<std::string> names = names_on_every_master(leader_client, "observed-");
+  ASSERT_EQ(names.size(), 3u);
+  lock_options o;
+  o.lease = seconds(20);
+  o.recheck_interval = seconds(60);
+  slow_backoff(o);
+  for (const std::string& n : names) {
+    basic_election<cluster_client> leader(leader_client, n, o), next(leader_client, n, o),
+        observer(observer_client, n, o);
+    ASSERT_TRUE(leader.try_campaign("first"));
+    std::optional<leader_info> seen = observer.leader();
+    ASSERT_TRUE(seen && seen->value == "first") << n;
+    auto changed =
+        std::async(std::launch::async, [&] { return observer.wait_for_change(seen, steady::now() + seconds(20)); });
+    const std::string node = leader_client.node_of("{" + n + "}");
+    const int port = std::stoi(node.substr(node.rfind(':') + 1));
+    ASSERT_TRUE(eventually([&] { return shard_subscribers(port, leader.key() + ":leader") == 1; }, seconds(10))) << n;
+    leader.resign();
+    ASSERT_EQ(changed.wait_for(seconds(5)), std::future_status::ready) << n << ": not woken by the notice";
+    ASSERT_TRUE(changed.get()) << n;
+    EXPECT_FALSE(seen) << n;
+    ASSERT_TRUE(next.try_campaign("second")) << n;
+    ASSERT_TRUE(observer.wait_for_change(seen, steady::now() + seconds(5))) << n;
+    ASSERT_TRUE(seen) << n;
+    EXPECT_EQ(seen->value, "second") << n;
+    EXPECT_EQ(seen->term, next.term()) << n;
+    next.resign();
+  }
+  EXPECT_EQ(observer_client.wait_stats().fallback_waits, 0u);
+}
+
 TEST(Cluster, FairMutexHandsOffInFifoOrder) {
   cluster_client holder_client(cluster->options());
   const std::vector<int> masters = cluster->masters();

@@ -1,10 +1,9 @@
 // What every lock kind promises alike, one typed suite over them all (mutex, fair mutex,
-// reentrant mutex, both sides of the shared mutex, and a semaphore of one permit): round trips per uncontended cycle,
-// deadlines kept to the millisecond, destruction releases, stale and idle releases, lost
-// reporting, extend rules, hand-off under contention, bad input, fencing tokens, and the
-// queued hand-off (QueuedHandOff, below). What differs between kinds is data in the kind
-// structs (round trips, recursion, whether the side is exclusive), never the test.
-// Per-kind suites (test_mutex.cpp, test_reentrant_mutex.cpp, ...) keep what is their own.
+// reentrant mutex, both sides of the shared mutex, a semaphore of one permit and an election): round trips per
+// uncontended cycle, deadlines kept to the millisecond, destruction releases, stale and idle releases, lost reporting,
+// extend rules, hand-off under contention, bad input, fencing tokens, and the queued hand-off (QueuedHandOff, below).
+// What differs between kinds is data in the kind structs (round trips, recursion, whether the side is exclusive), never
+// the test. Per-kind suites (test_mutex.cpp, test_reentrant_mutex.cpp, ...) keep what is their own.
 #include "eventually.hpp"
 #include "lost_signal.hpp"
 #include "redis_keys.hpp"
@@ -102,6 +101,9 @@ struct one_permit_semaphore : semaphore {
       : semaphore(c, std::move(name), 1, std::move(o)) {}
 };
 using semaphore_kind = exclusive_kind<one_permit_semaphore, false>;  // two scripts
+// An election: lock() campaigns with an empty value, unlock() resigns; the leadership is an
+// exclusive hold (test_election.cpp has what is its own).
+using election_kind = exclusive_kind<election, false>;  // two scripts
 
 template <class Kind>
 struct LockContract : redislock_test::server_test {
@@ -157,8 +159,8 @@ struct LockContract : redislock_test::server_test {
   }
 };
 
-using Kinds =
-    ::testing::Types<mutex_kind, fair_mutex_kind, reentrant_kind, shared_write_kind, shared_read_kind, semaphore_kind>;
+using Kinds = ::testing::Types<mutex_kind, fair_mutex_kind, reentrant_kind, shared_write_kind, shared_read_kind,
+                               semaphore_kind, election_kind>;
 TYPED_TEST_SUITE(LockContract, Kinds);
 
 // --- cost -----------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ static_assert(common_members_noexcept<shared_mutex>());
 static_assert(common_members_noexcept<redlock>());
 static_assert(common_members_noexcept<semaphore>());
 static_assert(noexcept(std::declval<semaphore&>().release()));
+static_assert(common_members_noexcept<election>());
+static_assert(noexcept(std::declval<election&>().resign()));
 
 template <class Lock>
 constexpr bool client_noexcept() {
@@ -58,7 +60,8 @@ constexpr bool reports_release() {
   return std::is_same_v<decltype(std::declval<Lock&>().unlock_and_report()), release_status>;
 }
 static_assert(reports_release<mutex>() && reports_release<reentrant_mutex>() && reports_release<shared_mutex>() &&
-              reports_release<redlock>() && reports_release<semaphore>());
+              reports_release<redlock>() && reports_release<semaphore>() && reports_release<election>());
+static_assert(std::is_same_v<decltype(std::declval<election&>().resign_and_report()), release_status>);
 static_assert(std::is_same_v<decltype(std::declval<shared_mutex&>().unlock_shared_and_report()), release_status>);
 
 struct MembersTest : redislock_test::server_test {

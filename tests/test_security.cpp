@@ -11,6 +11,7 @@
 #include <atomic>
 #include <exception>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -291,6 +292,25 @@ TEST(Security, EveryLockKindWorksWithTheDocumentedAcl) {
 
   shared_cycle(c, admin);
 
+  // An election: campaign, read the leader, a campaigner handed leadership, an observer told.
+  election leader(c, "acl-election"), next(other, "acl-election");
+  leader.campaign("a");
+  EXPECT_GT(leader.term(), 0u);
+  std::optional<leader_info> seen = next.leader();
+  ASSERT_TRUE(seen && seen->value == "a");
+  auto campaigned = std::async(std::launch::async, [&] { return next.try_campaign_for("b", seconds(10)); });
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin.command({"ZCARD", "redislock:{acl-election}:equeue"})->integer == 1;
+  }));
+  leader.resign();
+  EXPECT_EQ(leader.last_release(), release_status::released);
+  ASSERT_EQ(campaigned.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(campaigned.get());
+  EXPECT_TRUE(leader.wait_for_change(seen, std::chrono::steady_clock::now() + seconds(2)));
+  ASSERT_TRUE(seen && seen->value == "b");
+  next.resign();
+  EXPECT_EQ(next.last_release(), release_status::released);
+
   lock_options fair;
   fair.fair = true;
   mutex first(c, "acl-fair", fair), second(c, "acl-fair", fair);
@@ -315,9 +335,15 @@ TEST(Security, InspectAndForceReleaseWorkWithTheDocumentedAcl) {
   mutex m(c, "acl-break-m");
   reentrant_mutex r(c, "acl-break-r");
   shared_mutex s(c, "acl-break-s");
+  election e(c, "acl-break-e");
   m.lock();
   r.lock();
   s.lock_shared();
+  e.campaign("v");
+  EXPECT_EQ(inspect(c, "acl-break-e").kind, lock_kind::election);
+  EXPECT_EQ(force_release(c, "acl-break-e").kind, lock_kind::election);
+  EXPECT_EQ(inspect(c, "acl-break-e").kind, lock_kind::none);
+  EXPECT_EQ(e.resign_and_report(), release_status::lease_expired);
   EXPECT_EQ(inspect(c, "acl-break-s").kind, lock_kind::shared);
   EXPECT_EQ(force_release(c, "acl-break-m").kind, lock_kind::mutex);
   EXPECT_EQ(force_release(c, "acl-break-r").kind, lock_kind::reentrant);

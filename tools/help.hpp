@@ -9,6 +9,7 @@ inline const char* main_help() {
 
 SYNOPSIS
     redislock run [OPTIONS] NAME -- COMMAND [ARGS...]
+    redislock elect [OPTIONS] NAME [--value V] -- COMMAND [ARGS...]
     redislock status [OPTIONS] NAME...
     redislock top [OPTIONS] [PREFIX]
     redislock break [OPTIONS] NAME
@@ -19,6 +20,7 @@ DESCRIPTION
     shell scripts using this tool exclude each other on the same NAME.
 
     run     hold NAME while COMMAND runs (the lease is renewed in the background)
+    elect   campaign for leadership of the election NAME, run COMMAND while leading
     status  show who holds NAME, how long its lease lasts, waiters, the last fencing token
             (--watch: refreshed until Ctrl-C)
     top     the busiest names under a prefix: holders, waiters, lease left (SCAN, bounded)
@@ -41,7 +43,8 @@ DURATIONS
     A number with a unit: 500ms, 30s, 5m, 1h (fractions allowed: 1.5s). No unit means seconds.
 
 EXIT STATUS
-    run       the command's exit status (128+N when it was killed by signal N), or:
+    run, elect
+              the command's exit status (128+N when it was killed by signal N), or:
               75 (--conflict-exit-code) the lock was not obtained (--no-wait, --wait ran out)
               76 the lease was lost, or renewals went unconfirmed until it could run out,
                  while the command ran (it was stopped, --on-lost)
@@ -208,6 +211,51 @@ EXAMPLES
 
     # at most 4 encoders at once across the fleet
     redislock run --permits 4 encoders -- ./encode.sh
+)";
+}
+
+inline const char* elect_help() {
+  return R"(NAME
+    redislock elect - run a command while leading an election
+
+SYNOPSIS
+    redislock elect [OPTIONS] NAME [--value V] -- COMMAND [ARGS...]
+
+DESCRIPTION
+    Campaigns for leadership of the election NAME (redislock::election: one leader per NAME
+    at a time), waits until it leads, then runs COMMAND while it leads, and resigns when
+    COMMAND exits: the longest waiting "redislock elect" of NAME (or program using the
+    library) leads next, at once. Leadership is a lease renewed in the background, exactly
+    like the lock of "redislock run": everything "redislock run --help" says about waiting,
+    signals, the lease and losing it applies (COMMAND is stopped when leadership is lost).
+
+    V (default "<host name>:<pid>") is what every observer reads as the leader's value
+    (redislock::election::leader()), e.g. the address where the leader serves.
+
+    COMMAND gets in its environment:
+      REDISLOCK_NAME            NAME
+      REDISLOCK_FENCING_TOKEN   the leader's term: higher for every new leader of NAME. Pass
+                                it with every write, and have the storage refuse a term
+                                lower than one it has seen
+      REDISLOCK_LEASE_MS        the lease in milliseconds
+
+OPTIONS
+    --value V                  the leader's value (before or after NAME)
+    --wait DUR, --no-wait, --conflict-exit-code N, --lease DUR, --on-lost term|kill|ignore,
+    --kill-after DUR           as for "redislock run" (not leading counts as not obtained)
+    --url, --prefix, --timeout see "redislock --help"
+
+EXIT STATUS
+    As "redislock run": COMMAND's status; 75 (or --conflict-exit-code) another leads (with
+    --no-wait, or when --wait ran out); 76 leadership lost while COMMAND ran; 126, 127; 2 bad
+    usage; 69 Redis unreachable or refused (NAME used by another kind of lock).
+
+EXAMPLES
+    # one scheduler in the fleet; the others wait to take over
+    redislock elect --lease 10s scheduler --value "$(hostname):8080" -- ./scheduler
+
+    # try once; exit quietly when another host leads
+    redislock elect --no-wait --conflict-exit-code 0 compactor -- ./compact.sh
 )";
 }
 

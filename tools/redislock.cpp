@@ -1,4 +1,5 @@
-// redislock — the command-line tool: `run` a command under a lock, `status` (once or
+// redislock — the command-line tool: `run` a command under a lock, `elect` (run it while
+// leading an election), `status` (once or
 // --watch), `top` (the busiest names under a prefix), `break`.
 // Every usage mistake is found before anything is sent to Redis (exit 2); see help.hpp for
 // the exit statuses.
@@ -152,8 +153,9 @@ bool wants_help(const std::vector<std::string>& args) {
 struct run_options {
   common_options common;
   std::string name;
-  enum class kind { mutex, read, write, semaphore } lock_kind = kind::mutex;
+  enum class kind { mutex, read, write, semaphore, election } lock_kind = kind::mutex;
   std::int64_t permits = 0;                       // --permits N (kind::semaphore)
+  std::string value;                              // --value V (kind::election, `elect`)
   std::optional<std::chrono::milliseconds> wait;  // nullopt: forever
   int conflict_code = exit_conflict;
   stop_policy stop;  // --on-lost, --kill-after (fit_kill_after)
@@ -192,6 +194,13 @@ void fit_kill_after(stop_policy& stop, const std::optional<std::chrono::millisec
   stop.kill_after = given.value_or(std::min(milliseconds(10000), fits));
 }
 
+// What `elect` shows as the leader's value without --value: "<host name>:<pid>".
+std::string default_leader_value() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(host[0] != '\0' ? host : "localhost") + ":" + std::to_string(::getpid());
+}
+
 // --shared, --write and --permits choose the kind of lock: one at most.
 void set_kind(run_options& o, run_options::kind k, const char* option) {
   if (o.lock_kind != run_options::kind::mutex && o.lock_kind != k)
@@ -199,14 +208,20 @@ void set_kind(run_options& o, run_options::kind k, const char* option) {
   o.lock_kind = k;
 }
 
-run_options parse_run(arg_cursor a) {
+// `run` and `elect` (which campaigns for leadership of NAME instead of taking a lock, with
+// --value, before or after NAME; it takes no --shared, --write, --permits or --fair).
+run_options parse_run(arg_cursor a, const std::string& sub = "run") {
+  const bool elect = sub == "elect";
   run_options o;
+  if (elect) o.lock_kind = run_options::kind::election;
   o.common.lock.lease = std::chrono::milliseconds(30000);
   std::optional<std::chrono::milliseconds> kill_after;
   std::string v;
   while (a.at_option()) {
     if (o.common.parse(a)) continue;
-    if (a.option("--wait", &v)) {
+    if (elect && a.option("--value", &v)) {
+      o.value = v;
+    } else if (a.option("--wait", &v)) {
       o.wait = parse_duration(v, "--wait");
     } else if (a.option("--no-wait")) {
       o.wait = std::chrono::milliseconds(0);
@@ -215,14 +230,14 @@ run_options parse_run(arg_cursor a) {
     } else if (a.option("--lease", &v)) {
       o.common.lock.lease = parse_duration(v, "--lease");
       if (o.common.lock.lease.count() <= 0) throw usage_error("bad --lease '" + v + "': must be positive");
-    } else if (a.option("--shared")) {
+    } else if (!elect && a.option("--shared")) {
       set_kind(o, run_options::kind::read, "--shared");
-    } else if (a.option("--write")) {
+    } else if (!elect && a.option("--write")) {
       set_kind(o, run_options::kind::write, "--write");
-    } else if (a.option("--permits", &v)) {
+    } else if (!elect && a.option("--permits", &v)) {
       set_kind(o, run_options::kind::semaphore, "--permits");
       o.permits = parse_int(v, "--permits", 1, static_cast<int>(redislock::max_permits));
-    } else if (a.option("--fair")) {
+    } else if (!elect && a.option("--fair")) {
       o.common.lock.fair = true;
     } else if (a.option("--on-lost", &v)) {
       if (v == "term") {
@@ -237,19 +252,22 @@ run_options parse_run(arg_cursor a) {
     } else if (a.option("--kill-after", &v)) {
       kill_after = parse_duration(v, "--kill-after");
     } else {
-      unknown_option("run", a.peek());
+      unknown_option(sub, a.peek());
     }
   }
-  if (a.done() || a.peek() == "--")
-    throw usage_error("run: missing NAME (usage: redislock run [OPTIONS] NAME -- COMMAND)");
+  const std::string usage =
+      "(usage: redislock " + sub + " [OPTIONS] NAME" + (elect ? " [--value V]" : "") + " -- COMMAND)";
+  if (a.done() || a.peek() == "--") throw usage_error(sub + ": missing NAME " + usage);
   o.name = a.take();
+  if (elect && !a.done() && a.option("--value", &v)) o.value = v;
   if (a.done() || a.peek() != "--") {
-    throw usage_error(a.done() ? "run: missing '--' before COMMAND (usage: redislock run [OPTIONS] NAME -- COMMAND)"
-                               : "run: expected '--' after NAME, got '" + a.peek() + "' (options go before NAME)");
+    throw usage_error(a.done() ? sub + ": missing '--' before COMMAND " + usage
+                               : sub + ": expected '--' after NAME, got '" + a.peek() + "' (options go before NAME)");
   }
   a.take();
   o.command = a.rest();
-  if (o.command.empty()) throw usage_error("run: missing COMMAND after '--'");
+  if (o.command.empty()) throw usage_error(sub + ": missing COMMAND after '--'");
+  if (elect && o.value.empty()) o.value = default_leader_value();
   fit_kill_after(o.stop, kill_after, o.common.lock.lease);
   o.common.lock.auto_renew = true;
   o.common.finish();
@@ -321,6 +339,25 @@ struct held {
   }
 };
 
+// `elect`: leadership of NAME is the hold; its term is the fencing token COMMAND gets.
+template <class Election>
+struct held_leadership {
+  Election& election;
+  std::string value;
+  bool acquire(const std::optional<std::chrono::milliseconds>& wait) {
+    if (!wait) {
+      election.campaign(value);
+      return true;
+    }
+    return wait->count() == 0 ? election.try_campaign(value) : election.try_campaign_for(value, *wait);
+  }
+  std::uint64_t token() { return election.term(); }
+  std::optional<std::chrono::steady_clock::time_point> confirmed_until() const noexcept {
+    return election.lease_confirmed_until();
+  }
+  redislock::release_status unlock_and_report() { return election.resign_and_report(); }
+};
+
 template <class Hold>
 int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lost) {
   bool acquired = false;
@@ -329,7 +366,8 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     acquired = hold.acquire(o.wait);
   }
   if (!acquired) {
-    say("the lock '" + o.name + "' is held by someone else" +
+    say((o.lock_kind == run_options::kind::election ? "the election '" + o.name + "' has another leader"
+                                                    : "the lock '" + o.name + "' is held by someone else") +
         (o.wait && o.wait->count() > 0 ? " (waited " + std::to_string(o.wait->count()) + " ms)" : ""));
     return o.conflict_code;
   }
@@ -370,8 +408,8 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
   return out.status;
 }
 
-int run(const std::vector<std::string>& args) {
-  const run_options o = parse_run(arg_cursor(args));
+int run(const std::vector<std::string>& args, const std::string& sub = "run") {
+  const run_options o = parse_run(arg_cursor(args), sub);
   const int sigfd = block_signals();  // before the client starts any thread
   event_flag lost;
   redislock::lock_options lock_options = o.common.lock;
@@ -381,6 +419,11 @@ int run(const std::vector<std::string>& args) {
     using mutex_type = redislock::basic_mutex<client_type>;
     using shared_type = redislock::basic_shared_mutex<client_type>;
     using semaphore_type = redislock::basic_semaphore<client_type>;
+    using election_type = redislock::basic_election<client_type>;
+    if (o.lock_kind == run_options::kind::election) {  // COMMAND runs while this run leads
+      election_type e(client, o.name, lock_options);
+      return run_holding(o, held_leadership<election_type>{e, o.value}, sigfd, lost);
+    }
     if (o.lock_kind == run_options::kind::semaphore) {  // at most --permits copies of COMMAND at once
       semaphore_type s(client, o.name, o.permits, lock_options);
       return run_holding(o, held<semaphore_type, false>{s}, sigfd, lost);
@@ -461,7 +504,8 @@ std::string text(const redislock::lock_info& i) {
   s << "\n";
   for (const auto& h : i.holders) {
     s << "  " << h.role << " " << h.owner;
-    const bool one_hold = i.kind == redislock::lock_kind::mutex || i.kind == redislock::lock_kind::semaphore;
+    const bool one_hold = i.kind == redislock::lock_kind::mutex || i.kind == redislock::lock_kind::semaphore ||
+                          i.kind == redislock::lock_kind::election;
     if (one_hold) s << " (object " << h.object_id() << ")";
     if (h.count != 1 || !one_hold) s << ", count " << h.count;
     s << ", " << seconds(h.remaining) << "\n";
@@ -803,12 +847,13 @@ int break_lock(const std::vector<std::string>& args) {
 
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) throw usage_error("missing subcommand: run, status, top or break (see 'redislock --help')");
+  if (args.empty()) throw usage_error("missing subcommand: run, elect, status, top or break (see 'redislock --help')");
   const std::string sub = args[0];
   args.erase(args.begin());
   if (sub == "--help" || sub == "-h" || sub == "help") {
     const std::string topic = args.empty() ? "" : args[0];
     std::fputs(topic == "run"      ? run_help()
+               : topic == "elect"  ? elect_help()
                : topic == "status" ? status_help()
                : topic == "top"    ? top_help()
                : topic == "break"  ? break_help()
@@ -821,17 +866,19 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   const char* help = sub == "run"      ? run_help()
+                     : sub == "elect"  ? elect_help()
                      : sub == "status" ? status_help()
                      : sub == "top"    ? top_help()
                      : sub == "break"  ? break_help()
                                        : nullptr;
   if (help == nullptr)
-    throw usage_error("unknown subcommand '" + sub + "': want run, status, top or break (see 'redislock --help')");
+    throw usage_error("unknown subcommand '" + sub +
+                      "': want run, elect, status, top or break (see 'redislock --help')");
   if (wants_help(args)) {
     std::fputs(help, stdout);
     return 0;
   }
-  if (sub == "run") return run(args);
+  if (sub == "run" || sub == "elect") return run(args, sub);
   if (sub == "status") return status(args);
   if (sub == "top") return top(args);
   return break_lock(args);

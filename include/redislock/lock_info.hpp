@@ -5,11 +5,12 @@
 ///
 /// Both read one consistent snapshot with one script per kind (detail/lock_info_scripts.hpp):
 /// the mutex's script runs first and tells the kind; a hash kind's script follows when the
-/// name is a reentrant lock, a shared lock, a semaphore or a latch (2 round trips then). A free name (no
+/// name is a reentrant lock, a shared lock, a semaphore, a latch or an election (2 round trips then). A free name (no
 /// lock key) may still have waiters in any kind's queue: the other kinds' scripts then add
-/// theirs (4 round trips, one snapshot per kind). inspect() changes nothing.
+/// theirs (5 round trips, one snapshot per kind). inspect() changes nothing.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/election_scripts.hpp>
 #include <redislock/detail/lock_info_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
@@ -35,6 +36,7 @@ enum class lock_kind {
   shared,     ///< redislock::shared_mutex (a hash, @kind = shared)
   semaphore,  ///< redislock::semaphore (a zset of holders with the "#permits" member)
   latch,      ///< redislock::latch (a hash, @kind = latch; never held: see lock_info::latch_count)
+  election,   ///< redislock::election (a hash, @kind = election; its leader is the one holder)
   foreign,    ///< the key holds something else (lock_info::foreign_type says what)
 };
 
@@ -46,6 +48,7 @@ inline const char* to_string(lock_kind k) noexcept {
     case lock_kind::shared: return "shared";
     case lock_kind::semaphore: return "semaphore";
     case lock_kind::latch: return "latch";
+    case lock_kind::election: return "election";
     case lock_kind::foreign: return "foreign";
   }
   return "?";
@@ -78,7 +81,7 @@ struct lock_info {
   std::chrono::milliseconds key_ttl{-2};
   std::uint64_t last_fence = 0;  ///< the fencing counter (the last token given out; 0: none yet)
   /// Live waiters queued on the server (every kind queues its waiters: P{N}:queue, :rqueue,
-  /// :squeue, :pqueue). For a free name (kind none), the waiters of every kind's queue, added up.
+  /// :squeue, :pqueue, :equeue). For a free name (kind none), the waiters of every kind's queue, added up.
   /// A latch (no queue): the connections listening for it to open on its server (one per
   /// client, however many of its objects wait).
   std::int64_t waiters = -1;
@@ -113,6 +116,8 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
     info.kind = lock_kind::semaphore;
   } else if (kind == "latch") {
     info.kind = lock_kind::latch;
+  } else if (kind == "election") {
+    info.kind = lock_kind::election;
   } else {
     info.kind = lock_kind::foreign;
     info.foreign_type = kind.substr(kind.find(' ') + 1);
@@ -144,7 +149,7 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
 // another kind. A name that changes kind between two calls is looked at again (bounded).
 // A free name (no lock key: expired, evicted or deleted under its waiters) may still have
 // waiters queued by any kind, each in its own queue: inspect() counts them all, one snapshot
-// per kind (four round trips).
+// per kind (five round trips).
 template <class Client>
 lock_info run_lock_info(Client& client, std::string_view name, const lock_options& options, bool force) {
   validate(name, options);
@@ -154,11 +159,13 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
   const reentrant_scripts::keys rk(name, options);
   const shared_scripts::keys sk(name, options);
   const semaphore_scripts::keys pk(name, options);
+  const election_scripts::keys ek(name, options);
   const std::string& key = mk.lock;
   struct kind_scripts {
     std::string_view kind;
     const script *info, *force_release;
-    const std::string *queue, *waiters;  // the kind's queue keys (a latch has none: nullptr)
+    const std::string *queue, *waiters;   // the kind's queue keys (a latch has none: nullptr)
+    const std::string* values = nullptr;  // the election's fifth key (its campaigners' values)
   };
   const kind_scripts kinds[] = {
       {"mutex", &lock_info_scripts::mutex_info(), &lock_info_scripts::mutex_break(), &mk.queue, &mk.waiters},
@@ -167,19 +174,26 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
       {"shared", &lock_info_scripts::shared_info(), &lock_info_scripts::shared_break(), &sk.queue, &sk.waiters},
       {"semaphore", &lock_info_scripts::semaphore_info(), &lock_info_scripts::semaphore_break(), &pk.queue,
        &pk.waiters},
-      {"latch", &lock_info_scripts::latch_info(), &lock_info_scripts::latch_break(), nullptr, nullptr}};
+      {"latch", &lock_info_scripts::latch_info(), &lock_info_scripts::latch_break(), nullptr, nullptr},
+      {"election", &lock_info_scripts::election_info(), &lock_info_scripts::election_break(), &ek.queue, &ek.waiters,
+       &ek.values}};
+  // The election's scripts take its values key and broadcast channel too; a latch's script
+  // reads no queue: it is given the mutex's keys, unused.
+  auto run_kind = [&](const kind_scripts& k, const script& s) {
+    const std::string& queue = k.queue ? *k.queue : mk.queue;
+    const std::string& waiters = k.waiters ? *k.waiters : mk.waiters;
+    return client.run(key, [&](connection& c) {
+      if (k.values != nullptr)
+        return s.run(c, {key, mk.fence, queue, waiters, *k.values}, {mk.waiter_prefix, ek.notices});
+      return s.run(c, {key, mk.fence, queue, waiters}, {mk.waiter_prefix});
+    });
+  };
   std::string kind = "mutex";  // the mutex's script also answers for a free or foreign key
   for (int round = 0; round < 4; ++round) {
     const kind_scripts* k = &kinds[0];
     for (const kind_scripts& candidate : kinds)
       if (candidate.kind == kind) k = &candidate;
-    const script* s = force ? k->force_release : k->info;
-    // A latch's script reads no queue: it is given the mutex's keys, unused.
-    const std::string& queue = k->queue ? *k->queue : mk.queue;
-    const std::string& waiters = k->waiters ? *k->waiters : mk.waiters;
-    reply_ptr r = client.run(key, [&](connection& c) {
-      return s->run(c, {key, mk.fence, queue, waiters}, {mk.waiter_prefix});
-    });
+    reply_ptr r = run_kind(*k, force ? *k->force_release : *k->info);
     const std::string found(as_string(element(*r, 0)));
     if (r->elements <= 1) {
       kind = found;
@@ -190,9 +204,7 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
     // A free name: add the waiters of the other kinds' queues (read-only, break or not).
     for (const kind_scripts& other : kinds) {
       if (&other == k || other.queue == nullptr) continue;
-      reply_ptr o = client.run(key, [&](connection& c) {
-        return other.info->run(c, {key, mk.fence, *other.queue, *other.waiters}, {mk.waiter_prefix});
-      });
+      reply_ptr o = run_kind(other, *other.info);
       if (o->elements <= 1) continue;  // taken meanwhile by another kind: the first snapshot stands
       const lock_info more = parse_lock_info(*o, std::string(name), key);
       if (more.kind != lock_kind::none) continue;  // taken meanwhile: likewise

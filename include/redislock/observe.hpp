@@ -38,10 +38,10 @@
 namespace redislock {
 
 /// The lock kinds, as observers tell them apart (fair_mutex: a mutex with lock_options::fair).
-enum class lock_type { mutex, fair_mutex, reentrant_mutex, shared_mutex, redlock, semaphore };
+enum class lock_type { mutex, fair_mutex, reentrant_mutex, shared_mutex, redlock, semaphore, election };
 /// How many lock_type values there are.
-inline constexpr std::size_t kLockTypes = 6;
-static_assert(static_cast<std::size_t>(lock_type::semaphore) + 1 == kLockTypes, "kLockTypes counts every lock_type");
+inline constexpr std::size_t kLockTypes = 7;
+static_assert(static_cast<std::size_t>(lock_type::election) + 1 == kLockTypes, "kLockTypes counts every lock_type");
 /// Which side of a lock an event is about: every kind but shared_mutex's read side is exclusive.
 enum class lock_mode { exclusive, shared };
 /// How an acquisition got the lock: its own attempt found it free (direct), or a release
@@ -63,6 +63,7 @@ inline const char* to_string(lock_type k) noexcept {
     case lock_type::shared_mutex: return "shared_mutex";
     case lock_type::redlock: return "redlock";
     case lock_type::semaphore: return "semaphore";
+    case lock_type::election: return "election";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@
 #include <redislock/shared_mutex.hpp>
 #include <redislock/semaphore.hpp>
 #include <redislock/latch.hpp>
+#include <redislock/election.hpp>
 #include <redislock/redlock.hpp>
 #include <redislock/lock_info.hpp>
 #include <redislock/observe.hpp>

@@ -8,8 +8,8 @@
 /// mutex, P{N}:squeue / P{N}:swaiters for the shared mutex), ARGV[1] = waiter channel prefix "P{N}:w:".
 ///
 /// Each script first tells the kind of the key (TYPE, then the hash's @kind field):
-/// "none" (absent), "mutex" (a string), "reentrant", "shared", "latch" (hashes with that
-/// @kind), "semaphore" (a zset with the "#permits" member), or "foreign <type>". A script
+/// "none" (absent), "mutex" (a string), "reentrant", "shared", "latch", "election" (hashes
+/// told apart by @kind), "semaphore" (a zset with the "#permits" member), or "foreign <type>". A script
 /// that finds another kind than its own replies {kind} alone, and the caller runs that kind's
 /// script; so each reply is one atomic snapshot of one kind. The mutex script also answers
 /// for "foreign" (there is nothing else to read), and every kind's script for "none", with
@@ -43,6 +43,9 @@
 ///   latch      P{N} hash: @kind, count, initial (detail/latch_scripts.hpp); PTTL P{N} is its
 ///              lease; "waiters" are the connections subscribed to its channel P{N}:open on
 ///              this server (it has no queue).
+///   election   P{N} hash: @kind, @owner (the leader, reported as the one holder, role
+///              "leader"), PTTL P{N}; P{N}:equeue and P{N}:ewaiters as the mutex's; P{N}:fence.
+///              Its scripts also take KEYS[5] = P{N}:evalues and ARGV[2] = its broadcast channel.
 ///
 /// The force-release scripts reply what the kind's info script would have replied just before
 /// they removed it, and then, when the lock was held:
@@ -51,12 +54,15 @@
 ///   shared     remove every hold and admit the head of its queue (a writer, or the run of
 ///              readers), exactly as a release does (shared_scripts::queue_lua);
 ///   semaphore  remove every hold and hand the freed permits to the longest waiting live
-///              waiters, exactly as releases do (semaphore_scripts::hand_off_permits_lua).
+///              waiters, exactly as releases do (semaphore_scripts::hand_off_permits_lua);
 ///   latch      nothing: a latch has no holders (its participants count it down; its lease
 ///              ends it). The reply is its info.
+///   election   hand leadership to the longest waiting live campaigner with a new term, as a
+///              resignation does, or delete P{N} and announce that nobody leads.
 /// None deletes P{N} before the hand-off writes it (detail/notify_lua.hpp: migrating slots).
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
+#include <redislock/detail/election_scripts.hpp>
 #include <redislock/detail/latch_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
@@ -79,7 +85,7 @@ local function kind_of_lock()
   if t == 'string' then return 'mutex' end
   if t == 'hash' then
     local k = redis.call('HGET', KEYS[1], '@kind')
-    if k == 'reentrant' or k == 'shared' or k == 'latch' then return k end
+    if k == 'reentrant' or k == 'shared' or k == 'latch' or k == 'election' then return k end
     return 'foreign hash'
   end
   if t == 'zset' and redis.call('ZSCORE', KEYS[1], '#permits') then return 'semaphore' end
@@ -110,7 +116,9 @@ inline const char* mutex_info_lua() {
   return R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind == 'reentrant' or kind == 'shared' or kind == 'semaphore' or kind == 'latch' then return {kind} end
+  if kind == 'reentrant' or kind == 'shared' or kind == 'semaphore' or kind == 'latch' or kind == 'election' then
+    return {kind}
+  end
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
   if kind == 'mutex' then
@@ -122,14 +130,22 @@ end
 )lua";
 }
 
-/// Defines info() for the reentrant mutex, or for a free key (its own queue's waiters), or {kind}.
-inline const char* reentrant_info_lua() {
-  return R"lua(
+/// The opening of info() for a kind whose lease is the key's (reentrant, election): {kind} for
+/// another kind, else the reply's head for it or a free key, in `r` (holders follow), and `pttl`.
+inline std::string info_head_lua(const char* own_kind) {
+  return std::string(R"lua(
 local function info()
   local kind = kind_of_lock()
-  if kind ~= 'reentrant' and kind ~= 'none' then return {kind} end
+  if kind ~= ')lua") +
+         own_kind + R"lua(' and kind ~= 'none' then return {kind} end
   local pttl = redis.call('PTTL', KEYS[1])
   local r = {kind, pttl, fence_value(), live_waiters(), 0}
+)lua";
+}
+
+/// Defines info() for the reentrant mutex, or for a free key (its own queue's waiters), or {kind}.
+inline std::string reentrant_info_lua() {
+  return info_head_lua("reentrant") + R"lua(
   local h = redis.call('HGETALL', KEYS[1])
   for i = 1, #h, 2 do
     if string.sub(h[i], 1, 1) ~= '@' then  -- '@' fields are the lock's own (@kind)
@@ -212,6 +228,17 @@ end
 )lua";
 }
 
+/// Defines info() for the election (its leader as the one holder, role "leader"), or for a free
+/// key (its own queue's waiters), or {kind}.
+inline std::string election_info_lua() {
+  return info_head_lua("election") + R"lua(
+  local owner = kind == 'election' and redis.call('HGET', KEYS[1], '@owner')
+  if owner then add_holder(r, owner, 'leader', 1, pttl) end
+  return r
+end
+)lua";
+}
+
 /// The snapshot of one kind: "return info()".
 inline const script& mutex_info() {
   static const script s(std::string(kind_lua()) + mutex_info_lua() + "return info()\n");
@@ -228,6 +255,10 @@ inline const script& shared_info() {
 
 inline const script& semaphore_info() {
   static const script s(std::string(kind_lua()) + semaphore_info_lua() + "return info()\n");
+  return s;
+}
+inline const script& election_info() {
+  static const script s(std::string(kind_lua()) + election_info_lua() + "return info()\n");
   return s;
 }
 
@@ -305,5 +336,26 @@ inline const script& latch_info() {
 
 /// A latch has no holders to remove: its "break" is its snapshot, and changes nothing.
 inline const script& latch_break() { return latch_info(); }
+
+// The election: the snapshot, then, if someone leads, hand leadership on like a resignation
+// (a new term for the longest waiting live campaigner), or delete the key and announce that
+// nobody leads. KEYS: lock, fence, queue, waiters, values; ARGV: channel prefix, broadcast channel.
+inline const script& election_break() {
+  static const script s(std::string(kind_lua()) + election_info_lua() + queue_locals_lua() + next_fence_lua() + R"lua(
+local r = info()
+if r[1] ~= 'election' or #r < 6 then return r end
+-- The removed leader's own place (if it queued again) is dropped, never handed to.
+token = r[6]
+local values, prefix, notices = KEYS[5], ARGV[1], ARGV[2]
+local head, take_self = nil, false
+)lua" + election_scripts::hand_off() +
+                        R"lua(
+if not handed then
+  redis.call('DEL', lock)
+  local message = '0'
+)lua" + election_scripts::announce_lua() +
+                        "end\nreturn r\n");
+  return s;
+}
 
 }  // namespace redislock::detail::lock_info_scripts

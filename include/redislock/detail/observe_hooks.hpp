@@ -31,6 +31,8 @@ template <class Client>
 class basic_redlock;
 template <class Client>
 class basic_semaphore;
+template <class Client>
+class basic_election;
 }  // namespace redislock
 
 namespace redislock::detail {
@@ -69,6 +71,10 @@ struct kind_of<basic_redlock<C>> {
 template <class C>
 struct kind_of<basic_semaphore<C>> {
   static lock_type of(const basic_semaphore<C>&) noexcept { return lock_type::semaphore; }
+};
+template <class C>
+struct kind_of<basic_election<C>> {
+  static lock_type of(const basic_election<C>&) noexcept { return lock_type::election; }
 };
 
 /// The event fields that name `lock` and its side.
