@@ -111,6 +111,8 @@ class basic_latch {
     } catch (const timeout_error&) {
       throw;  // asking again would double the time the caller was promised
     } catch (const connection_error&) {
+      // cluster / Sentinel clients resend within their own retry budget already
+      if constexpr (detail::has_routing_epoch<Client>::value) throw;
       r = send();
     }
     if (r.first == detail::latch_scripts::expired) throw expired_error("count_down");

@@ -61,7 +61,7 @@ end
 
 /// KEYS: latch. ARGV: expected, lease_ms, a new @id.
 /// Creates the latch when absent; otherwise joins it (restarting its lease while the count is
-/// above zero) when it was created with `expected`, else changes nothing.
+/// above zero, never shortening it) when it was created with `expected`, else changes nothing.
 /// Reply: {0 joined | 1 created | 2 created with another count, @id, count (2: its initial count)}.
 inline const script& create() {
   static const script s(std::string(prelude()) + R"lua(
@@ -72,7 +72,7 @@ if not kind then
 end
 local f = redis.call('HMGET', key, '@id', 'count', 'initial')
 if f[3] ~= ARGV[1] then return {2, f[1], tonumber(f[3])} end
-if tonumber(f[2]) > 0 then redis.call('PEXPIRE', key, ARGV[2]) end
+if tonumber(f[2]) > 0 and redis.call('PTTL', key) < tonumber(ARGV[2]) then redis.call('PEXPIRE', key, ARGV[2]) end
 return {0, f[1], tonumber(f[2])}
 )lua");
   return s;
@@ -95,7 +95,7 @@ local n = tonumber(ARGV[2])
 if n > count then return {-2, count} end
 count = count - n
 redis.call('HSET', key, 'count', count, call, n)
-redis.call('PEXPIRE', key, ARGV[3])
+if redis.call('PTTL', key) < tonumber(ARGV[3]) then redis.call('PEXPIRE', key, ARGV[3]) end
 if count == 0 then
   local channel, message = key .. ':open', '*'
 )lua" + count_listeners_lua() +
