@@ -203,7 +203,8 @@ inline std::vector<std::string> lock_kinds() {
           "shared-waiting",  "shared-mixed",
           "broken-stealing", "broken-readers-ignoring-writers",
           "redlock",         "broken-redlock-minority",
-          "semaphore",       "broken-semaphore-overcount"};
+          "semaphore",       "broken-semaphore-overcount",
+          "election"};
 }
 
 /// Kinds that run on N independent masters (--masters) instead of one server.
@@ -228,6 +229,9 @@ std::unique_ptr<torture_lock> make_single_lock(const std::string& kind, Client& 
   if (kind == "shared-waiting")
     return std::make_unique<waiting_adapter<redislock::basic_shared_mutex<Client>>>(c, name, o);
   if (kind == "shared-mixed") return std::make_unique<shared_mixed_adapter<Client>>(c, name, o);
+  // Leadership as the lock (campaign by waiting, resign; the term is the fencing token): never
+  // two certainly-valid leaders.
+  if (kind == "election") return std::make_unique<waiting_adapter<redislock::basic_election<Client>>>(c, name, o);
   if (kind == "semaphore") return std::make_unique<semaphore_adapter<Client>>(c, name, o, kSemaphorePermits);
   if (kind == "broken-semaphore-overcount")
     return std::make_unique<semaphore_adapter<Client>>(c, name, o, kSemaphorePermits - 1);

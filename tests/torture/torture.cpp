@@ -16,7 +16,8 @@
 // object of kind --kind (mutex: try_lock; mutex-waiting / mutex-fair / reentrant-waiting /
 // shared-waiting (the write side): try_lock_for(200 ms), through the server-side queue and the
 // release's hand-off; shared-mixed: the read side or the write side at random, both waiting;
-// semaphore: one of 3 permits, waiting; broken-stealing, broken-readers-ignoring-writers and
+// semaphore: one of 3 permits, waiting; election: campaign by waiting, resign; broken-stealing,
+// broken-readers-ignoring-writers and
 // broken-semaphore-overcount: the checker's self-tests) and loops:
 // take the lock, enter (overlap marker), GET counter, fenced SET counter+1, leave
 // (compare-and-delete marker), unlock. A reader (shared-mixed) instead adds its marker to a set
