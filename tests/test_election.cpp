@@ -420,7 +420,6 @@ TEST_F(Election, InspectShowsTheLeaderAndForceReleaseHandsLeadershipOn) {
   EXPECT_EQ(b.resign_and_report(), release_status::lease_expired);
 }
 
-
 // Two observers in one process share the client's subscription to the broadcast channel: one
 // notice must wake both (a change published to everyone, within the wait's deadline, is never
 // reported as "no change"). The lease (20 s) and recheck_interval (60 s) are past the deadline:

@@ -100,13 +100,13 @@ inline std::string grant_lua(const char* who, const char* value) {
 
 /// The hand-off (detail/queue_lua.hpp) with the election's grant: the head's queued value is
 /// taken from the values hash (pcall: the hash may be gone on a migrating slot's source).
+/// Every head taken off the queue (granted, or passed over as dead) loses its queued value.
 inline std::string hand_off() {
-  return hand_off_lua((R"lua(
-        local queued = redis.pcall('HGET', values, head)
-        if type(queued) ~= 'string' then queued = '' end
-        redis.pcall('HDEL', values, head)
-)lua" + grant_lua("head", "queued"))
-                          .c_str());
+  return hand_off_lua(grant_lua("head", "queued").c_str(), R"lua(
+  local queued = redis.pcall('HGET', values, head)
+  if type(queued) ~= 'string' then queued = '' end
+  redis.pcall('HDEL', values, head)
+)lua");
 }
 
 /// KEYS: lock, fence, queue, waiters, values.
