@@ -436,8 +436,9 @@ TEST_F(Election, OneNoticeWakesEveryObserverOfOneClient) {
     return std::async(std::launch::async, [&] { return w.wait_for_change(seen, steady::now() + seconds(3)); });
   };
   auto first = watch(w1, seen1), second = watch(w2, seen2);
-  // Each wait reads the leader, subscribes, reads it again, then sleeps.
-  ASSERT_TRUE(eventually([&] { return evalsha() - before == 4 && subscribers(a.key() + ":leader") == 1; }));
+  // Each wait reads the leader, subscribes (or joins the other's subscription at once), reads it
+  // again, then sleeps: 3 or 4 reads in all.
+  ASSERT_TRUE(eventually([&] { return evalsha() - before >= 3 && subscribers(a.key() + ":leader") == 1; }));
   a.resign();
   ASSERT_EQ(first.wait_for(seconds(5)), std::future_status::ready);
   ASSERT_EQ(second.wait_for(seconds(5)), std::future_status::ready);

@@ -550,9 +550,10 @@ class subscriber {
       channel_state& s = *it->second;
       s.messages.emplace_back(str(2));
       if (s.messages.size() > kKeptMessages) s.messages.pop_front();
-      // A hand-off to the one waiter on the channel (every lock kind's channel is its waiter's own).
-      if (s.tokens < s.refs) ++s.tokens;
-      woken_.emplace_back(it->second, false);
+      // Every local waiter on the channel is woken: a lock kind's hand-off channel has one (its
+      // waiter's own), an election's broadcast channel one per observer, each owed the notice.
+      s.tokens = s.refs;
+      woken_.emplace_back(it->second, true);
       return true;
     }
     // Any other reply answers the oldest SUBSCRIBE/UNSUBSCRIBE (one reply per one-channel command).
