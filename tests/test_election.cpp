@@ -35,6 +35,10 @@ namespace {
 struct Election : redislock_test::server_test {
   // Campaigners queued on the server for the election `e`.
   long long queued(const election& e) { return admin->command({"ZCARD", e.key() + ":equeue"})->integer; }
+  std::string string_field(const std::string& key, const std::string& field) {
+    reply_ptr r = admin->command({"HGET", key, field});
+    return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+  }
 };
 
 // Waits that only a notice ends within a test: a long lease, and no look on a timer before it.
@@ -482,6 +486,40 @@ TEST_F(Election, AHandOffPassingOverADeadCampaignerDropsItsValue) {
   EXPECT_EQ(admin->command({"HEXISTS", a.key() + ":evalues", c_token})->integer, 0)
       << "the dead campaigner's value stays behind";
   b.resign();
+}
+
+// Foreign data at the fencing counter (not an integer): a resignation with a campaigner queued
+// cannot draw the next term; it must fail before it writes anything, as every script refusing
+// bad data does: the campaigner keeps its place, and the error says what is wrong.
+TEST_F(Election, AResignationThatCannotDrawATermWritesNothing) {
+  client other(options());
+  election a(*pool, "bad-fence", quiet_waits()), b(other, "bad-fence", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  const std::string a_owner = a.owner_id();
+  auto got = std::async(std::launch::async, [&] {
+    try {
+      return b.try_campaign_for("b", seconds(5));
+    } catch (const redislock::error&) {
+      return false;
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  admin->command({"SET", a.key() + ":fence", "not-a-number"});
+  std::string what;
+  try {
+    a.resign_and_report();
+  } catch (const redislock::error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("fencing counter"), std::string::npos) << what;
+  EXPECT_EQ(queued(a), 1) << "the queued campaigner lost its place";
+  EXPECT_EQ(admin->command({"HLEN", a.key() + ":evalues"})->integer, 1);
+  EXPECT_EQ(string_field(a.key(), "@owner"), a_owner) << "leadership is still a's";
+  admin->command({"DEL", a.key() + ":fence"});
+  force_release(*pool, "bad-fence");
+  ASSERT_EQ(got.wait_for(seconds(6)), std::future_status::ready);
+  EXPECT_TRUE(got.get());
+  if (b.owns_lock()) b.resign();
 }
 
 }  // namespace
