@@ -35,6 +35,10 @@ namespace {
 struct Election : redislock_test::server_test {
   // Campaigners queued on the server for the election `e`.
   long long queued(const election& e) { return admin->command({"ZCARD", e.key() + ":equeue"})->integer; }
+  std::string string_field(const std::string& key, const std::string& field) {
+    reply_ptr r = admin->command({"HGET", key, field});
+    return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+  }
 };
 
 // Waits that only a notice ends within a test: a long lease, and no look on a timer before it.
@@ -418,6 +422,104 @@ TEST_F(Election, InspectShowsTheLeaderAndForceReleaseHandsLeadershipOn) {
   EXPECT_FALSE(seen);
   EXPECT_EQ(inspect(*pool, "inspected").kind, lock_kind::none);
   EXPECT_EQ(b.resign_and_report(), release_status::lease_expired);
+}
+
+// Two observers in one process share the client's subscription to the broadcast channel: one
+// notice must wake both (a change published to everyone, within the wait's deadline, is never
+// reported as "no change"). The lease (20 s) and recheck_interval (60 s) are past the deadline:
+// only the notice can end the waits with true.
+TEST_F(Election, OneNoticeWakesEveryObserverOfOneClient) {
+  client other(options());
+  election a(*pool, "observers", quiet_waits());
+  election w1(other, "observers", quiet_waits()), w2(other, "observers", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  std::optional<leader_info> seen1 = w1.leader(), seen2 = seen1;
+  ASSERT_TRUE(seen1);
+  const long long before = evalsha();
+  auto watch = [&](election& w, std::optional<leader_info>& seen) {
+    return std::async(std::launch::async, [&] { return w.wait_for_change(seen, steady::now() + seconds(3)); });
+  };
+  auto first = watch(w1, seen1), second = watch(w2, seen2);
+  // Each wait reads the leader, subscribes (or joins the other's subscription at once), reads it
+  // again, then sleeps: 3 or 4 reads in all.
+  ASSERT_TRUE(eventually([&] { return evalsha() - before >= 3 && subscribers(a.key() + ":leader") == 1; }));
+  a.resign();
+  ASSERT_EQ(first.wait_for(seconds(5)), std::future_status::ready);
+  ASSERT_EQ(second.wait_for(seconds(5)), std::future_status::ready);
+  const bool first_saw = first.get(), second_saw = second.get();
+  EXPECT_TRUE(first_saw) << "an observer missed the resignation";
+  EXPECT_TRUE(second_saw) << "an observer missed the resignation";
+}
+
+// A campaigner that died while queued (its connections closed: no listener on its channel) is
+// passed over by the hand-off; the value it queued with must go with its place, not stay in
+// P{N}:evalues for as long as anyone keeps campaigning.
+TEST_F(Election, AHandOffPassingOverADeadCampaignerDropsItsValue) {
+  lost_replies dying(*this);
+  client other(options());
+  election a(*pool, "dead-value", quiet_waits()), b(other, "dead-value", quiet_waits());
+  election c(dying.through, "dead-value", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  auto c_run = std::async(std::launch::async, [&] {
+    try {
+      return c.try_campaign_for("c", seconds(20));
+    } catch (const redislock::error&) {
+      return false;
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  const std::string c_token = admin->command({"ZRANGE", a.key() + ":equeue", "0", "0"})->element[0]->str;
+  auto b_run = std::async(std::launch::async, [&] { return b.try_campaign_for("b", seconds(20)); });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 2; }));
+  // c's process dies: its connections close, and it never comes back.
+  dying.proxy.set_refusing(true);
+  dying.proxy.cut_all();
+  const std::string c_channel = a.key() + ":w:" + c_token.substr(0, c_token.rfind(':'));
+  ASSERT_TRUE(eventually([&] { return subscribers(c_channel) == 0; }));
+  ASSERT_EQ(c_run.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(c_run.get());
+  a.resign();
+  ASSERT_EQ(b_run.wait_for(seconds(5)), std::future_status::ready);
+  ASSERT_TRUE(b_run.get());
+  EXPECT_EQ(b.leader()->value, "b");
+  EXPECT_EQ(queued(a), 0);
+  EXPECT_EQ(admin->command({"HEXISTS", a.key() + ":evalues", c_token})->integer, 0)
+      << "the dead campaigner's value stays behind";
+  b.resign();
+}
+
+// Foreign data at the fencing counter (not an integer): a resignation with a campaigner queued
+// cannot draw the next term; it must fail before it writes anything, as every script refusing
+// bad data does: the campaigner keeps its place, and the error says what is wrong.
+TEST_F(Election, AResignationThatCannotDrawATermWritesNothing) {
+  client other(options());
+  election a(*pool, "bad-fence", quiet_waits()), b(other, "bad-fence", quiet_waits());
+  ASSERT_TRUE(a.try_campaign("a"));
+  const std::string a_owner = a.owner_id();
+  auto got = std::async(std::launch::async, [&] {
+    try {
+      return b.try_campaign_for("b", seconds(5));
+    } catch (const redislock::error&) {
+      return false;
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return queued(a) == 1; }));
+  admin->command({"SET", a.key() + ":fence", "not-a-number"});
+  std::string what;
+  try {
+    a.resign_and_report();
+  } catch (const redislock::error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("fencing counter"), std::string::npos) << what;
+  EXPECT_EQ(queued(a), 1) << "the queued campaigner lost its place";
+  EXPECT_EQ(admin->command({"HLEN", a.key() + ":evalues"})->integer, 1);
+  EXPECT_EQ(string_field(a.key(), "@owner"), a_owner) << "leadership is still a's";
+  admin->command({"DEL", a.key() + ":fence"});
+  force_release(*pool, "bad-fence");
+  ASSERT_EQ(got.wait_for(seconds(6)), std::future_status::ready);
+  EXPECT_TRUE(got.get());
+  if (b.owns_lock()) b.resign();
 }
 
 }  // namespace

@@ -87,6 +87,17 @@ end
 )lua";
 }
 
+/// Statements: an error reply, before anything is written, when the fencing counter cannot give
+/// the next term (foreign data there): a grant draws it after the hand-off has popped its
+/// campaigner, and a script that fails half-way keeps what it wrote.
+inline const char* refuse_bad_counter_lua() {
+  return R"lua(
+if not tonumber(redis.call('GET', fence) or '0') then
+  return redis.error_reply('ERR the fencing counter ' .. fence .. ' is not an integer')
+end
+)lua";
+}
+
 /// Statements: `who` (a local) becomes the leader with value `value` and lease `lease` (ms):
 /// a new term is drawn, the hash written, then the grant is announced. Declares `term`. (The
 /// announcement's `message` is scoped: the hand-off's own `message`, the token it is for, is
@@ -100,13 +111,13 @@ inline std::string grant_lua(const char* who, const char* value) {
 
 /// The hand-off (detail/queue_lua.hpp) with the election's grant: the head's queued value is
 /// taken from the values hash (pcall: the hash may be gone on a migrating slot's source).
+/// Every head taken off the queue (granted, or passed over as dead) loses its queued value.
 inline std::string hand_off() {
-  return hand_off_lua((R"lua(
-        local queued = redis.pcall('HGET', values, head)
-        if type(queued) ~= 'string' then queued = '' end
-        redis.pcall('HDEL', values, head)
-)lua" + grant_lua("head", "queued"))
-                          .c_str());
+  return hand_off_lua(grant_lua("head", "queued").c_str(), R"lua(
+  local queued = redis.pcall('HGET', values, head)
+  if type(queued) ~= 'string' then queued = '' end
+  redis.pcall('HDEL', values, head)
+)lua");
 }
 
 /// KEYS: lock, fence, queue, waiters, values.
@@ -129,7 +140,8 @@ if owner == token then
   return {1, tonumber(redis.call('HGET', lock, '@term'))}
 end
 if owner == false then
-)lua" + forget_lua() + R"lua(
+)lua" + refuse_bad_counter_lua() +
+                        forget_lua() + R"lua(
   redis.pcall('HDEL', values, token)
 )lua" + grant_lua("token", "value") +
                         R"lua(
@@ -154,6 +166,8 @@ end
 inline const script& resign() {
   static const script s(prelude_lua() + next_fence_lua() + R"lua(
 if owner ~= token then return 0 end
+)lua" + refuse_bad_counter_lua() +
+                        R"lua(
 local head, take_self = nil, false
 )lua" + hand_off() + R"lua(
 if not handed then

@@ -23,7 +23,7 @@
 ///                                   opened it.
 ///   channel P{N}:open     the count_down that reaches zero publishes "*" here (classic or
 ///                         sharded, as the waiters listen on this server: detail/notify_lua.hpp):
-///                         every waiter on it wakes (subscriber::wake_all_message) and reads the
+///                         every waiter on it wakes (detail/subscriber.hpp) and reads the
 ///                         count again. Nothing is published when nobody listens.
 ///
 /// All keys and the channel of one latch share its {hash tag}. A value of another kind at P{N}

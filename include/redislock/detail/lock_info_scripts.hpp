@@ -347,6 +347,8 @@ if r[1] ~= 'election' or #r < 6 then return r end
 -- The removed leader's own place (if it queued again) is dropped, never handed to.
 token = r[6]
 local values, prefix, notices = KEYS[5], ARGV[1], ARGV[2]
+)lua" + election_scripts::refuse_bad_counter_lua() +
+                        R"lua(
 local head, take_self = nil, false
 )lua" + election_scripts::hand_off() +
                         R"lua(

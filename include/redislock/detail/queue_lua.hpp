@@ -71,13 +71,17 @@ if redis.call('HDEL', waiters, token) == 1 then redis.call('ZREM', queue, token)
 /// live when its place has not lapsed and its channel has a listener on this server; dead ones
 /// are dropped on the way. An empty queue vanishes by itself (ZPOPMIN of the last member); the
 /// waiters hash expires with it.
-inline std::string hand_off_lua(const char* grant_lua) {
+/// `popped_lua` (statements, optional) runs for every head taken off the queue, granted or
+/// passed over, before `grant_lua`: a kind that keeps more per waiter drops it there.
+inline std::string hand_off_lua(const char* grant_lua, const char* popped_lua = "") {
   return std::string(R"lua(
 local handed
 if not head then head = redis.call('ZPOPMIN', queue)[1] end
 while head do
   local place = redis.call('HGET', waiters, head)
   redis.call('HDEL', waiters, head)
+)lua") + popped_lua +
+         R"lua(
   if head == token then
     if take_self then
       handed = head
@@ -86,7 +90,7 @@ while head do
   else
     local expiry, lease = string.match(place or '', '^(%d+):(%d+)$')
     if expiry then
-)lua") + read_clock_lua() +
+)lua" + read_clock_lua() +
          R"lua(
     end
     if expiry and tonumber(expiry) > clock_ms then

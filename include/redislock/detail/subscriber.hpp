@@ -18,11 +18,10 @@
 ///
 /// No lost wake-ups: a waiter joins a channel and waits for the server's confirmation BEFORE
 /// its next acquire attempt, so any release after that attempt is published to a channel we
-/// are already subscribed to. A message leaves a wake-up "token" with the channel; a waiter
-/// consumes one token per wake, so a release wakes one local waiter rather than all of them
-/// (each woken waiter makes an attempt, which either acquires or finds a new holder, whose
-/// release will publish again). A message whose payload is wake_all_message (a latch that
-/// opened: every waiter may go on) leaves a token for every waiter on the channel instead.
+/// are already subscribed to. A message leaves a wake-up "token" for every local waiter on the
+/// channel, and a waiter consumes one per wake: a lock kind's hand-off channel has one waiter
+/// (its own), while a broadcast channel (an election's changes, a latch that opened) has one
+/// per observer of this client, and each is owed the notice.
 ///
 /// A failed SUBSCRIBE (error reply, e.g. an ACL without +subscribe) or a lost connection marks
 /// the affected subscriptions failed; their waiters fall back to jittered backoff (or join
@@ -199,10 +198,6 @@ class subscriber {
   };
 
   enum class mode { classic, sharded };
-
-  /// A message with this payload wakes every waiter on its channel (a latch that opened);
-  /// any other wakes one (a hand-off names the one waiter it is for).
-  static constexpr std::string_view wake_all_message = "*";
 
   /// Connects lazily (on the first join), with the client's connection options. Sharded mode:
   /// see the top of the file; on_moved is called (under the subscriber's lock: keep it short,
@@ -555,12 +550,10 @@ class subscriber {
       channel_state& s = *it->second;
       s.messages.emplace_back(str(2));
       if (s.messages.size() > kKeptMessages) s.messages.pop_front();
-      // A hand-off to the one waiter on the channel (every lock kind's channel is its waiter's
-      // own), or a broadcast (a latch's channel) to every one.
-      const bool all = str(2) == wake_all_message;
-      if (all) s.tokens = s.refs;
-      else if (s.tokens < s.refs) ++s.tokens;
-      woken_.emplace_back(it->second, all);
+      // Every local waiter on the channel is woken: a lock kind's hand-off channel has one (its
+      // waiter's own), an election's broadcast channel one per observer, each owed the notice.
+      s.tokens = s.refs;
+      woken_.emplace_back(it->second, true);
       return true;
     }
     // Any other reply answers the oldest SUBSCRIBE/UNSUBSCRIBE (one reply per one-channel command).
