@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -189,6 +190,45 @@ TEST_F(sentinel_test, fair_reentrant_shared_semaphore_and_auto_renew_work) {
   EXPECT_FALSE(a.lost());
   a.unlock();
   EXPECT_EQ(a.last_release(), redislock::release_status::released);
+}
+
+// The election and the latch through the Sentinel client: a campaign, a follower that sees the
+// leader, a resignation handed to the waiting campaigner; a latch counted down by two objects
+// while a third waits.
+TEST_F(sentinel_test, election_and_latch_work) {
+  redislock::basic_election<redislock::sentinel_client> a(*client, "leader"), b(*client, "leader");
+  ASSERT_TRUE(a.try_campaign_for("a", 2s));
+  EXPECT_FALSE(b.try_campaign("b"));
+  std::optional<redislock::leader_info> seen = b.leader();
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->value, "a");
+  EXPECT_EQ(seen->term, a.term());
+  std::atomic<bool> b_leads{false};
+  std::thread campaigner([&] { b_leads = b.try_campaign_for("b", 5s); });
+  const std::shared_ptr<void> join_it(nullptr, [&](void*) { campaigner.join(); });  // also when an assertion fails
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin->command({"ZCARD", "redislock:{leader}:equeue"})->integer == 1;
+  })) << "the campaigner never queued";
+  a.resign();
+  ASSERT_TRUE(redislock_test::eventually([&] { return b_leads.load(); })) << "the resignation was not handed over";
+  EXPECT_EQ(a.last_release(), redislock::release_status::released);
+  ASSERT_TRUE(b.leader().has_value());
+  EXPECT_EQ(b.leader()->value, "b");
+  EXPECT_GT(b.term(), seen->term);
+  b.resign();
+  EXPECT_FALSE(b.leader().has_value());
+
+  redislock::basic_latch<redislock::sentinel_client> x(*client, "ready", 2), y(*client, "ready", 2),
+      waiter(*client, "ready", 2);
+  std::atomic<bool> opened{false};
+  std::thread w([&] { opened = waiter.wait_for(5s); });
+  x.count_down();
+  EXPECT_EQ(y.count(), 1);
+  EXPECT_FALSE(waiter.try_wait());
+  y.count_down();
+  w.join();
+  EXPECT_TRUE(opened);
+  EXPECT_TRUE(x.try_wait());
 }
 
 TEST_F(sentinel_test, wrong_service_name_is_a_discovery_error_within_the_timeout) {
