@@ -37,9 +37,9 @@ long long server_now_ms(connection& c) {
 }
 
 /// A countdown every thread reaches; wait() returns false when `timeout` passed first.
-class latch {
+class thread_latch {
  public:
-  explicit latch(int n) : left_(n) {}
+  explicit thread_latch(int n) : left_(n) {}
   bool arrive_and_wait(milliseconds timeout) {
     std::unique_lock<std::mutex> g(m_);
     if (--left_ == 0) cv_.notify_all();
@@ -112,7 +112,7 @@ TEST_F(SharedTest, ReadersReallyOverlap) {
   // Threads sharing one object (each thread is its own owner) and threads with their own objects.
   for (bool one_object : {true, false}) {
     shared_mutex common(*pool, "overlap");
-    latch all_inside(readers);
+    thread_latch all_inside(readers);
     std::atomic<int> reached{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < readers; ++t)
@@ -209,7 +209,7 @@ TEST_F(SharedTest, WriterWaitIsBoundedUnderAReaderFlood) {
   int inside = 0;  // readers between their acquisition and their release (guarded by m)
   bool stop = false, writing = false;
   int cycles = 0, read_while_writing = 0;
-  latch flooding(readers + 1);
+  thread_latch flooding(readers + 1);
   std::vector<std::thread> threads;
   for (int t = 0; t < readers; ++t)
     threads.emplace_back([&] {
