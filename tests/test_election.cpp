@@ -323,6 +323,8 @@ TEST_F(Election, ACampaignWhoseReplyWasLostLeavesNoLeaderBehind) {
 TEST_F(Election, AResignationWhoseReplyWasLostIsReportedFailed) {
   lost_replies lost(*this);
   election e(lost.through, "lost-resign", quiet_waits());
+  ASSERT_TRUE(e.try_campaign("warm-up"));  // the connection is made and the scripts are loaded:
+  e.resign();                              // the cut request below is the resignation itself
   for (const bool reporting : {true, false}) {
     SCOPED_TRACE(reporting);
     ASSERT_TRUE(e.try_campaign("v"));
