@@ -21,9 +21,10 @@
 # wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (it slows -O0 code far
 # more). The hiredis1 variant runs the tests that exercise hiredis itself (connections,
 # replies, scripts, pub/sub, pipelines, TLS, the CLI, consumers, the bench), not the lock
-# protocols again. On 2 cores the first four variants take about 21 minutes (20.6 measured);
-# the server variants 2 to 3 minutes each (124, 161 and 183 s measured on a loaded machine),
-# and building the three servers on a cold cache 5 to 9 minutes, once per machine.
+# protocols again. On 2 cores, from a fresh clone with the four servers built in the background,
+# the first four variants took 27.6 minutes and the server variants 1.8 to 2 minutes each (33.5
+# in all: docs/testing.md); building the servers on a cold cache takes 10 minutes of CPU, once
+# per machine.
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
 # Usage: scripts/test.sh [plain|asan|tsan|hiredis1|redis6|redis8|valkey9|valkey9-nolua ...]   (default: all)
 set -euo pipefail
