@@ -887,4 +887,14 @@ TEST_F(AsyncMutexTest, AWaiterThatMayNotSubscribeStillGetsTheLock) {
   admin->command({"ACL", "DELUSER", "nosub"});
 }
 
+#if !(defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1)
+// A build without TLS refuses it when the client is made (it would otherwise speak plain RESP to
+// a TLS port): test_async_tls.cpp covers the builds with it.
+TEST_F(AsyncMutexTest, TlsAskedOfABuildWithoutItIsRefusedAtConstruction) {
+  async_client_options o{server->options()};
+  o.connection.tls = true;
+  EXPECT_THROW(async_client(runner->io.get_executor(), o), invalid_argument);
+}
+#endif
+
 }  // namespace

@@ -141,8 +141,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
       : executor_(ex),
         strand_(asio::make_strand(ex)),
         options_(std::move(o)),
-        commands_(std::make_shared<async_redis>(strand_, options_.connection, false)),
-        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true)) {}
+        tls_context_(make_async_tls_context(options_.connection)),
+        commands_(std::make_shared<async_redis>(strand_, options_.connection, false, tls_context_)),
+        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {}
 
   void start() {
     std::weak_ptr<async_client_core> w = weak_from_this();
@@ -245,6 +246,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   asio::any_io_executor executor_;
   async_strand strand_;
   async_client_options options_;
+  std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
   struct channel_entry {
     std::weak_ptr<async_mutex_core> mutex;

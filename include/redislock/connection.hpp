@@ -292,8 +292,7 @@ class connection {
       std::optional<std::chrono::steady_clock::time_point> deadline;
       if (has_connect_timeout) deadline = started + *connect_timeout;
       const detail::sigpipe_blocked no_sigpipe;  // the handshake writes with OpenSSL's write()
-      detail::start_tls(*c, ctx.get(), options_.tls_server_name.empty() ? options_.host : options_.tls_server_name,
-                        options_.endpoint(), deadline);
+      detail::start_tls(*c, ctx.get(), detail::tls_name(options_), options_.endpoint(), deadline);
       tls_out = std::move(ctx);
     }
 #else

@@ -13,9 +13,16 @@
 /// breaks the connection (all pending commands fail). A subscriber connection forwards every message to on_message and
 /// tells on_broken when it ends; it reconnects on the next subscribe().
 ///
+/// TLS (connection_options::tls; hiredis >= 1.0 with hiredis_ssl, REDISLOCK_WITH_TLS): the SSL
+/// is made as redislock::connection makes it (detail/tls.hpp: the certificate must chain to a
+/// trusted CA and name the host) and handed to hiredis right after the non-blocking connect;
+/// hiredis then completes the handshake within its reads and writes. connect_timeout bounds the
+/// TCP connect and the handshake together.
+///
 /// Lifetime: whoever owns it calls close() on the strand before letting go (a pending socket
 /// wait holds a reference, so an open connection is not destroyed by itself).
 
+#include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -25,6 +32,9 @@
 #include <asio/strand.hpp>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+#include <redislock/detail/tls.hpp>
+#endif
 
 #include <fcntl.h>
 
@@ -48,14 +58,28 @@ using async_strand = asio::strand<asio::any_io_executor>;
 /// nothing; the reply is freed by hiredis once the callback returns).
 using reply_callback = std::function<void(redisReply* reply)>;
 
+/// The TLS context shared by a client's connections (an SSL_CTX; empty without tls). Throws
+/// invalid_argument (a certificate without its key, or TLS asked of a build without it) or
+/// tls_error (a file that cannot be loaded): at the client's construction, before any connect.
+inline std::shared_ptr<void> make_async_tls_context(const connection_options& o) {
+  if (!o.tls) return {};
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+  return std::shared_ptr<SSL_CTX>(make_tls_context(o).release(), ssl_ctx_deleter{});
+#else
+  throw invalid_argument("TLS (rediss://) needs hiredis >= 1.0 with hiredis_ssl; build with REDISLOCK_WITH_TLS");
+#endif
+}
+
 class async_redis : public std::enable_shared_from_this<async_redis> {
  public:
   using message_sink = std::function<void(std::string_view type, std::string_view channel, std::string_view payload)>;
 
-  async_redis(async_strand strand, connection_options options, bool subscriber)
+  /// `tls_context`: make_async_tls_context(options) (shared by a client's connections).
+  async_redis(async_strand strand, connection_options options, bool subscriber, std::shared_ptr<void> tls_context = {})
       : strand_(std::move(strand)),
         options_(std::move(options)),
         subscriber_(subscriber),
+        tls_context_(std::move(tls_context)),
         socket_(strand_),
         connect_timer_(strand_),
         reply_timer_(strand_) {}
@@ -147,6 +171,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     }
     const int flags = ::fcntl(ac->c.fd, F_GETFD);
     if (flags != -1) ::fcntl(ac->c.fd, F_SETFD, flags | FD_CLOEXEC);
+    if (!start_tls(*ac)) {
+      redisAsyncFree(ac);
+      return false;
+    }
     asio::error_code ec;
     socket_.assign(ac->c.fd, ec);
     if (ec) {
@@ -169,7 +197,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
       connect_timer_.expires_after(options_.connect_timeout);
       connect_timer_.async_wait([self = shared_from_this(), gen = generation_](const asio::error_code& e) {
         if (e || gen != self->generation_ || self->ac_ == nullptr) return;
-        if (!(self->ac_->c.flags & REDIS_CONNECTED)) self->close();
+        if (!(self->ac_->c.flags & REDIS_CONNECTED) || !self->tls_established()) self->close();
       });
     }
     auto handshake = [this](std::vector<std::string_view> argv) {
@@ -188,6 +216,35 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
       handshake({"SELECT", db});
     }
     return true;
+  }
+
+  // Hands a verified SSL to hiredis (with tls): the handshake starts now and goes on within
+  // hiredis's reads and writes. False when TLS could not be started (the context is unused).
+  bool start_tls(redisAsyncContext& ac) {
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+    ssl_ = nullptr;
+    if (!tls_context_) return true;
+    std::unique_ptr<SSL, ssl_deleter> ssl;
+    try {
+      ssl = new_verified_ssl(static_cast<SSL_CTX*>(tls_context_.get()), tls_name(options_));
+    } catch (const error&) {
+      return false;
+    }
+    if (redisInitiateSSL(&ac.c, ssl.get()) != REDIS_OK) return false;  // the SSL is still ours
+    ssl_ = ssl.release();                                              // hiredis frees it with the context
+#else
+    (void)ac;
+#endif
+    return true;
+  }
+
+  // True without TLS, and once the TLS handshake has completed.
+  bool tls_established() const noexcept {
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+    return ssl_ == nullptr || SSL_is_init_finished(ssl_) == 1;
+#else
+    return true;
+#endif
   }
 
   static void on_reply(redisAsyncContext* ac, void* reply, void* priv) {
@@ -257,6 +314,9 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     // it): the second call must not take a context opened in between for this one.
     if (ac_ != nullptr) ac_->ev.cleanup = nullptr;
     ac_ = nullptr;
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+    ssl_ = nullptr;  // freed by hiredis with its context
+#endif
     const std::uint64_t ended = generation_++;
     sent_at_.clear();
     try {
@@ -274,6 +334,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   async_strand strand_;
   connection_options options_;
   bool subscriber_;
+  std::shared_ptr<void> tls_context_;  // SSL_CTX, shared by the client's connections; empty without tls
+#if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
+  SSL* ssl_ = nullptr;  // the current context's, owned by hiredis
+#endif
   bool shut_ = false, draining_ = false;
   asio::posix::stream_descriptor socket_;
   asio::steady_timer connect_timer_, reply_timer_;

@@ -115,13 +115,9 @@ inline ssl_ctx_ptr make_tls_context(const connection_options& o) {
   throw tls_error(what + openssl_errors());  // e.g. not a TLS port, no common protocol, alert from the server
 }
 
-/// Starts TLS on the connected blocking context `c` and completes the handshake before
-/// `deadline` (none: no time limit). `name` is the name the server's certificate must carry.
-/// On success `c` is blocking again and reads and writes through TLS. Throws timeout_error,
-/// tls_error (certificate rejected, handshake refused), connection_error (peer closed, I/O),
-/// invalid_argument (no name to verify). On failure `c` must be discarded.
-inline void start_tls(redisContext& c, SSL_CTX* ctx, const std::string& name, const std::string& endpoint,
-                      std::optional<std::chrono::steady_clock::time_point> deadline) {
+/// A client SSL of `ctx` that accepts only a certificate issued for `name` (a DNS name, or an IP
+/// address matched against an IP subjectAltName). Throws invalid_argument (no name), tls_error.
+inline std::unique_ptr<SSL, ssl_deleter> new_verified_ssl(SSL_CTX* ctx, const std::string& name) {
   if (name.empty()) throw invalid_argument("TLS: no host name to verify the server's certificate against");
   ERR_clear_error();
   std::unique_ptr<SSL, ssl_deleter> ssl(SSL_new(ctx));
@@ -135,6 +131,22 @@ inline void start_tls(redisContext& c, SSL_CTX* ctx, const std::string& name, co
       throw tls_error("TLS setup failed: cannot verify against name " + name + ": " + openssl_errors());
   }
   SSL_set_verify(ssl.get(), SSL_VERIFY_PEER, nullptr);
+  return ssl;
+}
+
+/// The name a server's certificate must carry for `o`: tls_server_name, else the host.
+inline const std::string& tls_name(const connection_options& o) noexcept {
+  return o.tls_server_name.empty() ? o.host : o.tls_server_name;
+}
+
+/// Starts TLS on the connected blocking context `c` and completes the handshake before
+/// `deadline` (none: no time limit). `name` is the name the server's certificate must carry.
+/// On success `c` is blocking again and reads and writes through TLS. Throws timeout_error,
+/// tls_error (certificate rejected, handshake refused), connection_error (peer closed, I/O),
+/// invalid_argument (no name to verify). On failure `c` must be discarded.
+inline void start_tls(redisContext& c, SSL_CTX* ctx, const std::string& name, const std::string& endpoint,
+                      std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::unique_ptr<SSL, ssl_deleter> ssl = new_verified_ssl(ctx, name);
 
   // Non-blocking for the handshake: hiredis then takes a started handshake as success (as for
   // its own non-blocking contexts) and owns the SSL; poll() below bounds the rest.
