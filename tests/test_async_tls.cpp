@@ -64,7 +64,9 @@ struct AsyncTlsTest : ::testing::Test {
   static std::pair<std::error_code, async_hold> try_lock(async_mutex& m, steady::duration wait) {
     std::promise<std::pair<std::error_code, async_hold>> p;
     m.async_try_lock_for(std::chrono::duration_cast<std::chrono::milliseconds>(wait),
-                         [&](std::error_code e, async_hold h) { p.set_value({e, std::move(h)}); });
+                         [&](std::error_code e, async_hold h) {
+                           p.set_value({e, std::move(h)});
+                         });
     return p.get_future().get();
   }
   static release_status unlock(async_hold& h) {
@@ -104,7 +106,9 @@ TEST_F(AsyncTlsTest, AServerVerifiedByItsCaServesLockRenewalAndHandOff) {
   // Queued just before the release: the notice then comes well within the lease it carries.
   std::promise<std::pair<std::error_code, async_hold>> handed;
   waiter.async_try_lock_for(10s, [&](std::error_code we, async_hold h) { handed.set_value({we, std::move(h)}); });
-  ASSERT_TRUE(redislock_test::eventually([&] { return admin.command({"ZCARD", holder.key() + ":queue"})->integer == 1; }));
+  ASSERT_TRUE(redislock_test::eventually([&] {
+    return admin.command({"ZCARD", holder.key() + ":queue"})->integer == 1;
+  }));
   EXPECT_EQ(unlock(held), release_status::released);
   auto [we, next] = handed.get_future().get();
   ASSERT_FALSE(we) << we.message();
