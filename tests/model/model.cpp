@@ -38,6 +38,7 @@
 // differs from run to run) and its shortest failing history printed with the command that
 // replays it. Exit status: 0 when every run passed.
 #include "checks.hpp"
+#include "command_monitor.hpp"
 #include "crash_workers.hpp"
 #include "history.hpp"
 #include "redis_cluster.hpp"
@@ -1406,7 +1407,17 @@ int main(int argc, char** argv) {
       if (cfg.keep_given) h = h.keep(cfg.keep);
       std::printf("model: seed %llu\n", (unsigned long long)seed);
       std::fflush(stdout);
+      const char* monitor_dir = std::getenv("REDISLOCK_MODEL_MONITOR");
+      std::unique_ptr<command_monitor> monitor;
+      if (monitor_dir != nullptr && cfg.shape.where == topology::single)
+        monitor = std::make_unique<command_monitor>(srv.masters().front());
       const outcome o = run_once(cfg, srv, h, seed);
+      if (monitor && !o.log.findings.empty()) {
+        const std::string path = std::string(monitor_dir) + "/seed-" + std::to_string(seed) + ".monitor";
+        monitor->write(path, o.t0);
+        std::printf("model: the server's commands of this run: %s\n", path.c_str());
+      }
+      monitor.reset();
       ++runs_done;
       all_ops += static_cast<long long>(o.log.records.size());
       for (const auto& [k, n] : o.log.faults_by_kind) all_faults[k] += n;
