@@ -6,7 +6,7 @@
 // It loops on one lock name of one kind (no auto_renew): try_lock_for a random time, then a
 // few pauses and extends (longer and shorter than the lease), then unlock, and prints one line
 // per call, flushed at once, with CLOCK_MONOTONIC times (the same clock as the model's):
-//   call <start>                              before each call
+//   call <start> <what>                       before each call (acquire, extend, release)
 //   acquire <start> <end> <1|0|-1> <write>    acquired, not acquired, error
 //   extend <start> <end> <lease-ms> <1|0|-1>
 //   release <start> <end> <status>
@@ -53,7 +53,7 @@ namespace redislock_model {
   auto pick = [&](long lo, long hi) { return std::uniform_int_distribution<long>(lo, hi)(rng); };
   auto call = [](const char* what, auto&& f) {
     const std::int64_t start = now_ns();
-    std::printf("call %lld\n", static_cast<long long>(start));
+    std::printf("call %lld %s\n", static_cast<long long>(start), what);
     std::fflush(stdout);
     std::string result;
     try {
@@ -84,6 +84,99 @@ namespace redislock_model {
     }
     call("release", [&] { return std::string(redislock::to_string(s->unlock())); });
   }
+}
+
+/// A worker's printed lines (crash_worker_main), cut short by its kill at `killed_ns`, turned
+/// into holds, caps and unknown outcomes in `log` (see crash_worker::record).
+template <class Until>
+void record_worker_lines(const std::string& text, std::int64_t killed_ns, int name, kind k, run_log& log, int thread,
+                         long lease_ms, Until&& until, std::int64_t aftermath_ns) {
+  std::istringstream lines(text);
+  int held = -1;
+  std::int64_t open_call = -1;
+  std::string open_what;  // the call the kill cut short, if any
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::string what;
+    long long start = 0, end = 0;
+    f >> what >> start;
+    if (what == "call") {
+      open_call = start;
+      f >> open_what;
+      continue;
+    }
+    if (!(f >> end)) break;  // cut short by the kill: still open
+    open_call = -1;
+    std::string rest;
+    std::getline(f, rest);
+    log.worker_calls.push_back(
+        {start, end,
+         "t" + std::to_string(thread) + " n" + std::to_string(name) + " " + to_string(k) + " " + what + rest});
+    f = std::istringstream(rest);  // the call's result
+    if (what == "acquire") {
+      int ok = 0, write = 1;
+      f >> ok >> write;
+      if (ok < 0) log.busy.push_back({name, start, end + aftermath_ns, thread, false});
+      if (ok != 1) continue;
+      hold h;
+      h.id = static_cast<int>(log.holds.size());
+      h.thread = thread;
+      h.name = name;
+      h.write = write == 1;
+      h.acquire_start_ns = start;
+      h.acquired_ns = end;
+      h.certain.emplace_back(end, until(start, lease_ms));
+      h.longest_lease_ms = lease_ms;
+      h.owner = "crash worker";
+      log.holds.push_back(h);
+      held = h.id;
+    } else if (what == "extend" && held >= 0) {
+      long lease = 0;
+      int ok = 0;
+      f >> lease >> ok;
+      hold& h = log.holds[static_cast<std::size_t>(held)];
+      h.longest_lease_ms = std::max(h.longest_lease_ms, lease);
+      if (ok < 0) h.caps.push_back({start, 0, until(start, lease), true});
+      if (ok != 1) continue;
+      h.caps.push_back({start, end, until(start, lease), false});
+      h.certain.emplace_back(end, until(start, lease));
+    } else if (what == "release" && held >= 0) {
+      std::string status;
+      f >> status;
+      hold& h = log.holds[static_cast<std::size_t>(held)];
+      h.end_ns = start;
+      h.busy_until_ns = status == "released" ? end : end + h.longest_lease_ms * 1000000LL;
+      held = -1;
+    }
+  }
+  log.worker_calls.push_back({killed_ns, killed_ns, "t" + std::to_string(thread) + " killed"});
+  if (held >= 0) {  // killed while holding: nothing more renews it, its lease runs out
+    hold& h = log.holds[static_cast<std::size_t>(held)];
+    // A release on its way may have run (and handed the name on) before the kill.
+    h.end_ns = open_call >= 0 && open_what == "release" ? open_call : killed_ns;
+    h.busy_until_ns = killed_ns + h.longest_lease_ms * 1000000LL;
+  }
+  if (open_call >= 0) log.busy.push_back({name, open_call, killed_ns + aftermath_ns, thread, false});
+}
+
+/// A self-check of record_worker_lines (ctest model_crash_worker_records). A release still on
+/// its way when its worker was killed may have run: it handed the name on, and the next holder
+/// took it before the kill. Worker t100 acquires, starts a release at 20 ms and is killed at
+/// 50 ms; worker t101 is handed the name and returns at 30 ms. Not an overlap: t100's hold is
+/// certain only until its release began. Returns the process's exit status.
+inline int check_crash_worker_records() {
+  constexpr std::int64_t ms = 1000000;
+  run_log log;
+  auto until = [](std::int64_t start, long lease_ms) { return start + lease_ms * ms; };
+  record_worker_lines("call 0 acquire\nacquire 0 10000000 1 1\ncall 20000000 release\n", 50 * ms, 0, kind::mutex, log,
+                      100, 500, until, 0);
+  record_worker_lines("call 5000000 acquire\nacquire 5000000 30000000 1 1\n", 60 * ms, 0, kind::mutex, log, 101, 500,
+                      until, 0);
+  check_overlaps(log, 0);
+  for (const auto& f : log.findings)
+    std::printf("check_crash_worker_records: %s: %s\n", f.invariant.c_str(), f.detail.c_str());
+  std::printf("check_crash_worker_records: %s\n", log.findings.empty() ? "PASS" : "FAIL");
+  return log.findings.empty() ? 0 : 1;
 }
 
 /// One worker process and the lines it printed (read by a thread of its own until it dies).
@@ -122,69 +215,8 @@ class crash_worker {
   /// aftermath_ns how long a call of unknown outcome may keep the name.
   template <class Until>
   void record(run_log& log, int thread, long lease_ms, Until&& until, std::int64_t aftermath_ns) const {
-    std::istringstream lines(text_);
-    int held = -1;
-    std::int64_t open_call = -1;
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream f(line);
-      std::string what;
-      long long start = 0, end = 0;
-      f >> what >> start;
-      if (what == "call") {
-        open_call = start;
-        continue;
-      }
-      if (!(f >> end)) break;  // cut short by the kill: still open
-      open_call = -1;
-      std::string rest;
-      std::getline(f, rest);
-      log.worker_calls.push_back(
-          {start, end,
-           "t" + std::to_string(thread) + " n" + std::to_string(name_) + " " + to_string(kind_) + " " + what + rest});
-      f = std::istringstream(rest);  // the call's result
-      if (what == "acquire") {
-        int ok = 0, write = 1;
-        f >> ok >> write;
-        if (ok < 0) log.busy.push_back({name_, start, end + aftermath_ns, thread, false});
-        if (ok != 1) continue;
-        hold h;
-        h.id = static_cast<int>(log.holds.size());
-        h.thread = thread;
-        h.name = name_;
-        h.write = write == 1;
-        h.acquire_start_ns = start;
-        h.acquired_ns = end;
-        h.certain.emplace_back(end, until(start, lease_ms));
-        h.longest_lease_ms = lease_ms;
-        h.owner = "crash worker";
-        log.holds.push_back(h);
-        held = h.id;
-      } else if (what == "extend" && held >= 0) {
-        long lease = 0;
-        int ok = 0;
-        f >> lease >> ok;
-        hold& h = log.holds[static_cast<std::size_t>(held)];
-        h.longest_lease_ms = std::max(h.longest_lease_ms, lease);
-        if (ok < 0) h.caps.push_back({start, 0, until(start, lease), true});
-        if (ok != 1) continue;
-        h.caps.push_back({start, end, until(start, lease), false});
-        h.certain.emplace_back(end, until(start, lease));
-      } else if (what == "release" && held >= 0) {
-        std::string status;
-        f >> status;
-        hold& h = log.holds[static_cast<std::size_t>(held)];
-        h.end_ns = start;
-        h.busy_until_ns = status == "released" ? end : end + h.longest_lease_ms * 1000000LL;
-        held = -1;
-      }
-    }
-    log.worker_calls.push_back({killed_ns_, killed_ns_, "t" + std::to_string(thread) + " killed"});
-    if (held >= 0) {  // killed while holding: nothing more renews it, its lease runs out
-      hold& h = log.holds[static_cast<std::size_t>(held)];
-      h.end_ns = killed_ns_;
-      h.busy_until_ns = killed_ns_ + h.longest_lease_ms * 1000000LL;
-    }
-    if (open_call >= 0) log.busy.push_back({name_, open_call, killed_ns_ + aftermath_ns, thread, false});
+    record_worker_lines(text_, killed_ns_, name_, kind_, log, thread, lease_ms, std::forward<Until>(until),
+                        aftermath_ns);
   }
 
   int name() const { return name_; }

@@ -1389,6 +1389,7 @@ std::string keep_argument(const history& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--check-crash-worker-records") return check_crash_worker_records();
   if (argc == 7 && std::string(argv[1]) == "--crash-worker")
     crash_worker_main(std::atoi(argv[2]), argv[3], kind_named(argv[4]), std::atol(argv[5]), std::stoull(argv[6]));
   try {
