@@ -1,7 +1,10 @@
 // redislock::async_semaphore (asio.hpp): at most N async holders over many acquisitions on one
 // loop thread; async and blocking semaphores of one name share the permits and hand them to
 // each other both ways; cancellation under contention; renewal, loss and a forced expiry; a
-// timed acquisition that runs out.
+// timed acquisition that runs out. And redislock::async_shared_mutex, the other kind on the
+// same acquisition machinery (one test program for both: an asio test costs a long compile in
+// every CI variant): readers together, a writer alone, hand-offs with blocking holders both
+// ways, writer preference, a cancelled writer letting the readers behind it in.
 #include "async_fixture.hpp"
 #include "eventually.hpp"
 
@@ -237,6 +240,134 @@ TEST_F(AsyncSemaphoreTest, TryAcquireForTimesOutEmpty) {
   EXPECT_EQ(queued(s.key()), 0);
   blocking.release();
   EXPECT_FALSE(exists(s.key()));  // nobody was handed the permit
+}
+
+struct AsyncSharedMutexTest : redislock_test::async_server_test {
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
+};
+
+// Two async readers at once and a blocking reader with them; writers (async or blocking) stay
+// out; a queued async writer keeps a new reader out (writer preference) and gets the lock when
+// the last reader leaves; its release admits a blocking reader.
+TEST_F(AsyncSharedMutexTest, ReadersShareWritersExcludeAndHandOffBothWays) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "rw", o);
+  shared_mutex blocking(*pool, "rw", o);
+  async_hold r1 = m.async_lock_shared(asio::use_future).get();
+  async_hold r2 = m.async_lock_shared(asio::use_future).get();
+  ASSERT_TRUE(r1.owns_lock() && r2.owns_lock());
+  EXPECT_FALSE(blocking.try_lock());
+  ASSERT_TRUE(blocking.try_lock_shared());
+  blocking.unlock_shared();
+  EXPECT_FALSE(m.async_try_lock_for(milliseconds(0), asio::use_future).get().owns_lock());
+
+  auto writing = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  EXPECT_FALSE(m.async_try_lock_shared_for(milliseconds(0), asio::use_future).get().owns_lock());
+  EXPECT_FALSE(unlock_now(r1));
+  EXPECT_FALSE(unlock_now(r2));
+  ASSERT_EQ(writing.wait_for(seconds(5)), std::future_status::ready);
+  async_hold w = writing.get();
+  ASSERT_TRUE(w.owns_lock());
+  EXPECT_EQ(client->stats().handed_over, 1u);
+  EXPECT_FALSE(blocking.try_lock_shared());
+
+  std::promise<release_status> reading;  // a read hold belongs to its thread: released there
+  std::thread reader([&] {
+    blocking.lock_shared();
+    blocking.unlock_shared();
+    reading.set_value(blocking.last_release());
+  });
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  EXPECT_FALSE(unlock_now(w));
+  auto read = reading.get_future();
+  ASSERT_EQ(read.wait_for(seconds(5)), std::future_status::ready);
+  reader.join();
+  EXPECT_EQ(read.get(), release_status::released);
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// A blocking writer's release admits the async readers queued behind it, all together.
+TEST_F(AsyncSharedMutexTest, ABlockingWritersReleaseAdmitsTheAsyncReadersTogether) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "admit", o);
+  shared_mutex blocking(*pool, "admit", o);
+  blocking.lock();
+  constexpr int kReaders = 3;
+  std::vector<std::future<async_hold>> waiting;
+  for (int i = 0; i < kReaders; ++i) waiting.push_back(m.async_lock_shared(asio::use_future));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == kReaders; }));
+  blocking.unlock();
+  std::vector<async_hold> held;
+  for (auto& f : waiting) {
+    ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
+    held.push_back(f.get());
+    EXPECT_TRUE(held.back().owns_lock());
+  }
+  EXPECT_EQ(client->stats().handed_over, static_cast<std::uint64_t>(kReaders));
+  for (auto& h : held) EXPECT_FALSE(unlock_now(h));
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// A reader holds, a writer waits, a second reader waits behind the writer: cancelling the
+// writer leaves the queue, which admits the reader behind it at once; nothing stays queued.
+TEST_F(AsyncSharedMutexTest, ACancelledWriterLetsTheReadersBehindItIn) {
+  lock_options o = lease(seconds(20));
+  o.recheck_interval = seconds(30);  // only the hand-off ends the reader's wait in time
+  async_shared_mutex m(*client, "cancel", o);
+  async_hold r1 = m.async_lock_shared(asio::use_future).get();
+  asio::cancellation_signal signal;
+  std::promise<std::pair<std::error_code, bool>> writer;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    writer.set_value({e, h.owns_lock()});
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  auto reading = m.async_lock_shared(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 2; }));
+  asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  auto [e, held] = writer.get_future().get();
+  EXPECT_EQ(e, asio::error::operation_aborted);
+  EXPECT_FALSE(held);
+  ASSERT_EQ(reading.wait_for(seconds(5)), std::future_status::ready);
+  async_hold r2 = reading.get();
+  EXPECT_TRUE(r2.owns_lock());
+  EXPECT_EQ(queued(m.key()), 0);
+  EXPECT_FALSE(unlock_now(r1));
+  EXPECT_FALSE(unlock_now(r2));
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// Fencing token, extend and remaining lease on both sides; a read hold removed on the server is
+// reported by extend (lost) and by the release (lease_expired); with auto_renew, a write hold
+// removed on the server is reported by on_lost.
+TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  std::promise<void> lost;
+  o.on_lost = [&](const std::string&) { lost.set_value(); };
+  async_shared_mutex m(*client, "members", o);
+  async_hold w = m.async_lock(asio::use_future).get();
+  const std::uint64_t f1 = w.async_fencing_token(asio::use_future).get();
+  EXPECT_GT(f1, 0u);
+  EXPECT_TRUE(w.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_GT(w.async_remaining_lease(asio::use_future).get(), seconds(50));
+  admin->command({"HDEL", m.key(), "@w", "@wx"});  // the write hold is gone on the server
+  ASSERT_EQ(lost.get_future().wait_for(seconds(2)), std::future_status::ready);
+  EXPECT_TRUE(w.lost());
+  release_status st{};
+  EXPECT_FALSE(unlock_now(w, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
+
+  async_hold r = m.async_try_lock_shared_for(seconds(1), asio::use_future).get();
+  ASSERT_TRUE(r.owns_lock());
+  EXPECT_GT(r.async_fencing_token(asio::use_future).get(), f1);
+  EXPECT_GT(r.async_remaining_lease(asio::use_future).get(), milliseconds(0));
+  admin->command({"HDEL", m.key(), "r:" + r.token(), "x:" + r.token(), "g:" + r.token()});
+  EXPECT_FALSE(r.async_extend(asio::use_future).get());
+  EXPECT_TRUE(r.lost());
+  EXPECT_FALSE(unlock_now(r, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
 }
 
 }  // namespace

@@ -351,7 +351,7 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   }
   inline void on_subscribed(bool ok);
 
-  inline void on_notice(std::string_view token);
+  inline void on_notice(std::string_view notice);
 
   void attach(const std::string& token, std::weak_ptr<async_acquire_op> op) { waiting_[token] = std::move(op); }
   void detach(const std::string& token) { waiting_.erase(token); }
@@ -533,7 +533,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     core->run_attempt(token, mode, [self = shared_from_this(), sent, wait, leave](redisReply* r) {
       if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
       if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-          r->element[1]->type != REDIS_REPLY_INTEGER)
+          r->element[1]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 || r->element[0]->integer > 1)
         return self->failed(async_errc::server_error, self->queued);
       if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
       if (wait) self->queued = true;
@@ -723,8 +723,8 @@ void async_lock_core::on_subscribed(bool ok) {
   for (auto& op : sleeping) op->wake();
 }
 
-void async_lock_core::on_notice(std::string_view token) {
-  const std::string t(token);
+void async_lock_core::on_notice(std::string_view notice) {
+  const std::string t(kind_->notice_token(notice));
   if (auto it = waiting_.find(t); it != waiting_.end()) {
     if (auto op = it->second.lock()) return op->on_notice();
   }
@@ -1030,15 +1030,20 @@ class async_lock_object {
  protected:
   async_lock_object(async_client& client, std::string name, lock_options options,
                     std::shared_ptr<const async_lock_kind> kind)
-      : core_(std::make_shared<async_lock_core>(client.core_, std::move(name), std::move(options), std::move(kind))) {}
+      : core_(make_core(client, std::move(name), std::move(options), std::move(kind))) {}
 
-  /// void(std::error_code, async_hold): the hold, or an empty one once `d` passed.
-  /// Cancellable (asio cancellation slot): a cancelled wait leaves the queue and holds nothing
-  /// afterwards (asio::error::operation_aborted).
+  static std::shared_ptr<async_lock_core> make_core(async_client& client, std::string name, lock_options options,
+                                                    std::shared_ptr<const async_lock_kind> kind) {
+    return std::make_shared<async_lock_core>(client.core_, std::move(name), std::move(options), std::move(kind));
+  }
+
+  /// An acquisition on `core`: void(std::error_code, async_hold), the hold, or an empty one
+  /// once `d` passed. Cancellable (asio cancellation slot): a cancelled wait leaves the queue
+  /// and holds nothing afterwards (asio::error::operation_aborted).
   template <class Token>
-  auto initiate(deadline d, Token&& token) {
+  static auto initiate(const std::shared_ptr<async_lock_core>& on, deadline d, Token&& token) {
     return asio::async_initiate<Token, void(std::error_code, async_hold)>(
-        [core = core_, d](auto handler) {
+        [core = on, d](auto handler) {
           auto slot = asio::get_associated_cancellation_slot(handler);
           auto done = make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
           auto op = core->acquisition(
@@ -1076,13 +1081,13 @@ class async_mutex : public detail::async_lock_object {
   /// (asio::error::operation_aborted).
   template <class Token>
   auto async_lock(Token&& token) {
-    return initiate(std::nullopt, std::forward<Token>(token));
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
   }
 
   /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
   template <class Rep, class Period, class Token>
   auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
-    return initiate(detail::deadline_after(timeout), std::forward<Token>(token));
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
   }
 
  private:
@@ -1110,14 +1115,61 @@ class async_semaphore : public detail::async_lock_object {
   /// (asio::error::operation_aborted).
   template <class Token>
   auto async_acquire(Token&& token) {
-    return initiate(std::nullopt, std::forward<Token>(token));
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
   }
 
   /// Like async_acquire, but gives up after `timeout`: then the hold is empty (and no error).
   template <class Rep, class Period, class Token>
   auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
-    return initiate(detail::deadline_after(timeout), std::forward<Token>(token));
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
   }
+};
+
+/// A read/write lock named `name` for async acquisitions: one writer, or any number of
+/// readers, at a time, async and blocking (redislock::shared_mutex) alike: the same scripts,
+/// keys, queue and hand-off notices (detail/shared_scripts.hpp), with the same writer
+/// preference (a reader that comes while a writer waits queues behind it). Every acquisition is
+/// a holder of its own (its own owner token, one hold): there is no nested read, no downgrade
+/// and no upgrade (a read hold and a write hold of one task are two holders, and the second
+/// waits for the first). Cheap to keep; sends nothing until used.
+class async_shared_mutex : public detail::async_lock_object {
+ public:
+  /// Throws invalid_argument for an empty name or bad options. Sends nothing. on_lost (with
+  /// auto_renew) runs on the client's strand: it must not block.
+  async_shared_mutex(async_client& client, std::string name, lock_options options = {})
+      : async_lock_object(client, name, options, kind(true)),
+        readers_(make_core(client, std::move(name), std::move(options), kind(false))) {}
+
+  /// Waits until the write lock is ours: void(std::error_code, async_hold). Cancellable.
+  template <class Token>
+  auto async_lock(Token&& token) {
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
+  }
+  /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// Waits until a read hold is ours: void(std::error_code, async_hold). Cancellable.
+  template <class Token>
+  auto async_lock_shared(Token&& token) {
+    return initiate(readers_, std::nullopt, std::forward<Token>(token));
+  }
+  /// Like async_lock_shared, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(readers_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+ private:
+  static std::shared_ptr<const detail::async_lock_kind> kind(bool write) {
+    static const auto writer = std::make_shared<const detail::async_shared_kind>(true);
+    static const auto reader = std::make_shared<const detail::async_shared_kind>(false);
+    return write ? writer : reader;
+  }
+
+  std::shared_ptr<detail::async_lock_core> readers_;  // the read side: a channel and tokens of its own
 };
 
 }  // namespace redislock
