@@ -1,20 +1,20 @@
 #pragma once
 /// @file asio.hpp
-/// @brief redislock::async_client, async_mutex, async_semaphore and async_hold: the exclusive
-/// lock and the semaphore for event loops, on standalone asio (optional: nothing else in
-/// redislock includes this header).
+/// @brief redislock::async_client, async_mutex, async_semaphore, async_shared_mutex and
+/// async_hold: the exclusive lock, the semaphore and the read/write lock for event loops, on
+/// standalone asio (optional: nothing else in redislock includes this header).
 ///
 /// Every operation takes an asio completion token (a callback, asio::use_future,
 /// asio::use_awaitable, asio::experimental::deferred) and never blocks the loop: the client
 /// talks to Redis over hiredis's async API, driven by the io_context through a strand of its
 /// own (detail/asio_redis.hpp), so any number of threads may run the io_context.
 ///
-/// Same protocol as redislock::mutex and redislock::semaphore: the same scripts, keys, queue and
-/// hand-off notices (detail/mutex_scripts.hpp, detail/semaphore_scripts.hpp), so async and
-/// blocking holders of one name exclude each other (share the permits) and hand off to each
-/// other. One acquisition machinery (detail::async_lock_core) serves both kinds: it runs the
-/// kind's scripts (detail/asio_lock_kinds.hpp). A hold belongs to the acquisition (an async_hold you can
-/// move to another coroutine or thread), never to a thread.
+/// Same protocol as redislock::mutex, semaphore and shared_mutex: the same scripts, keys, queue
+/// and hand-off notices (detail/mutex_scripts.hpp, semaphore_scripts.hpp, shared_scripts.hpp),
+/// so async and blocking holders of one name exclude each other (share the permits) and hand
+/// off to each other. One acquisition machinery (detail::async_lock_core) serves every kind: it
+/// runs the kind's scripts (detail/asio_lock_kinds.hpp). A hold belongs to the acquisition (an
+/// async_hold you can move to another coroutine or thread), never to a thread.
 ///
 /// Lifetime: destroy holds, locks and clients before their io_context, and keep running it
 /// until the releases you want sent have been sent (a hold destroyed while the loop is stopped
