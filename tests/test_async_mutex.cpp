@@ -1,6 +1,7 @@
 // redislock::async_mutex (asio.hpp): acquisitions by callback, future, coroutine and deferred
 // token; exclusion and hand-off against the blocking mutex in both directions; cancellation
 // under contention; renewal and loss; many waiters on one loop thread; a multi-threaded loop.
+#include "async_fixture.hpp"
 #include "eventually.hpp"
 #include "server_fixture.hpp"
 #include "server_version.hpp"
@@ -39,36 +40,16 @@
 
 using namespace redislock;
 using redislock_test::eventually;
+using redislock_test::loop;
+using redislock_test::outcome;
+using redislock_test::unlock_now;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
 
 namespace {
 
-// An io_context run by `threads` threads until the fixture ends.
-struct loop {
-  explicit loop(int threads = 1) : work(asio::make_work_guard(io)) {
-    for (int i = 0; i < threads; ++i) runners.emplace_back([this] { io.run(); });
-  }
-  ~loop() {
-    work.reset();
-    for (auto& t : runners) t.join();
-  }
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work;
-  std::vector<std::thread> runners;
-};
-
-struct AsyncMutexTest : redislock_test::server_test {
-  void SetUp() override {
-    server_test::SetUp();
-    runner = std::make_unique<loop>();
-    client = std::make_unique<async_client>(runner->io.get_executor(), async_client_options{server->options()});
-  }
-  void TearDown() override {
-    client.reset();
-    runner.reset();  // runs until the client's connections are closed
-  }
+struct AsyncMutexTest : redislock_test::async_server_test {
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":queue"})->integer; }
   // The mutex's release script for `token`, run by the admin connection (a release by another
   // process: it hands the lock to the head of the queue).
@@ -76,30 +57,7 @@ struct AsyncMutexTest : redislock_test::server_test {
     admin->command({"EVAL", detail::mutex_scripts::release().source(), "4", m.key(), m.key() + ":fence",
                     m.key() + ":queue", m.key() + ":waiters", token, m.key() + ":w:"});
   }
-  bool exists(const std::string& key) { return admin->command({"EXISTS", key})->integer == 1; }
-
-  std::unique_ptr<loop> runner;
-  std::unique_ptr<async_client> client;
 };
-
-// Runs `start(callback)` and waits for its outcome. Errors are checked as error codes, not as
-// exceptions through a future: libstdc++'s exception_ptr is not instrumented, so TSan reports
-// its release on the completing thread as a race.
-template <class T, class Start>
-std::pair<std::error_code, T> outcome(Start start) {
-  auto p = std::make_shared<std::promise<std::pair<std::error_code, T>>>();
-  auto f = p->get_future();
-  start([p](std::error_code e, T value) { p->set_value({e, std::move(value)}); });
-  return f.get();
-}
-
-std::error_code unlock_now(async_hold& h, release_status* status = nullptr) {
-  std::promise<std::pair<std::error_code, release_status>> p;
-  h.async_unlock([&](std::error_code e, release_status s) { p.set_value({e, s}); });
-  auto r = p.get_future().get();
-  if (status) *status = r.second;
-  return r.first;
-}
 
 TEST_F(AsyncMutexTest, LocksWithAFutureExcludesAndUnlocks) {
   async_mutex m(*client, "a");

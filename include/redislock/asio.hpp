@@ -1,25 +1,28 @@
 #pragma once
 /// @file asio.hpp
-/// @brief redislock::async_client, async_mutex and async_hold: the exclusive lock for event
-/// loops, on standalone asio (optional: nothing else in redislock includes this header).
+/// @brief redislock::async_client, async_mutex, async_semaphore, async_shared_mutex and
+/// async_hold: the exclusive lock, the semaphore and the read/write lock for event loops, on
+/// standalone asio (optional: nothing else in redislock includes this header).
 ///
 /// Every operation takes an asio completion token (a callback, asio::use_future,
 /// asio::use_awaitable, asio::experimental::deferred) and never blocks the loop: the client
 /// talks to Redis over hiredis's async API, driven by the io_context through a strand of its
 /// own (detail/asio_redis.hpp), so any number of threads may run the io_context.
 ///
-/// Same protocol as redislock::mutex: the same scripts, keys, queue and hand-off notices
-/// (detail/mutex_scripts.hpp), so async and blocking holders of one name exclude each other
-/// and hand the lock to each other. A hold belongs to the acquisition (an async_hold you can
-/// move to another coroutine or thread), never to a thread.
+/// Same protocol as redislock::mutex, semaphore and shared_mutex: the same scripts, keys, queue
+/// and hand-off notices (detail/mutex_scripts.hpp, semaphore_scripts.hpp, shared_scripts.hpp),
+/// so async and blocking holders of one name exclude each other (share the permits) and hand
+/// off to each other. One acquisition machinery (detail::async_lock_core) serves every kind: it
+/// runs the kind's scripts (detail/asio_lock_kinds.hpp). A hold belongs to the acquisition (an
+/// async_hold you can move to another coroutine or thread), never to a thread.
 ///
-/// Lifetime: destroy holds, mutexes and clients before their io_context, and keep running it
+/// Lifetime: destroy holds, locks and clients before their io_context, and keep running it
 /// until the releases you want sent have been sent (a hold destroyed while the loop is stopped
 /// is released when it runs again, or its lease runs out).
 
+#include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
 #include <redislock/detail/lock_core.hpp>
-#include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/detail/wake_wait.hpp>
@@ -105,7 +108,7 @@ struct async_stats {
 
 namespace detail {
 
-class async_mutex_core;
+class async_lock_core;
 
 /// Wraps a completion handler in a copyable function that posts the completion to the
 /// handler's executor (the client's strand never runs user code) and clears its cancellation
@@ -134,7 +137,7 @@ std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_
 }
 
 /// The client's shared state: its strand, the command and subscriber connections, and the
-/// channels subscribed for its mutexes. Everything but the counters is used on the strand.
+/// channels subscribed for its locks. Everything but the counters is used on the strand.
 class async_client_core : public std::enable_shared_from_this<async_client_core> {
  public:
   async_client_core(asio::any_io_executor ex, async_client_options o)
@@ -185,9 +188,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
 
   /// Subscribes `channel` for `m`; m->on_subscribed(ok) once confirmed or refused. Returns the
   /// subscriber connection's generation the subscription lives on. On the strand.
-  std::uint64_t subscribe(const std::string& channel, const std::shared_ptr<async_mutex_core>& m) {
+  std::uint64_t subscribe(const std::string& channel, const std::shared_ptr<async_lock_core>& m) {
     auto& entry = channels_[channel];
-    entry.mutex = m;
+    entry.owner = m;
     if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
       asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
     }
@@ -197,7 +200,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   /// The subscriber connection's current generation: a subscription made on another one is gone.
   std::uint64_t subscriber_generation() const noexcept { return subscriber_->generation(); }
 
-  /// The mutex of `channel` is gone: stop listening (a release then skips its stale places).
+  /// The lock of `channel` is gone: stop listening (a release then skips its stale places).
   /// Only a channel subscribed on the current connection (a lost connection forgot them all).
   void forget(const std::string& channel) {
     if (channels_.erase(channel) != 0) subscriber_->pubsub("UNSUBSCRIBE", channel);
@@ -249,7 +252,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
   struct channel_entry {
-    std::weak_ptr<async_mutex_core> mutex;
+    std::weak_ptr<async_lock_core> owner;
     std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
   };
   std::unordered_map<std::string, channel_entry> channels_;
@@ -264,8 +267,8 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
-  async_hold_state(std::shared_ptr<async_mutex_core> m, std::string t, steady::time_point sent)
-      : mutex(std::move(m)), token(std::move(t)), acquired_at(sent) {}
+  async_hold_state(std::shared_ptr<async_lock_core> m, std::string t, steady::time_point sent)
+      : core(std::move(m)), token(std::move(t)), acquired_at(sent) {}
 
   bool is_lost() const noexcept {
     if (lost.load()) return true;
@@ -275,7 +278,7 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
     return true;
   }
 
-  std::shared_ptr<async_mutex_core> mutex;
+  std::shared_ptr<async_lock_core> core;
   const std::string token;
   const steady::time_point acquired_at;
   mutable std::atomic<bool> lost{false};
@@ -287,29 +290,33 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   std::optional<asio::steady_timer> renew_timer;
 };
 
-/// A mutex name on one client: keys, channel, options, and the acquisitions and holds of it
-/// that are under way (by token), so a hand-off notice finds its acquisition.
-class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
+/// A lock name on one client, of one kind (whose scripts it runs: detail/asio_lock_kinds.hpp):
+/// keys, channel, options, and the acquisitions and holds of it that are under way (by token),
+/// so a hand-off notice finds its acquisition.
+class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
  public:
   using hold_ptr = std::shared_ptr<async_hold_state>;
   using acquire_done = std::function<void(std::error_code, hold_ptr)>;
 
-  async_mutex_core(std::shared_ptr<async_client_core> client, std::string name, lock_options options)
+  async_lock_core(std::shared_ptr<async_client_core> client, std::string name, lock_options options,
+                  std::shared_ptr<const async_lock_kind> kind)
       : client_(std::move(client)),
+        kind_(std::move(kind)),
         name_(std::move(name)),
         options_(std::move(options)),
-        keys_((validate(name_, options_), mutex_scripts::keys(name_, options_))),
+        keys_((validate(name_, options_), kind_->keys(name_, options_))),
         channel_(keys_.waiter_prefix + tokens_.id()),
         lease_ms_(std::to_string(options_.lease.count())),
         wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
 
-  ~async_mutex_core() {
+  ~async_lock_core() {
     if (subscribed_ != sub_state::none) asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
   }
 
   const std::string& name() const noexcept { return name_; }
   const lock_options& options() const noexcept { return options_; }
-  const mutex_scripts::keys& keys() const noexcept { return keys_; }
+  const async_keys& keys() const noexcept { return keys_; }
+  const async_lock_kind& kind() const noexcept { return *kind_; }
   async_client_core& client() noexcept { return *client_; }
   const async_strand& strand() const noexcept { return client_->strand(); }
 
@@ -321,9 +328,12 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   // ---- on the strand ----
   std::string next_token() { return tokens_.next(); }
 
-  void run(const script& s, std::vector<std::string_view> keys, std::vector<std::string_view> args, reply_callback cb,
-           bool by_source = false) {
-    client_->run_script(s, std::move(keys), std::move(args), std::move(cb), by_source);
+  void run(script_call call, reply_callback cb, bool by_source = false) {
+    client_->run_script(call.s, std::move(call.keys), std::move(call.args), std::move(cb), by_source);
+  }
+  /// The kind's attempt script for `token` in `mode` ("try", "wait" or "leave").
+  void run_attempt(const std::string& token, std::string_view mode, reply_callback cb, bool by_source = false) {
+    run(kind_->attempt(keys_, token, mode, {lease_ms_, wait_lease_ms_, options_.fair}), std::move(cb), by_source);
   }
 
   /// Calls ready(true) once our channel is subscribed (at once when it is), ready(false) when
@@ -343,7 +353,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   }
   inline void on_subscribed(bool ok);
 
-  inline void on_notice(std::string_view token);
+  inline void on_notice(std::string_view notice);
 
   void attach(const std::string& token, std::weak_ptr<async_acquire_op> op) { waiting_[token] = std::move(op); }
   void detach(const std::string& token) { waiting_.erase(token); }
@@ -354,7 +364,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   /// -2 an error reply). by_source: see async_client_core::run_script.
   void send_release(const std::string& token, std::function<void(int)> done, bool by_source = false) {
     run(
-        mutex_scripts::release(), {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, {token, keys_.waiter_prefix},
+        kind_->release(keys_, token),
         [done = std::move(done)](redisReply* r) {
           done(r == nullptr ? -1 : r->type != REDIS_REPLY_INTEGER ? -2 : static_cast<int>(r->integer));
         },
@@ -393,7 +403,7 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
     h->renew_timer->async_wait([w = std::weak_ptr<async_hold_state>(h)](const asio::error_code& e) {
       auto h = w.lock();
       if (e || !h || h->released) return;
-      h->mutex->renew(h);
+      h->core->renew(h);
     });
   }
   // The renewal found the lease gone (or the clock says it may be): lost, reported once.
@@ -406,9 +416,10 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
   enum class sub_state { none, pending, active };
 
   std::shared_ptr<async_client_core> client_;
+  std::shared_ptr<const async_lock_kind> kind_;
   std::string name_;
   lock_options options_;
-  mutex_scripts::keys keys_;
+  async_keys keys_;
   token_sequence tokens_;
   std::string channel_, lease_ms_, wait_lease_ms_;
   sub_state subscribed_ = sub_state::none;
@@ -419,24 +430,24 @@ class async_mutex_core : public std::enable_shared_from_this<async_mutex_core> {
 };
 
 /// One acquisition in progress, on the strand: the first attempt, then (subscribed to the
-/// mutex's channel) "wait" attempts and sleeps until a hand-off notice, the holder's lease or
+/// lock's channel) "wait" attempts and sleeps until a hand-off notice, the holder's lease or
 /// recheck_interval; at the deadline or on cancellation one "leave" (which keeps a hand-off
 /// that reached it: then released, when cancelled).
 struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   using attempt_result = std::optional<std::chrono::milliseconds>;  // nullopt: acquired
 
-  async_acquire_op(std::shared_ptr<async_mutex_core> m, deadline d, async_mutex_core::acquire_done done)
-      : mutex(std::move(m)),
+  async_acquire_op(std::shared_ptr<async_lock_core> m, deadline d, async_lock_core::acquire_done done)
+      : core(std::move(m)),
         deadline_(d),
         done_(std::move(done)),
-        timer(mutex->strand()),
-        deadline_timer(mutex->strand()) {}
+        timer(core->strand()),
+        deadline_timer(core->strand()) {}
 
   void start() {
-    token = mutex->next_token();
+    token = core->next_token();
     if (cancelled) return finish(asio::error::operation_aborted);
-    mutex->attach(token, weak_from_this());
-    const auto grace = mutex->client().connect_timeout();
+    core->attach(token, weak_from_this());
+    const auto grace = core->client().connect_timeout();
     if (deadline_ && grace.count() > 0) {
       // As the blocking try_lock_for: an attempt or SUBSCRIBE in flight may run past the
       // deadline by connect_timeout, no longer (a stalled server). Then the caller gets an
@@ -449,7 +460,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
         self->deliver({}, nullptr);
       });
     }
-    if (mutex->options().fair) return attempt("try");
+    if (core->options().fair || !core->kind().first_by_set()) return attempt("try");
     first_attempt();
   }
 
@@ -478,21 +489,21 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     // lease counts from there. Nothing orders the notice with the attempts' replies: it may be
     // stale (that lease ran out, someone else took the lock). With little of that lease left,
     // a "wait" decides: it returns the lock (with a lease from its own send) only when ours.
-    const auto& lease = mutex->options().lease;
+    const auto& lease = core->options().lease;
     if (steady::now() >= first_wait_sent + lease - lease / 3) return attempt("wait");
-    mutex->client().count(mutex->client().handed_over_);
+    core->client().count(core->client().handed_over_);
     acquired(first_wait_sent);
   }
 
-  // The uncontended path, as basic_mutex::attempt_first: SET NX GET PX.
+  // The mutex's uncontended path, as basic_mutex::attempt_first: SET NX GET PX.
   void first_attempt() {
-    auto& client = mutex->client();
+    auto& client = core->client();
     const steady::time_point sent = steady::now();
     const bool with_get = client.set_get_supported;
-    const auto& k = mutex->keys();
+    const auto& k = core->keys();
     phase = phase_t::attempting;
     auto on_reply = [self = shared_from_this(), sent, with_get](redisReply* r) {
-      auto& c = self->mutex->client();
+      auto& c = self->core->client();
       if (r == nullptr) return self->failed(async_errc::connection_failed, false);
       if (r->type == REDIS_REPLY_ERROR && with_get &&
           std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
@@ -505,15 +516,15 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       if (!with_get || std::string_view(r->str, r->len) == self->token) return self->attempt("try");
       self->on_attempt(unknown_pttl, sent);
     };
-    const std::string& lease = mutex->lease_ms();
+    const std::string& lease = core->lease_ms();
     if (with_get) client.commands().command({"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
     else client.commands().command({"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
   }
 
-  // The queue script (mutex_scripts::queue_attempt) in mode "try", "wait" or "leave".
+  // The kind's attempt script (the mutex's queue_attempt, the semaphore's acquire) in mode
+  // "try", "wait" or "leave".
   void attempt(const char* mode) {
     const steady::time_point sent = steady::now();
-    const auto& k = mutex->keys();
     const bool wait = std::string_view(mode) == "wait", leave = std::string_view(mode) == "leave";
     phase = phase_t::attempting;
     if (wait) notified = false;
@@ -521,22 +532,19 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       first_wait_sent = sent;
       first_wait_sent_set = true;
     }
-    mutex->run(
-        mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
-        {token, mutex->lease_ms(), mode, mutex->options().fair ? "1" : "0", mutex->wait_lease_ms(), k.waiter_prefix},
-        [self = shared_from_this(), sent, wait, leave](redisReply* r) {
-          if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
-          if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-              r->element[1]->type != REDIS_REPLY_INTEGER)
-            return self->failed(async_errc::server_error, self->queued);
-          if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
-          if (wait) self->queued = true;
-          if (leave) {
-            self->queued = false;
-            return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
-          }
-          self->on_attempt(std::chrono::milliseconds(r->element[1]->integer), sent);
-        });
+    core->run_attempt(token, mode, [self = shared_from_this(), sent, wait, leave](redisReply* r) {
+      if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+          r->element[1]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 || r->element[0]->integer > 1)
+        return self->failed(async_errc::server_error, self->queued);
+      if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
+      if (wait) self->queued = true;
+      if (leave) {
+        self->queued = false;
+        return self->finish(self->cancelled ? std::error_code(asio::error::operation_aborted) : std::error_code());
+      }
+      self->on_attempt(std::chrono::milliseconds(r->element[1]->integer), sent);
+    });
   }
 
   void on_attempt(attempt_result pttl, steady::time_point sent) {
@@ -544,7 +552,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     if (!pttl) {
       if (!cancelled) return acquired(sent);
       // Cancelled while the grant was on its way: release what we got.
-      mutex->client().count(mutex->client().released_after_cancel_);
+      core->client().count(core->client().released_after_cancel_);
       return pass_on(asio::error::operation_aborted);
     }
     if (cancelled || passed(deadline_)) return give_up();
@@ -552,13 +560,13 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     if (polling) return poll();
     // Not subscribed yet, or the subscriber connection died while we attempted (nobody would
     // wake us: a release then passes over our place): subscribe (again), then queue.
-    if (!queued || !mutex->subscription_alive()) return subscribe_then_wait();
+    if (!queued || !core->subscription_alive()) return subscribe_then_wait();
     sleep(*pttl);
   }
 
   void subscribe_then_wait() {
     phase = phase_t::subscribing;
-    mutex->when_subscribed([self = shared_from_this()](bool ok) {
+    core->when_subscribed([self = shared_from_this()](bool ok) {
       if (self->phase == phase_t::done) return;
       if (self->cancelled) return self->give_up();
       if (!ok) return self->start_polling();
@@ -581,7 +589,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       polling = false;
       return subscribe_then_wait();
     }
-    const auto& o = mutex->options();
+    const auto& o = core->options();
     poll_pause = std::clamp(poll_pause * 2, o.retry_min, o.retry_max);
     phase = phase_t::sleeping;
     const steady::time_point at = steady::now() + poll_pause;
@@ -595,7 +603,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
 
   void sleep(std::chrono::milliseconds pttl) {
     phase = phase_t::sleeping;
-    timer.expires_at(wake_limit(pttl, deadline_, mutex->options().recheck_interval));
+    timer.expires_at(wake_limit(pttl, deadline_, core->options().recheck_interval));
     timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
       if (gen == self->timer_generation) self->wake();
     });
@@ -626,7 +634,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   // once it is gone).
   void failed(async_errc e, bool leave_queue) {
     if (phase == phase_t::done) return;
-    asio::post(mutex->strand(), [m = mutex, t = token, leave_queue] {
+    asio::post(core->strand(), [m = core, t = token, leave_queue] {
       // By source: a server that never ran the script would answer NOSCRIPT, and that reply
       // may be lost too.
       auto release = [m, t] {
@@ -634,11 +642,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
             t, steady::now() + m->options().lease, [](int) {}, true);
       };
       if (!leave_queue) return release();
-      const auto& k = m->keys();
-      m->run(
-          mutex_scripts::queue_attempt(), {k.lock, k.fence, k.queue, k.waiters},
-          {t, m->lease_ms(), "leave", m->options().fair ? "1" : "0", m->wait_lease_ms(), k.waiter_prefix},
-          [release](redisReply*) { release(); }, true);
+      m->run_attempt(
+          t, "leave", [release](redisReply*) { release(); }, true);
     });
     finish(e);
   }
@@ -648,35 +653,35 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   // has certainly ended).
   void pass_on(std::error_code e) {
     phase = phase_t::attempting;
-    const steady::time_point until = steady::now() + mutex->options().lease;
-    mutex->send_release(token, [self = shared_from_this(), e, until](int ours) {
+    const steady::time_point until = steady::now() + core->options().lease;
+    core->send_release(token, [self = shared_from_this(), e, until](int ours) {
       if (ours == -1)
-        asio::post(self->mutex->strand(),
-                   [m = self->mutex, t = self->token, until] { m->release_until(t, until, [](int) {}); });
+        asio::post(self->core->strand(),
+                   [m = self->core, t = self->token, until] { m->release_until(t, until, [](int) {}); });
       self->finish(e);
     });
   }
 
   void acquired(steady::time_point sent) {
-    auto h = std::make_shared<async_hold_state>(mutex, token, sent);
-    mutex->hold_started(token);
-    mutex->client().count(mutex->client().acquired_);
-    if (mutex->options().auto_renew) mutex->start_renewal(h);
+    auto h = std::make_shared<async_hold_state>(core, token, sent);
+    core->hold_started(token);
+    core->client().count(core->client().acquired_);
+    if (core->options().auto_renew) core->start_renewal(h);
     finish({}, std::move(h));
   }
 
-  void finish(std::error_code e, async_mutex_core::hold_ptr h = nullptr) {
+  void finish(std::error_code e, async_lock_core::hold_ptr h = nullptr) {
     if (phase == phase_t::done) return;
     phase = phase_t::done;
     ++timer_generation;
     timer.cancel();
     deadline_timer.cancel();
-    mutex->detach(token);
+    core->detach(token);
     deliver(e, std::move(h));
   }
 
   // Completes the caller (once; the deadline may do so before the op ends).
-  void deliver(std::error_code e, async_mutex_core::hold_ptr h) {
+  void deliver(std::error_code e, async_lock_core::hold_ptr h) {
     if (!done_) return;
     auto done = std::move(done_);
     done_ = nullptr;
@@ -685,9 +690,9 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
 
   enum class phase_t { idle, attempting, subscribing, sleeping, done };
 
-  std::shared_ptr<async_mutex_core> mutex;
+  std::shared_ptr<async_lock_core> core;
   deadline deadline_;
-  async_mutex_core::acquire_done done_;
+  async_lock_core::acquire_done done_;
   asio::steady_timer timer, deadline_timer;
   std::string token;
   phase_t phase = phase_t::idle;
@@ -699,15 +704,15 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   bool first_wait_sent_set = false;
 };
 
-std::shared_ptr<async_acquire_op> async_mutex_core::acquisition(deadline d, acquire_done done) {
+std::shared_ptr<async_acquire_op> async_lock_core::acquisition(deadline d, acquire_done done) {
   return std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
 }
 
-void async_mutex_core::start_acquisition(const std::shared_ptr<async_acquire_op>& op) {
+void async_lock_core::start_acquisition(const std::shared_ptr<async_acquire_op>& op) {
   asio::post(strand(), [op] { op->start(); });
 }
 
-void async_mutex_core::on_subscribed(bool ok) {
+void async_lock_core::on_subscribed(bool ok) {
   const bool lost = !ok && subscribed_ == sub_state::active;
   subscribed_ = ok ? sub_state::active : sub_state::none;
   for (auto& w : std::exchange(subscribe_waiters_, {})) w(ok);
@@ -720,8 +725,8 @@ void async_mutex_core::on_subscribed(bool ok) {
   for (auto& op : sleeping) op->wake();
 }
 
-void async_mutex_core::on_notice(std::string_view token) {
-  const std::string t(token);
+void async_lock_core::on_notice(std::string_view notice) {
+  const std::string t(kind_->notice_token(notice));
   if (auto it = waiting_.find(t); it != waiting_.end()) {
     if (auto op = it->second.lock()) return op->on_notice();
   }
@@ -732,7 +737,7 @@ void async_mutex_core::on_notice(std::string_view token) {
   release_until(t, steady::now() + options_.lease, [](int) {});
 }
 
-void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
+void async_lock_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
   if (h->released) return done(async_errc::not_held, release_status::not_held);
   h->released = true;
   if (h->renew_timer) h->renew_timer->cancel();
@@ -746,7 +751,7 @@ void async_mutex_core::release(const hold_ptr& h, std::function<void(std::error_
   });
 }
 
-void async_mutex_core::start_renewal(const hold_ptr& h) {
+void async_lock_core::start_renewal(const hold_ptr& h) {
   h->renew_timer.emplace(strand());
   h->valid_until.store((h->acquired_at + options_.lease).time_since_epoch().count());
   // A hand-off's lease runs from our first "wait": when a third of it is gone, renew at once.
@@ -756,11 +761,11 @@ void async_mutex_core::start_renewal(const hold_ptr& h) {
 // One owner-checked extend. The lease is counted from the send time (never more optimistic
 // than the server); a failed renewal retries soon, and the clock alone makes the hold lost
 // once the last confirmed lease has passed.
-void async_mutex_core::renew(const hold_ptr& h) {
+void async_lock_core::renew(const hold_ptr& h) {
   if (h->is_lost()) return report_lost(h);
   const steady::time_point sent = steady::now();
-  run(mutex_scripts::extend(), {keys_.lock}, {h->token, lease_ms_}, [h, sent](redisReply* r) {
-    async_mutex_core& m = *h->mutex;
+  run(kind_->extend(keys_, h->token, lease_ms_), [h, sent](redisReply* r) {
+    async_lock_core& m = *h->core;
     if (h->released) return;
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 0) return m.report_lost(h);
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 && !h->is_lost()) {
@@ -783,35 +788,35 @@ void async_client_core::on_pubsub(std::string_view type, std::string_view channe
   if (type != "message") return;
   auto it = channels_.find(std::string(channel));
   if (it == channels_.end()) return;
-  if (auto m = it->second.mutex.lock()) m->on_notice(payload);
+  if (auto m = it->second.owner.lock()) m->on_notice(payload);
 }
 
 void async_client_core::confirm(const std::string& channel, bool ok) {
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
-  auto m = it->second.mutex.lock();
+  auto m = it->second.owner.lock();
   if (!ok) channels_.erase(it);
   if (m) m->on_subscribed(ok);
 }
 
 void async_client_core::on_subscriber_broken(std::uint64_t ended) {
-  // Every channel of that connection is gone with it: each mutex subscribes again on its next
+  // Every channel of that connection is gone with it: each lock subscribes again on its next
   // wait. A channel subscribed again meanwhile (on a newer connection) stays.
-  std::vector<std::shared_ptr<async_mutex_core>> gone;
+  std::vector<std::shared_ptr<async_lock_core>> gone;
   for (auto it = channels_.begin(); it != channels_.end();) {
     if (it->second.generation > ended) {
       ++it;
       continue;
     }
-    if (auto m = it->second.mutex.lock()) gone.push_back(std::move(m));
+    if (auto m = it->second.owner.lock()) gone.push_back(std::move(m));
     it = channels_.erase(it);
   }
   for (auto& m : gone) m->on_subscribed(false);
 }
 
-}  // namespace detail
+class async_lock_object;
 
-class async_mutex;
+}  // namespace detail
 
 /// The hold of one acquisition. Movable (to another coroutine or thread); empty after a
 /// timed-out acquisition, a move, or async_unlock(). Its destructor releases a hold still
@@ -860,7 +865,7 @@ class async_hold {
   auto async_unlock(Token&& token) {
     return on_strand<void(std::error_code, release_status)>(
         std::forward<Token>(token), release_status::not_held,
-        [](const state_ptr& s, auto done) { s->mutex->release(s, std::move(done)); }, true);
+        [](const state_ptr& s, auto done) { s->core->release(s, std::move(done)); }, true);
   }
 
   /// Resets the lease to options().lease (or `lease`) from now, if still ours: void(error_code, bool).
@@ -871,12 +876,12 @@ class async_hold {
   }
   template <class Token>
   auto async_extend(std::chrono::milliseconds lease, Token&& token) {
-    if (lease.count() != 0) detail::checked_lease(lease, "async_extend", state_ ? &state_->mutex->options() : nullptr);
+    if (lease.count() != 0) detail::checked_lease(lease, "async_extend", state_ ? &state_->core->options() : nullptr);
     return on_strand<void(std::error_code, bool)>(
         std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
-          auto& m = *s->mutex;
+          auto& m = *s->core;
           const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
-          m.run(detail::mutex_scripts::extend(), {m.keys().lock}, {s->token, ms}, [s, done](redisReply* r) {
+          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done](redisReply* r) {
             if (r == nullptr) return done(async_errc::connection_failed, false);
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
             if (r->integer != 1) s->lost.store(true);
@@ -892,8 +897,8 @@ class async_hold {
     return on_strand<void(std::error_code, std::uint64_t)>(
         std::forward<Token>(token), std::uint64_t{0}, [](const state_ptr& s, auto done) {
           if (s->fence != 0) return done({}, s->fence);
-          auto& m = *s->mutex;
-          m.run(detail::mutex_scripts::fence(), {m.keys().lock, m.keys().fence}, {s->token}, [s, done](redisReply* r) {
+          auto& m = *s->core;
+          m.run(m.kind().fence(m.keys(), s->token), [s, done](redisReply* r) {
             if (r == nullptr) return done(async_errc::connection_failed, 0);
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
             if (r->integer <= 0) {
@@ -911,8 +916,8 @@ class async_hold {
   auto async_remaining_lease(Token&& token) {
     return on_strand<void(std::error_code, std::chrono::milliseconds)>(
         std::forward<Token>(token), std::chrono::milliseconds(0), [](const state_ptr& s, auto done) {
-          auto& m = *s->mutex;
-          m.run(detail::mutex_scripts::remaining(), {m.keys().lock}, {s->token}, [done](redisReply* r) {
+          auto& m = *s->core;
+          m.run(m.kind().remaining(m.keys(), s->token), [done](redisReply* r) {
             if (r == nullptr) return done(async_errc::connection_failed, std::chrono::milliseconds(0));
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, std::chrono::milliseconds(0));
             done({}, detail::to_remaining(r->integer));
@@ -921,7 +926,7 @@ class async_hold {
   }
 
  private:
-  friend class async_mutex;
+  friend class detail::async_lock_object;
   using state_ptr = std::shared_ptr<detail::async_hold_state>;
   explicit async_hold(state_ptr s) : state_(std::move(s)) {}
 
@@ -933,7 +938,7 @@ class async_hold {
     if (s && ending) s->release_requested.store(true);
     // An unlocked hold still knows its client: complete there, as every other operation does.
     asio::any_io_executor ex;
-    if (state_) ex = state_->mutex->client().executor();
+    if (state_) ex = state_->core->client().executor();
     return asio::async_initiate<Token, Signature>(
         [s, ex, empty, body](auto handler) mutable {
           if (!s) {
@@ -950,8 +955,8 @@ class async_hold {
             }
             return;
           }
-          auto done = completion_for<Signature>(std::move(handler), s->mutex->client().executor());
-          asio::post(s->mutex->strand(), [s, body, done]() mutable { body(s, done); });
+          auto done = completion_for<Signature>(std::move(handler), s->core->client().executor());
+          asio::post(s->core->strand(), [s, body, done]() mutable { body(s, done); });
         },
         token);
   }
@@ -974,9 +979,9 @@ class async_hold {
     if (!state_ || state_->release_requested.exchange(true)) return;
     state_ptr s = std::move(state_);
     try {
-      asio::post(s->mutex->strand(), [s] {
-        s->mutex->release(s, [s](std::error_code, release_status st) {
-          if (st != release_status::not_held) s->mutex->client().report_background(s->mutex->name(), st);
+      asio::post(s->core->strand(), [s] {
+        s->core->release(s, [s](std::error_code, release_status st) {
+          if (st != release_status::not_held) s->core->client().report_background(s->core->name(), st);
         });
       });
     } catch (...) {  // out of memory: the lease runs out on its own
@@ -988,7 +993,7 @@ class async_hold {
 
 /// A client for async locks: one command connection and one subscriber connection (opened on
 /// the first contended wait) to one server, driven by `executor`'s io_context through a strand.
-/// Thread-safe: its mutexes may be used from any thread.
+/// Thread-safe: its locks may be used from any thread.
 class async_client {
  public:
   /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
@@ -1010,64 +1015,163 @@ class async_client {
   async_stats stats() const noexcept { return core_->stats(); }
 
  private:
-  friend class async_mutex;
+  friend class detail::async_lock_object;
   std::shared_ptr<detail::async_client_core> core_;
 };
 
-/// An exclusive lock named `name` for async acquisitions: any number may be under way at once
-/// (each is a separate would-be holder with its own token). Cheap to keep; copies nothing to
-/// Redis until used. Key layout and scripts: detail/mutex_scripts.hpp.
-class async_mutex {
- public:
-  /// Throws invalid_argument for an empty name or bad options. Sends nothing. on_lost (with
-  /// auto_renew) runs on the client's strand: it must not block.
-  async_mutex(async_client& client, std::string name, lock_options options = {})
-      : core_(std::make_shared<detail::async_mutex_core>(client.core_, std::move(name), std::move(options))) {}
+namespace detail {
 
+/// What every async lock object is: a name on a client with its kind's scripts, and the
+/// acquisitions of it (each a separate would-be holder with its own token).
+class async_lock_object {
+ public:
   const std::string& name() const noexcept { return core_->name(); }
   const std::string& key() const noexcept { return core_->keys().lock; }
   const lock_options& options() const noexcept { return core_->options(); }
 
-  /// Waits until the lock is ours: void(std::error_code, async_hold). Cancellable (asio
-  /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
-  /// (asio::error::operation_aborted).
-  template <class Token>
-  auto async_lock(Token&& token) {
-    return initiate(std::nullopt, std::forward<Token>(token));
+ protected:
+  async_lock_object(async_client& client, std::string name, lock_options options,
+                    std::shared_ptr<const async_lock_kind> kind)
+      : core_(make_core(client, std::move(name), std::move(options), std::move(kind))) {}
+
+  static std::shared_ptr<async_lock_core> make_core(async_client& client, std::string name, lock_options options,
+                                                    std::shared_ptr<const async_lock_kind> kind) {
+    return std::make_shared<async_lock_core>(client.core_, std::move(name), std::move(options), std::move(kind));
   }
 
-  /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
-  template <class Rep, class Period, class Token>
-  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
-    return initiate(detail::deadline_after(timeout), std::forward<Token>(token));
-  }
-
- private:
+  /// An acquisition on `core`: void(std::error_code, async_hold), the hold, or an empty one
+  /// once `d` passed. Cancellable (asio cancellation slot): a cancelled wait leaves the queue
+  /// and holds nothing afterwards (asio::error::operation_aborted).
   template <class Token>
-  auto initiate(detail::deadline d, Token&& token) {
+  static auto initiate(const std::shared_ptr<async_lock_core>& on, deadline d, Token&& token) {
     return asio::async_initiate<Token, void(std::error_code, async_hold)>(
-        [core = core_, d](auto handler) {
+        [core = on, d](auto handler) {
           auto slot = asio::get_associated_cancellation_slot(handler);
-          auto done =
-              detail::make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
-          auto op = core->acquisition(d, [done](std::error_code e, detail::async_mutex_core::hold_ptr h) {
-            done(e, async_hold(std::move(h)));
-          });
+          auto done = make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
+          auto op = core->acquisition(
+              d, [done](std::error_code e, async_lock_core::hold_ptr h) { done(e, async_hold(std::move(h))); });
           // Before the start: the completion clears the slot, which must not be assigned after.
           if (slot.is_connected()) {
-            slot.assign(
-                [w = std::weak_ptr<detail::async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
-                  asio::post(strand, [w] {
-                    if (auto op = w.lock()) op->cancel();
-                  });
-                });
+            slot.assign([w = std::weak_ptr<async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
+              asio::post(strand, [w] {
+                if (auto op = w.lock()) op->cancel();
+              });
+            });
           }
           core->start_acquisition(op);
         },
         token);
   }
 
-  std::shared_ptr<detail::async_mutex_core> core_;
+  std::shared_ptr<async_lock_core> core_;
+};
+
+}  // namespace detail
+
+/// An exclusive lock named `name` for async acquisitions: any number may be under way at once
+/// (each is a separate would-be holder with its own token). Cheap to keep; copies nothing to
+/// Redis until used. Key layout and scripts: detail/mutex_scripts.hpp.
+class async_mutex : public detail::async_lock_object {
+ public:
+  /// Throws invalid_argument for an empty name or bad options. Sends nothing. on_lost (with
+  /// auto_renew) runs on the client's strand: it must not block.
+  async_mutex(async_client& client, std::string name, lock_options options = {})
+      : async_lock_object(client, std::move(name), std::move(options), kind()) {}
+
+  /// Waits until the lock is ours: void(std::error_code, async_hold). Cancellable (asio
+  /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
+  /// (asio::error::operation_aborted).
+  template <class Token>
+  auto async_lock(Token&& token) {
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
+  }
+
+  /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+ private:
+  static std::shared_ptr<const detail::async_lock_kind> kind() {
+    static const auto k = std::make_shared<const detail::async_mutex_kind>();
+    return k;
+  }
+};
+
+/// A semaphore named `name` for async acquisitions: at most N holders of the name at once,
+/// async (any number of acquisitions, each its own would-be holder of one permit) and blocking
+/// (redislock::semaphore) alike: the same scripts, keys, queue and hand-off notices
+/// (detail/semaphore_scripts.hpp). As there, `permits` seeds an idle semaphore only: while
+/// anyone holds, the count stored with the holders rules. Cheap to keep; sends nothing until used.
+class async_semaphore : public detail::async_lock_object {
+ public:
+  /// Throws invalid_argument for permits outside [1, max_permits], an empty name or bad
+  /// options. Sends nothing. on_lost (with auto_renew) runs on the client's strand: it must not block.
+  async_semaphore(async_client& client, std::string name, std::int64_t permits, lock_options options = {})
+      : async_lock_object(client, std::move(name), std::move(options),
+                          std::make_shared<const detail::async_semaphore_kind>(permits)) {}
+
+  /// Waits until a permit is ours: void(std::error_code, async_hold). Cancellable (asio
+  /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
+  /// (asio::error::operation_aborted).
+  template <class Token>
+  auto async_acquire(Token&& token) {
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
+  }
+
+  /// Like async_acquire, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+};
+
+/// A read/write lock named `name` for async acquisitions: one writer, or any number of
+/// readers, at a time, async and blocking (redislock::shared_mutex) alike: the same scripts,
+/// keys, queue and hand-off notices (detail/shared_scripts.hpp), with the same writer
+/// preference (a reader that comes while a writer waits queues behind it). Every acquisition is
+/// a holder of its own (its own owner token, one hold): there is no nested read, no downgrade
+/// and no upgrade (a read hold and a write hold of one task are two holders, and the second
+/// waits for the first). Cheap to keep; sends nothing until used.
+class async_shared_mutex : public detail::async_lock_object {
+ public:
+  /// Throws invalid_argument for an empty name or bad options. Sends nothing. on_lost (with
+  /// auto_renew) runs on the client's strand: it must not block.
+  async_shared_mutex(async_client& client, std::string name, lock_options options = {})
+      : async_lock_object(client, name, options, kind(true)),
+        readers_(make_core(client, std::move(name), std::move(options), kind(false))) {}
+
+  /// Waits until the write lock is ours: void(std::error_code, async_hold). Cancellable.
+  template <class Token>
+  auto async_lock(Token&& token) {
+    return initiate(core_, std::nullopt, std::forward<Token>(token));
+  }
+  /// Like async_lock, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// Waits until a read hold is ours: void(std::error_code, async_hold). Cancellable.
+  template <class Token>
+  auto async_lock_shared(Token&& token) {
+    return initiate(readers_, std::nullopt, std::forward<Token>(token));
+  }
+  /// Like async_lock_shared, but gives up after `timeout`: then the hold is empty (and no error).
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
+    return initiate(readers_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+ private:
+  static std::shared_ptr<const detail::async_lock_kind> kind(bool write) {
+    static const auto writer = std::make_shared<const detail::async_shared_kind>(true);
+    static const auto reader = std::make_shared<const detail::async_shared_kind>(false);
+    return write ? writer : reader;
+  }
+
+  std::shared_ptr<detail::async_lock_core> readers_;  // the read side: a channel and tokens of its own
 };
 
 }  // namespace redislock

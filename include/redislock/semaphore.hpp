@@ -51,9 +51,6 @@
 
 namespace redislock {
 
-/// The largest permit count a semaphore accepts.
-inline constexpr std::int64_t max_permits = 1000000;
-
 template <class Client>
 class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Client, detail::semaphore_scripts::keys> {
   using base = detail::object_hold<basic_semaphore<Client>, Client, detail::semaphore_scripts::keys>;
@@ -63,7 +60,8 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   /// Throws invalid_argument for permits outside [1, max_permits], an empty name or a lease
   /// outside (0, max_lease]. Sends nothing.
   basic_semaphore(Client& client, std::string name, std::int64_t permits, lock_options options = {})
-      : base(client, std::move(name), std::move(options)), permits_(checked_permits(permits, "semaphore")) {
+      : base(client, std::move(name), std::move(options)),
+        permits_(detail::semaphore_scripts::checked_permits(permits, "semaphore")) {
     this->describe_lease();
   }
 
@@ -111,7 +109,7 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   /// nobody is admitted until fewer than `permits` hold.
   /// Throws invalid_argument for permits outside [1, max_permits] (sending nothing).
   void set_permits(std::int64_t permits) {
-    const std::string n = std::to_string(checked_permits(permits, "set_permits"));
+    const std::string n = std::to_string(detail::semaphore_scripts::checked_permits(permits, "set_permits"));
     permits_.store(permits, std::memory_order_relaxed);
     // "#": no waiter's token, so a wait of this object on another thread keeps its place.
     run_integer(detail::semaphore_scripts::set_permits(), {"#", keys_.waiter_prefix, n});
@@ -143,13 +141,6 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   using base::token_;
   using base::wait_lease_ms_;
   using typename base::attempt_result;
-
-  static std::int64_t checked_permits(std::int64_t n, const char* what) {
-    if (n < 1 || n > max_permits)
-      throw invalid_argument(std::string(what) + ": permits must be in [1, " + std::to_string(max_permits) + "], got " +
-                             std::to_string(n));
-    return n;
-  }
 
   std::string already_held_message() const {
     return "acquire: this object already holds a permit of semaphore '" + name_ +

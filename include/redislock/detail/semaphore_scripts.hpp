@@ -52,13 +52,28 @@
 
 #include <redislock/detail/fence_scripts.hpp>
 #include <redislock/detail/queue_lua.hpp>
+#include <redislock/errors.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/script.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
+namespace redislock {
+/// The largest permit count a semaphore accepts.
+inline constexpr std::int64_t max_permits = 1000000;
+}  // namespace redislock
+
 namespace redislock::detail::semaphore_scripts {
+
+/// `n` when it is a permit count a semaphore accepts; invalid_argument "<what>: ..." otherwise.
+inline std::int64_t checked_permits(std::int64_t n, const char* what) {
+  if (n < 1 || n > max_permits)
+    throw invalid_argument(std::string(what) + ": permits must be in [1, " + std::to_string(max_permits) + "], got " +
+                           std::to_string(n));
+  return n;
+}
 
 /// The keys and fixed script arguments of one semaphore (layout above).
 struct keys {

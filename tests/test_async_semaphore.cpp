@@ -1,0 +1,409 @@
+// redislock::async_semaphore (asio.hpp): at most N async holders over many acquisitions on one
+// loop thread; async and blocking semaphores of one name share the permits and hand them to
+// each other both ways; cancellation under contention; renewal, loss and a forced expiry; a
+// timed acquisition that runs out. And redislock::async_shared_mutex, the other kind on the
+// same acquisition machinery (one test program for both: an asio test costs a long compile in
+// every CI variant): readers together, a writer alone, hand-offs with blocking holders both
+// ways, writer preference, a cancelled writer letting the readers behind it in.
+#include "async_fixture.hpp"
+#include "eventually.hpp"
+
+#include <redislock/asio.hpp>
+#include <redislock/redislock.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_future.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::eventually;
+using redislock_test::outcome;
+using redislock_test::unlock_now;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct AsyncSemaphoreTest : redislock_test::async_server_test {
+  // Waiters queued on the server for the semaphore at `key`.
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":pqueue"})->integer; }
+  // Valid holders on the server (the holders zset has one more member: the permit count).
+  long long holders(const std::string& key) {
+    return admin->command({"ZCOUNT", key, "1", "+inf"})->integer;  // lease ends are positive
+  }
+};
+
+TEST_F(AsyncSemaphoreTest, BadPermitCountsAreRefusedAndSendNothing) {
+  for (std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, max_permits + 1})
+    EXPECT_THROW(async_semaphore(*client, "bad", bad), invalid_argument);
+  EXPECT_THROW(async_semaphore(*client, "", 2), invalid_argument);
+  EXPECT_FALSE(exists("redislock:{bad}"));
+}
+
+// Twelve chains of acquisitions on the one loop thread, each holding for a 2 ms timer: never
+// more than N inside at once, N at once at some point, and nothing left on the server.
+TEST_F(AsyncSemaphoreTest, AtMostNHoldAtOnceOverManyAcquisitions) {
+  constexpr int kPermits = 3, kChains = 12, kRounds = 10;
+  async_semaphore s(*client, "n", kPermits, lease(seconds(20)));
+  int inside = 0, most = 0, done = 0;  // the loop thread only
+  std::promise<void> all_done;
+  std::function<void(int)> go = [&](int left) {
+    if (left == 0) {
+      if (++done == kChains) all_done.set_value();
+      return;
+    }
+    s.async_acquire([&, left](std::error_code e, async_hold h) {
+      ASSERT_FALSE(e) << e.message();
+      most = std::max(most, ++inside);
+      auto held = std::make_shared<async_hold>(std::move(h));
+      auto timer = std::make_shared<asio::steady_timer>(runner->io, milliseconds(2));
+      timer->async_wait([&, left, held, timer](std::error_code) {
+        --inside;
+        held->async_unlock([&, left, held](std::error_code e, release_status st) {
+          EXPECT_FALSE(e);
+          EXPECT_EQ(st, release_status::released);
+          go(left - 1);
+        });
+      });
+    });
+  };
+  asio::post(runner->io, [&] {
+    for (int i = 0; i < kChains; ++i) go(kRounds);
+  });
+  ASSERT_EQ(all_done.get_future().wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(most, kPermits);
+  EXPECT_EQ(client->stats().acquired, static_cast<std::uint64_t>(kChains * kRounds));
+  EXPECT_EQ(queued(s.key()), 0);
+  EXPECT_FALSE(exists(s.key()));  // an idle semaphore leaves no key
+}
+
+// Two permits: one async and one blocking holder fill them; then a blocking release hands its
+// permit to an async waiter, and an async release hands its permit to a blocking waiter.
+TEST_F(AsyncSemaphoreTest, AsyncAndBlockingHoldersShareThePermitsAndHandOffBothWays) {
+  const lock_options o = lease(seconds(20));
+  async_semaphore s(*client, "mixed", 2, o);
+  client_options other_options = options();
+  redislock::client other(other_options);
+  semaphore b1(*pool, "mixed", 2, o), b2(other, "mixed", 2, o);
+  async_hold a1 = s.async_acquire(asio::use_future).get();
+  ASSERT_TRUE(a1.owns_lock());
+  ASSERT_TRUE(b1.try_acquire());
+  EXPECT_EQ(holders(s.key()), 2);
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+  EXPECT_FALSE(b2.try_acquire());
+
+  // Blocking -> async.
+  auto waiting = s.async_acquire(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  b1.release();
+  EXPECT_EQ(b1.last_release(), release_status::released);
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  async_hold a2 = waiting.get();
+  ASSERT_TRUE(a2.owns_lock());
+  EXPECT_EQ(client->stats().handed_over, 1u);
+  EXPECT_EQ(holders(s.key()), 2);
+
+  // Async -> blocking.
+  std::promise<void> acquired;
+  std::thread waiter([&] {
+    b2.acquire();
+    acquired.set_value();
+  });
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  EXPECT_FALSE(unlock_now(a1));
+  ASSERT_EQ(acquired.get_future().wait_for(seconds(5)), std::future_status::ready);
+  waiter.join();
+  EXPECT_TRUE(b2.owns_lock());
+  EXPECT_EQ(holders(s.key()), 2);
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+
+  EXPECT_FALSE(unlock_now(a2));
+  b2.release();
+  EXPECT_EQ(queued(s.key()), 0);
+  EXPECT_FALSE(exists(s.key()));
+}
+
+// Both permits held, ten waiters queued; every waiter is cancelled from the loop while both
+// holders release (their hand-offs race the cancellations): every waiter completes aborted
+// and empty, the queue is empty, and no permit stays held.
+TEST_F(AsyncSemaphoreTest, CancelledWaitersLeaveTheQueueAndHoldNoPermit) {
+  async_semaphore s(*client, "c", 2, lease(seconds(20)));
+  async_hold h1 = s.async_acquire(asio::use_future).get();
+  async_hold h2 = s.async_acquire(asio::use_future).get();
+  constexpr int kWaiters = 10;
+  std::vector<asio::cancellation_signal> signals(kWaiters);
+  std::vector<std::promise<std::pair<std::error_code, bool>>> results(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) {
+    s.async_acquire(asio::bind_cancellation_slot(signals[i].slot(), [&, i](std::error_code e, async_hold h) {
+      results[i].set_value({e, h.owns_lock()});
+    }));
+  }
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == kWaiters; }));
+  asio::post(runner->io, [&] {
+    for (auto& sig : signals) sig.emit(asio::cancellation_type::terminal);
+  });
+  EXPECT_FALSE(unlock_now(h1));
+  EXPECT_FALSE(unlock_now(h2));
+  for (auto& r : results) {
+    auto f = r.get_future();
+    ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
+    auto [e, held] = f.get();
+    EXPECT_EQ(e, asio::error::operation_aborted);
+    EXPECT_FALSE(held);
+  }
+  EXPECT_EQ(queued(s.key()), 0);
+  EXPECT_TRUE(eventually([&] { return !exists(s.key()); }));  // a grant that raced is released
+}
+
+// The grant races the cancellation, deterministically: on the (blocked) loop thread the waiter
+// is cancelled first, then the holder's release hands it the permit (run by the admin
+// connection: a release by another process); the waiter's "leave" finds the permit its own and
+// releases it.
+TEST_F(AsyncSemaphoreTest, ACancellationThatRacedWithAGrantReleasesThePermit) {
+  async_semaphore s(*client, "race", 1, lease(seconds(20)));
+  async_hold holder = s.async_acquire(asio::use_future).get();
+  asio::cancellation_signal signal;
+  std::promise<std::pair<std::error_code, bool>> result;
+  s.async_acquire(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    result.set_value({e, h.owns_lock()});
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  const std::string& k = s.key();
+  std::promise<void> handed;
+  asio::post(runner->io, [&] {
+    signal.emit(asio::cancellation_type::terminal);  // runs on the client's strand after this task
+    admin->command({"EVAL", detail::semaphore_scripts::release().source(), "4", k, k + ":fence", k + ":pqueue",
+                    k + ":pwaiters", holder.token(), k + ":w:", "1"});
+    handed.set_value();
+  });
+  handed.get_future().wait();
+  auto [e, held] = result.get_future().get();
+  EXPECT_EQ(e, asio::error::operation_aborted);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(client->stats().released_after_cancel, 1u);
+  EXPECT_EQ(queued(k), 0);
+  EXPECT_FALSE(exists(k));  // no permit held
+  release_status st{};
+  EXPECT_FALSE(unlock_now(holder, &st));
+  EXPECT_EQ(st, release_status::lease_expired);  // the release above was not its own
+}
+
+// auto_renew renews on the loop; a permit taken away on the server is reported lost by the next
+// renewal (on_lost, once), and the release then says lease_expired.
+TEST_F(AsyncSemaphoreTest, RenewsOnTheLoopAndReportsALostLease) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  std::promise<void> lost;
+  std::atomic<int> reports{0};
+  o.on_lost = [&](const std::string& name) {
+    EXPECT_EQ(name, "r");
+    if (++reports == 1) lost.set_value();
+  };
+  async_semaphore s(*client, "r", 2, o);
+  async_hold h = s.async_acquire(asio::use_future).get();
+  ASSERT_TRUE(h.lease_confirmed_until().has_value());
+  const auto first = *h.lease_confirmed_until();
+  ASSERT_TRUE(eventually([&] { return *h.lease_confirmed_until() > first; }, seconds(1)));  // renewed
+  EXPECT_FALSE(h.lost());
+  EXPECT_GT(h.async_remaining_lease(asio::use_future).get(), milliseconds(0));
+  admin->command({"ZREM", s.key(), h.token()});
+  ASSERT_EQ(lost.get_future().wait_for(seconds(2)), std::future_status::ready);
+  EXPECT_TRUE(h.lost());
+  release_status st{};
+  EXPECT_FALSE(unlock_now(h, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
+  EXPECT_EQ(reports.load(), 1);
+}
+
+// Fencing tokens, extend and remaining lease on a permit; then its lease end is forced into the
+// past on the server: extend says false, fencing_token refuses, unlock reports lease_expired.
+TEST_F(AsyncSemaphoreTest, FencingExtendAndUnlockAfterAForcedExpiry) {
+  async_semaphore s(*client, "f", 2);
+  semaphore blocking(*pool, "f", 2);
+  async_hold h = s.async_acquire(asio::use_future).get();
+  const std::uint64_t f1 = h.async_fencing_token(asio::use_future).get();
+  EXPECT_GT(f1, 0u);
+  EXPECT_EQ(h.async_fencing_token(asio::use_future).get(), f1);
+  ASSERT_TRUE(blocking.try_acquire());
+  EXPECT_GT(blocking.fencing_token(), f1);  // one counter per name, async and blocking
+  blocking.release();
+  EXPECT_TRUE(h.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_GT(h.async_remaining_lease(asio::use_future).get(), seconds(50));
+
+  async_hold g = s.async_acquire(asio::use_future).get();
+  admin->command({"ZADD", s.key(), "XX", "1", g.token()});  // its lease ended long ago
+  EXPECT_EQ(g.async_remaining_lease(asio::use_future).get(), milliseconds(0));
+  EXPECT_EQ(outcome<std::uint64_t>([&](auto cb) { g.async_fencing_token(cb); }).first, async_errc::lease_lost);
+  EXPECT_FALSE(g.async_extend(asio::use_future).get());
+  EXPECT_TRUE(g.lost());
+  release_status st{};
+  EXPECT_FALSE(unlock_now(g, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
+  EXPECT_FALSE(unlock_now(h, &st));
+  EXPECT_EQ(st, release_status::released);
+  EXPECT_FALSE(exists(s.key()));
+}
+
+// All permits held by a blocking holder: a timed acquisition gives up by its deadline with an
+// empty hold and no error, leaves the queue, and is handed nothing afterwards.
+TEST_F(AsyncSemaphoreTest, TryAcquireForTimesOutEmpty) {
+  async_semaphore s(*client, "t", 1);
+  semaphore blocking(*pool, "t", 1);
+  ASSERT_TRUE(blocking.try_acquire());
+  const auto started = steady::now();
+  auto [e, h] = outcome<async_hold>([&](auto cb) { s.async_try_acquire_for(milliseconds(150), cb); });
+  EXPECT_FALSE(e);
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_GE(steady::now() - started, milliseconds(150));
+  EXPECT_EQ(queued(s.key()), 0);
+  blocking.release();
+  EXPECT_FALSE(exists(s.key()));  // nobody was handed the permit
+}
+
+struct AsyncSharedMutexTest : redislock_test::async_server_test {
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
+};
+
+// Two async readers at once and a blocking reader with them; writers (async or blocking) stay
+// out; a queued async writer keeps a new reader out (writer preference) and gets the lock when
+// the last reader leaves; its release admits a blocking reader.
+TEST_F(AsyncSharedMutexTest, ReadersShareWritersExcludeAndHandOffBothWays) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "rw", o);
+  shared_mutex blocking(*pool, "rw", o);
+  async_hold r1 = m.async_lock_shared(asio::use_future).get();
+  async_hold r2 = m.async_lock_shared(asio::use_future).get();
+  ASSERT_TRUE(r1.owns_lock() && r2.owns_lock());
+  EXPECT_FALSE(blocking.try_lock());
+  ASSERT_TRUE(blocking.try_lock_shared());
+  blocking.unlock_shared();
+  EXPECT_FALSE(m.async_try_lock_for(milliseconds(0), asio::use_future).get().owns_lock());
+
+  auto writing = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  EXPECT_FALSE(m.async_try_lock_shared_for(milliseconds(0), asio::use_future).get().owns_lock());
+  EXPECT_FALSE(unlock_now(r1));
+  EXPECT_FALSE(unlock_now(r2));
+  ASSERT_EQ(writing.wait_for(seconds(5)), std::future_status::ready);
+  async_hold w = writing.get();
+  ASSERT_TRUE(w.owns_lock());
+  EXPECT_EQ(client->stats().handed_over, 1u);
+  EXPECT_FALSE(blocking.try_lock_shared());
+
+  std::promise<release_status> reading;  // a read hold belongs to its thread: released there
+  std::thread reader([&] {
+    blocking.lock_shared();
+    blocking.unlock_shared();
+    reading.set_value(blocking.last_release());
+  });
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  EXPECT_FALSE(unlock_now(w));
+  auto read = reading.get_future();
+  ASSERT_EQ(read.wait_for(seconds(5)), std::future_status::ready);
+  reader.join();
+  EXPECT_EQ(read.get(), release_status::released);
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// A blocking writer's release admits the async readers queued behind it, all together.
+TEST_F(AsyncSharedMutexTest, ABlockingWritersReleaseAdmitsTheAsyncReadersTogether) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "admit", o);
+  shared_mutex blocking(*pool, "admit", o);
+  blocking.lock();
+  constexpr int kReaders = 3;
+  std::vector<std::future<async_hold>> waiting;
+  for (int i = 0; i < kReaders; ++i) waiting.push_back(m.async_lock_shared(asio::use_future));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == kReaders; }));
+  blocking.unlock();
+  std::vector<async_hold> held;
+  for (auto& f : waiting) {
+    ASSERT_EQ(f.wait_for(seconds(5)), std::future_status::ready);
+    held.push_back(f.get());
+    EXPECT_TRUE(held.back().owns_lock());
+  }
+  EXPECT_EQ(client->stats().handed_over, static_cast<std::uint64_t>(kReaders));
+  for (auto& h : held) EXPECT_FALSE(unlock_now(h));
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// A reader holds, a writer waits, a second reader waits behind the writer: cancelling the
+// writer leaves the queue, which admits the reader behind it at once; nothing stays queued.
+TEST_F(AsyncSharedMutexTest, ACancelledWriterLetsTheReadersBehindItIn) {
+  lock_options o = lease(seconds(20));
+  o.recheck_interval = seconds(30);  // only the hand-off ends the reader's wait in time
+  async_shared_mutex m(*client, "cancel", o);
+  async_hold r1 = m.async_lock_shared(asio::use_future).get();
+  asio::cancellation_signal signal;
+  std::promise<std::pair<std::error_code, bool>> writer;
+  m.async_lock(asio::bind_cancellation_slot(signal.slot(), [&](std::error_code e, async_hold h) {
+    writer.set_value({e, h.owns_lock()});
+  }));
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  auto reading = m.async_lock_shared(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 2; }));
+  asio::post(runner->io, [&] { signal.emit(asio::cancellation_type::terminal); });
+  auto [e, held] = writer.get_future().get();
+  EXPECT_EQ(e, asio::error::operation_aborted);
+  EXPECT_FALSE(held);
+  ASSERT_EQ(reading.wait_for(seconds(5)), std::future_status::ready);
+  async_hold r2 = reading.get();
+  EXPECT_TRUE(r2.owns_lock());
+  EXPECT_EQ(queued(m.key()), 0);
+  EXPECT_FALSE(unlock_now(r1));
+  EXPECT_FALSE(unlock_now(r2));
+  EXPECT_FALSE(exists(m.key()));
+}
+
+// Fencing token, extend and remaining lease on both sides; a read hold removed on the server is
+// reported by extend (lost) and by the release (lease_expired); with auto_renew, a write hold
+// removed on the server is reported by on_lost.
+TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  std::promise<void> lost;
+  std::atomic<int> reports{0};  // the read hold's renewal may report its loss too
+  o.on_lost = [&](const std::string&) {
+    if (++reports == 1) lost.set_value();
+  };
+  async_shared_mutex m(*client, "members", o);
+  async_hold w = m.async_lock(asio::use_future).get();
+  const std::uint64_t f1 = w.async_fencing_token(asio::use_future).get();
+  EXPECT_GT(f1, 0u);
+  EXPECT_TRUE(w.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_GT(w.async_remaining_lease(asio::use_future).get(), seconds(50));
+  admin->command({"HDEL", m.key(), "@w", "@wx"});  // the write hold is gone on the server
+  ASSERT_EQ(lost.get_future().wait_for(seconds(2)), std::future_status::ready);
+  EXPECT_TRUE(w.lost());
+  release_status st{};
+  EXPECT_FALSE(unlock_now(w, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
+
+  async_hold r = m.async_try_lock_shared_for(seconds(1), asio::use_future).get();
+  ASSERT_TRUE(r.owns_lock());
+  EXPECT_GT(r.async_fencing_token(asio::use_future).get(), f1);
+  EXPECT_GT(r.async_remaining_lease(asio::use_future).get(), milliseconds(0));
+  admin->command({"HDEL", m.key(), "r:" + r.token(), "x:" + r.token(), "g:" + r.token()});
+  EXPECT_FALSE(r.async_extend(asio::use_future).get());
+  EXPECT_TRUE(r.lost());
+  EXPECT_FALSE(unlock_now(r, &st));
+  EXPECT_EQ(st, release_status::lease_expired);
+}
+
+}  // namespace
