@@ -3,6 +3,7 @@
 // under contention; renewal and loss; many waiters on one loop thread; a multi-threaded loop.
 #include "async_fixture.hpp"
 #include "eventually.hpp"
+#include "recording_observer.hpp"
 #include "server_fixture.hpp"
 #include "server_version.hpp"
 #include "tcp_proxy.hpp"
@@ -854,5 +855,86 @@ TEST_F(AsyncMutexTest, TlsAskedOfABuildWithoutItIsRefusedAtConstruction) {
   EXPECT_THROW(async_client(runner->io.get_executor(), o), invalid_argument);
 }
 #endif
+
+// The observer (observe.hpp) hears the async kinds as it hears the blocking ones: an attempt,
+// then acquired (direct, or by a release's hand-off after waking on its notice) or not
+// acquired, the fencing token, renewals, a loss once, and the release with its hold's number.
+struct AsyncObservedTest : AsyncMutexTest {
+  void SetUp() override {
+    AsyncMutexTest::SetUp();
+    set_observer(rec);
+  }
+  void TearDown() override {
+    AsyncMutexTest::TearDown();
+    set_observer(nullptr);
+  }
+  // Releases `h` and waits until the observer heard it (it is told before the completion runs).
+  void release(async_hold& h, release_status expected) {
+    release_status s{};
+    EXPECT_FALSE(unlock_now(h, &s));
+    EXPECT_EQ(s, expected);
+  }
+  std::shared_ptr<redislock_test::recorder> rec = std::make_shared<redislock_test::recorder>();
+};
+
+TEST_F(AsyncObservedTest, AcquisitionsFencingHandOffTimeoutAndReleaseAreReported) {
+  async_mutex m(*client, "obs");
+  async_hold h = m.async_lock(asio::use_future).get();
+  EXPECT_GT(h.async_fencing_token(asio::use_future).get(), 0u);
+  EXPECT_GT(h.async_fencing_token(asio::use_future).get(), 0u);  // kept: not reported again
+  async_hold none = m.async_try_lock_for(milliseconds(0), asio::use_future).get();
+  EXPECT_FALSE(none.owns_lock());
+  auto waiting = m.async_lock(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  release(h, release_status::released);
+  async_hold next = waiting.get();
+  release(next, release_status::released);
+  // Up to the waiter's attempt, in this order; then the release and the waiter's wake-up on the
+  // notice, in either order (one arrives as a reply, the other on the subscriber connection).
+  const std::vector<std::string> in_order = {
+      "attempt obs mutex/exclusive wait",         "acquired obs mutex/exclusive direct attempts=1",
+      "fenced obs mutex/exclusive token=",        "attempt obs mutex/exclusive try",
+      "not_acquired obs mutex/exclusive timeout", "attempt obs mutex/exclusive wait",
+      "acquired obs mutex/exclusive handoff",     "released obs mutex/exclusive released",
+  };
+  const std::vector<std::string> lines = rec->snapshot();
+  std::size_t at = 0;  // each line above in this order (others may come between: attempts, wake-ups, a release)
+  for (const auto& want : in_order) {
+    while (at < lines.size() && lines[at].rfind(want, 0) != 0) ++at;
+    EXPECT_LT(at, lines.size()) << "missing, in order: " << want << "\nall:\n" << ::testing::PrintToString(lines);
+    ++at;
+  }
+  EXPECT_EQ(rec->count("released obs mutex/exclusive released"), 2);
+  EXPECT_EQ(rec->count("woken obs mutex/exclusive notice"), 1);
+  EXPECT_EQ(rec->count("fenced"), 1);
+  EXPECT_EQ(rec->count("bad_"), 0) << ::testing::PrintToString(lines);  // hold numbers paired, hold times set
+}
+
+TEST_F(AsyncObservedTest, RenewalsAndALossAreReportedOnceAndTheKindsAreNamed) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  async_mutex m(*client, "obs-renewed", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  ASSERT_TRUE(eventually([&] { return rec->count("renewed - 1/1") >= 2; }));
+  admin->command({"SET", m.key(), "someone-else"});
+  ASSERT_TRUE(eventually([&] { return h.lost(); }));
+  EXPECT_TRUE(h.lost());  // asked again: still one lost event
+  release(h, release_status::lease_expired);
+  EXPECT_EQ(rec->count("lost obs-renewed mutex/exclusive"), 1);
+  EXPECT_EQ(rec->count("released obs-renewed mutex/exclusive lease_expired"), 1);
+
+  async_semaphore permits(*client, "obs-sem", 2);
+  async_hold p = permits.async_acquire(asio::use_future).get();
+  release(p, release_status::released);
+  async_shared_mutex rw(*client, "obs-rw");
+  async_hold r = rw.async_lock_shared(asio::use_future).get();
+  release(r, release_status::released);
+  EXPECT_EQ(rec->count("acquired obs-sem semaphore/exclusive direct"), 1);
+  EXPECT_EQ(rec->count("released obs-sem semaphore/exclusive released"), 1);
+  EXPECT_EQ(rec->count("acquired obs-rw shared_mutex/shared direct"), 1);
+  EXPECT_EQ(rec->count("released obs-rw shared_mutex/shared released"), 1);
+  EXPECT_EQ(rec->count("bad_"), 0) << ::testing::PrintToString(rec->snapshot());
+}
 
 }  // namespace

@@ -26,7 +26,9 @@
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/detail/wake_wait.hpp>
+#include <redislock/detail/observe_hooks.hpp>
 #include <redislock/lock_options.hpp>
+#include <redislock/observe.hpp>
 #include <redislock/options.hpp>
 #include <redislock/script.hpp>
 
@@ -274,9 +276,12 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
     if (lost.load()) return true;
     const ticks until = valid_until.load();
     if (until == never || steady::now().time_since_epoch().count() < until) return false;
-    lost.store(true);
+    mark_lost();
     return true;
   }
+  /// The lease was found gone (by whatever noticed first): lost() from now on, and the
+  /// observer's lost_event, once per hold.
+  inline void mark_lost() const noexcept;
 
   std::shared_ptr<async_lock_core> core;
   const std::string token;
@@ -284,6 +289,10 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   mutable std::atomic<bool> lost{false};
   std::atomic<ticks> valid_until{never};  // with auto_renew: send time of the last confirmed renewal + lease
   std::atomic<bool> release_requested{false};
+  mutable std::atomic<bool> loss_observed{false};
+  // Set at the acquisition, while an observer is installed (0: none was).
+  std::uint64_t observed_hold = 0;
+  steady::time_point observed_since{};
   // Strand only:
   bool released = false, lost_reported = false;
   std::uint64_t fence = 0;
@@ -318,6 +327,14 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   const async_keys& keys() const noexcept { return keys_; }
   const async_lock_kind& kind() const noexcept { return *kind_; }
   async_client_core& client() noexcept { return *client_; }
+  /// How observers name this lock and its side.
+  lock_event event() const noexcept {
+    lock_event e;
+    e.name = name_;
+    e.kind = kind_->observed_type(options_);
+    e.mode = kind_->observed_mode();
+    return e;
+  }
   const async_strand& strand() const noexcept { return client_->strand(); }
 
   /// An acquisition (from any thread), started by start_acquisition(); done gets the hold, or
@@ -408,7 +425,7 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   }
   // The renewal found the lease gone (or the clock says it may be): lost, reported once.
   void report_lost(const hold_ptr& h) {
-    h->lost.store(true);
+    h->mark_lost();
     if (std::exchange(h->lost_reported, true)) return;
     if (options_.on_lost) options_.on_lost(name_);
   }
@@ -444,6 +461,14 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
         deadline_timer(core->strand()) {}
 
   void start() {
+    observer = current_observer();
+    if (observer != nullptr) {
+      started = steady::now();
+      attempt_event e;
+      static_cast<lock_event&>(e) = core->event();
+      e.may_wait = !deadline_ || *deadline_ > started;
+      tell([&](lock_observer& o) { o.on_attempt(e); });
+    }
     token = core->next_token();
     if (cancelled) return finish(asio::error::operation_aborted);
     core->attach(token, weak_from_this());
@@ -485,6 +510,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     }
     ++timer_generation;
     timer.cancel();
+    woken(wake_cause::notice);
     // The grant came after our first "wait" was sent (only our waits queue the token), so its
     // lease counts from there. Nothing orders the notice with the attempts' replies: it may be
     // stale (that lease ran out, someone else took the lock). With little of that lease left,
@@ -492,6 +518,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     const auto& lease = core->options().lease;
     if (steady::now() >= first_wait_sent + lease - lease / 3) return attempt("wait");
     core->client().count(core->client().handed_over_);
+    handoff = true;
     acquired(first_wait_sent);
   }
 
@@ -502,6 +529,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     const bool with_get = client.set_get_supported;
     const auto& k = core->keys();
     phase = phase_t::attempting;
+    ++attempts;
     auto on_reply = [self = shared_from_this(), sent, with_get](redisReply* r) {
       auto& c = self->core->client();
       if (r == nullptr) return self->failed(async_errc::connection_failed, false);
@@ -527,6 +555,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     const steady::time_point sent = steady::now();
     const bool wait = std::string_view(mode) == "wait", leave = std::string_view(mode) == "leave";
     phase = phase_t::attempting;
+    ++attempts;
     if (wait) notified = false;
     if (wait && !first_wait_sent_set) {
       first_wait_sent = sent;
@@ -596,6 +625,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     timer.expires_at(deadline_ ? std::min(at, *deadline_) : at);
     timer.async_wait([self = shared_from_this(), gen = ++timer_generation](const asio::error_code&) {
       if (gen != self->timer_generation || self->phase != phase_t::sleeping) return;
+      self->woken(wake_cause::fallback);
       if (passed(self->deadline_)) return self->give_up();
       self->attempt("wait");
     });
@@ -614,6 +644,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     if (phase != phase_t::sleeping) return;
     ++timer_generation;
     timer.cancel();
+    woken(wake_cause::timer);
     if (passed(deadline_)) return give_up();
     // Subscribed again first when the subscriber connection was lost meanwhile.
     polling = false;
@@ -680,12 +711,52 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     deliver(e, std::move(h));
   }
 
-  // Completes the caller (once; the deadline may do so before the op ends).
+  // Completes the caller (once; the deadline may do so before the op ends), and tells the
+  // observer the outcome the caller gets.
   void deliver(std::error_code e, async_lock_core::hold_ptr h) {
     if (!done_) return;
     auto done = std::move(done_);
     done_ = nullptr;
+    if (observer != nullptr) observe_outcome(e, h);
     done(e, std::move(h));
+  }
+
+  void observe_outcome(std::error_code e, const async_lock_core::hold_ptr& h) {
+    const auto waited = steady::now() - started;
+    if (h) {
+      h->observed_hold = next_hold_id();
+      h->observed_since = steady::now();
+      acquired_event a;
+      static_cast<lock_event&>(a) = core->event();
+      a.wait = waited;
+      a.attempts = attempts;
+      a.path = handoff ? acquire_path::handoff : acquire_path::direct;
+      a.hold = h->observed_hold;
+      return tell([&](lock_observer& o) { o.on_acquired(a); });
+    }
+    not_acquired_event n;
+    static_cast<lock_event&>(n) = core->event();
+    n.wait = waited;
+    n.attempts = attempts;
+    n.reason = e ? not_acquired_reason::error : not_acquired_reason::timeout;
+    const std::string why = e ? e.message() : std::string();
+    n.error = why;
+    tell([&](lock_observer& o) { o.on_not_acquired(n); });
+  }
+  void woken(wake_cause cause) {
+    if (observer == nullptr) return;
+    woken_event w;
+    static_cast<lock_event&>(w) = core->event();
+    w.cause = cause;
+    tell([&](lock_observer& o) { o.on_woken(w); });
+  }
+  // The observer this acquisition started with (kept alive by set_observer): what it throws is dropped.
+  template <class F>
+  void tell(F&& f) noexcept {
+    try {
+      f(*observer);
+    } catch (...) {
+    }
   }
 
   enum class phase_t { idle, attempting, subscribing, sleeping, done };
@@ -702,6 +773,11 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   steady::time_point resubscribe_at{};
   steady::time_point first_wait_sent{};  // a hand-off's lease counts from here (never moved forward)
   bool first_wait_sent_set = false;
+  // The observer (observe.hpp) installed when it started, if any, and what it is told.
+  lock_observer* observer = nullptr;
+  steady::time_point started{};
+  std::uint32_t attempts = 0;  // commands or scripts sent to try, "leave" included
+  bool handoff = false;        // a release's notice handed it the lock
 };
 
 std::shared_ptr<async_acquire_op> async_lock_core::acquisition(deadline d, acquire_done done) {
@@ -742,12 +818,23 @@ void async_lock_core::release(const hold_ptr& h, std::function<void(std::error_c
   h->released = true;
   if (h->renew_timer) h->renew_timer->cancel();
   hold_ended(h->token);
+  h->is_lost();                                   // a lease already past is lost (and told) before the release
   h->valid_until.store(async_hold_state::never);  // lost() keeps what it found (sticky)
   send_release(h->token, [h, done = std::move(done)](int ours) {
-    if (ours < 0)
-      return done(ours == -1 ? async_errc::connection_failed : async_errc::server_error, release_status::failed);
-    if (ours == 0) h->lost.store(true);
-    done({}, ours == 1 && !h->lost.load() ? release_status::released : release_status::lease_expired);
+    if (ours == 0) h->mark_lost();
+    const release_status status = ours < 0                       ? release_status::failed
+                                  : ours == 1 && !h->lost.load() ? release_status::released
+                                                                 : release_status::lease_expired;
+    notify([&](lock_observer& o) {
+      released_event r;
+      static_cast<lock_event&>(r) = h->core->event();
+      r.status = status;
+      r.hold = h->observed_hold;
+      if (h->observed_hold != 0) r.held = steady::now() - h->observed_since;
+      o.on_released(r);
+    });
+    if (ours < 0) return done(ours == -1 ? async_errc::connection_failed : async_errc::server_error, status);
+    done({}, status);
   });
 }
 
@@ -766,6 +853,13 @@ void async_lock_core::renew(const hold_ptr& h) {
   const steady::time_point sent = steady::now();
   run(kind_->extend(keys_, h->token, lease_ms_), [h, sent](redisReply* r) {
     async_lock_core& m = *h->core;
+    notify([&](lock_observer& o) {
+      renewed_event e;
+      e.batch = 1;
+      e.renewed = r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+      e.latency = steady::now() - sent;
+      o.on_renewed(e);
+    });
     if (h->released) return;
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 0) return m.report_lost(h);
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 && !h->is_lost()) {
@@ -781,6 +875,20 @@ void async_lock_core::renew(const hold_ptr& h) {
   // Should no reply come before the lease ends (a stalled server), the timer finds the hold
   // lost then and reports it, not command_timeout later. A reply reschedules it.
   schedule_renewal(h, steady::time_point(steady::duration(h->valid_until.load())));
+}
+
+void async_hold_state::mark_lost() const noexcept {
+  lost.store(true);
+  if (current_observer() == nullptr || loss_observed.exchange(true)) return;
+  const ticks until = valid_until.load();
+  const steady::time_point end =
+      until != never ? steady::time_point(steady::duration(until)) : acquired_at + core->options().lease;
+  notify([&](lock_observer& o) {
+    lost_event e;
+    static_cast<lock_event&>(e) = core->event();
+    e.before_end = end - steady::now();
+    o.on_lost(e);
+  });
 }
 
 void async_client_core::on_pubsub(std::string_view type, std::string_view channel, std::string_view payload) {
@@ -884,7 +992,7 @@ class async_hold {
           m.run(m.kind().extend(m.keys(), s->token, ms), [s, done](redisReply* r) {
             if (r == nullptr) return done(async_errc::connection_failed, false);
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
-            if (r->integer != 1) s->lost.store(true);
+            if (r->integer != 1) s->mark_lost();
             done({}, r->integer == 1);
           });
         });
@@ -902,10 +1010,19 @@ class async_hold {
             if (r == nullptr) return done(async_errc::connection_failed, 0);
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
             if (r->integer <= 0) {
-              s->lost.store(true);
+              s->mark_lost();
               return done(async_errc::lease_lost, 0);
             }
-            if (s->fence == 0) s->fence = static_cast<std::uint64_t>(r->integer);
+            if (s->fence == 0) {
+              s->fence = static_cast<std::uint64_t>(r->integer);
+              detail::notify([&](lock_observer& o) {
+                fenced_event f;
+                static_cast<lock_event&>(f) = s->core->event();
+                f.token = s->fence;
+                f.hold = s->observed_hold;
+                o.on_fenced(f);
+              });
+            }
             done({}, s->fence);
           });
         });

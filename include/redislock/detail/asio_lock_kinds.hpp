@@ -17,6 +17,7 @@
 #include <redislock/detail/semaphore_scripts.hpp>
 #include <redislock/detail/shared_scripts.hpp>
 #include <redislock/lock_options.hpp>
+#include <redislock/observe.hpp>
 #include <redislock/script.hpp>
 
 #include <cstdint>
@@ -69,6 +70,9 @@ class async_lock_kind {
   virtual script_call extend(const async_keys& k, const std::string& token, const std::string& lease_ms) const = 0;
   virtual script_call fence(const async_keys& k, const std::string& token) const = 0;
   virtual script_call remaining(const async_keys& k, const std::string& token) const = 0;
+  /// How observers (observe.hpp) name the kind and side.
+  virtual lock_type observed_type(const lock_options& o) const noexcept = 0;
+  virtual lock_mode observed_mode() const noexcept { return lock_mode::exclusive; }
 };
 
 /// redislock::mutex's scripts (detail/mutex_scripts.hpp).
@@ -95,6 +99,9 @@ class async_mutex_kind final : public async_lock_kind {
   }
   script_call remaining(const async_keys& k, const std::string& token) const override {
     return {mutex_scripts::remaining(), {k.lock}, {token}};
+  }
+  lock_type observed_type(const lock_options& o) const noexcept override {
+    return o.fair ? lock_type::fair_mutex : lock_type::mutex;
   }
 };
 
@@ -126,6 +133,7 @@ class async_semaphore_kind final : public async_lock_kind {
     return {semaphore_scripts::remaining(), {k.lock, k.fence}, {token, k.waiter_prefix, permits_}};
   }
   const std::string& permits() const noexcept { return permits_; }
+  lock_type observed_type(const lock_options&) const noexcept override { return lock_type::semaphore; }
 
  private:
   std::string permits_;
@@ -166,6 +174,8 @@ class async_shared_kind final : public async_lock_kind {
   script_call remaining(const async_keys& k, const std::string& token) const override {
     return {shared_scripts::remaining(), {k.lock, k.fence}, {token, k.waiter_prefix, side()}};
   }
+  lock_type observed_type(const lock_options&) const noexcept override { return lock_type::shared_mutex; }
+  lock_mode observed_mode() const noexcept override { return write_ ? lock_mode::exclusive : lock_mode::shared; }
 
  private:
   std::string_view side() const noexcept { return write_ ? "write" : "read"; }
