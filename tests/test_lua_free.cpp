@@ -242,6 +242,11 @@ TEST_P(LuaFree, WhatNeedsAScriptIsRefusedWithATypedErrorAndWritesNothing) {
   } catch (const scripting_unavailable_error& e) {
     EXPECT_NE(std::string(e.what()).find("fair"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(latch(*locker, "kinds-l", 2), scripting_unavailable_error);  // its first use is the constructor
+  election e(*locker, "kinds-e");
+  EXPECT_THROW((void)e.try_campaign("candidate"), scripting_unavailable_error);
+  semaphore sem(*locker, "kinds-sem", 2);
+  EXPECT_THROW((void)sem.try_acquire(), scripting_unavailable_error);
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
   if (!lua_free_path) return;
   mutex m(*locker, "kinds-m");
@@ -416,6 +421,25 @@ TEST_P(LuaFree, RedlockLocksExtendsChecksAndReleasesOnThreeMastersWithoutScripts
   EXPECT_TRUE(any_of(sent, features.delex ? "\"DELEX\"" : "\"DELIFEQ\""));
 }
 
+// Keys overwritten by another owner on two masters: the check, the next round and the release
+// find them not ours (no candidate matches) and leave them alone.
+TEST_P(LuaFree, RedlockWithoutScriptsFindsItsKeysTakenAndLeavesThemAlone) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "taken", lease(seconds(5)), patient);
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(r.extend());
+  for (std::size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#1"; })) << "master " << i;
+  const std::string other = r.token() + "x";  // our token as a prefix, without the '#'
+  for (std::size_t i = 1; i < 3; ++i) admin_of(i).command({"SET", r.key(), other, "PX", "10000"});
+  EXPECT_FALSE(r.still_held());
+  EXPECT_FALSE(r.extend());
+  EXPECT_TRUE(r.lost());
+  EXPECT_EQ(r.unlock_and_report(), release_status::lease_expired);
+  EXPECT_TRUE(eventually([&] { return value_on(0, r.key()).empty(); })) << "master 0 still holds our key";
+  for (std::size_t i = 1; i < 3; ++i) EXPECT_EQ(value_on(i, r.key()), other) << "master " << i;
+}
+
 // A scripted holder and a Lua-free holder of one name exclude each other, and one hold may span
 // scripted and Lua-free masters (each master's connection decides its commands).
 TEST_P(LuaFree, RedlockScriptedAndLuaFreeHoldersExcludeEachOtherAndMayMix) {
@@ -501,6 +525,27 @@ TEST_P(LuaFree, RedlockLateRoundChangesNothing) {
     EXPECT_EQ(value_on(i, r.key()), r.token() + "#2") << "master " << i;
     EXPECT_GT(pttl_on(i, r.key()), 4000) << "the late round cut master " << i << "'s lease";
   }
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3));
+}
+
+// A hold taken with scripts (values token, token#1 written by the script) whose user loses
+// @scripting on every master: the next round's script is refused, ran nothing, and the same
+// round follows with SET IFEQ of the value the script wrote; the release with DELEX/DELIFEQ.
+TEST_P(LuaFree, RedlockWhoseScriptingIsRevokedWhileHoldingGoesOnWithoutScripts) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "revoked by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "revoked", lease(seconds(5)), patient);
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "+@scripting"});
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(r.extend()) << "by the script";
+  for (std::size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#1"; })) << "master " << i;
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "-@scripting"});
+  ASSERT_TRUE(r.extend(seconds(6))) << "refused scripts, then SET IFEQ";
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#2"; })) << "master " << i;
+  EXPECT_TRUE(r.still_held());
   EXPECT_EQ(r.unlock_and_report(), release_status::released);
   EXPECT_TRUE(all_empty(3));
 }

@@ -19,7 +19,10 @@
 /// Once the validity has run out the hold is lost(). A failed attempt
 /// deletes its token on every master that may hold it (compare-and-delete), the ones that did
 /// not answer included, and the next attempt follows after a jittered, growing delay
-/// (retry_min .. retry_max). Key layout and scripts: detail/redlock_scripts.hpp. Guarantees,
+/// (retry_min .. retry_max). Each master's connection decides how: with scripts where it
+/// runs them, else (Redis 8.4+, Valkey 9.0+) with transactions of SET IFEQ, DELEX or DELIFEQ
+/// naming each value of ours that may be there (docs/servers.md, "The Lua-free path"). Key
+/// layout, scripts and commands: detail/redlock_scripts.hpp. Guarantees,
 /// limits (timing assumptions, process pauses, restarts) and the fencing argument: README,
 /// "Redlock".
 ///
@@ -189,9 +192,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     auto r = quorum_->send(
         keys_.lock,
         [key = keys_.lock, token = h.token](std::size_t, connection& c, std::int64_t&) {
-          const std::int64_t pttl =
-              c.features().scripting ? detail::as_integer(*detail::redlock_scripts::remaining().run(c, {key}, {token}))
-                                     : detail::redlock_scripts::remaining_without_script(c, key, token);
+          const std::int64_t pttl = by_script_or_not(
+              c, [&] { return detail::as_integer(*detail::redlock_scripts::remaining().run(c, {key}, {token})); },
+              [&] { return detail::redlock_scripts::remaining_without_script(c, key, token); });
           return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
         },
         true);
@@ -257,8 +260,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       const std::string proposed = std::to_string(highest + 1);
       auto raise = quorum_->send(
           keys_.lock,
-          [key = keys_.lock, fence = keys_.fence, token = h.token, proposed](std::size_t, connection& c,
-                                                                             std::int64_t& v) {
+          [name = name_, key = keys_.lock, fence = keys_.fence, token = h.token, proposed](std::size_t, connection& c,
+                                                                                           std::int64_t& v) {
+            require_scripting_for_fencing(c, name);
             v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
             if (v == 0) return detail::answer::yes;
             return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
@@ -399,6 +403,21 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     return false;
   }
 
+  // `scripted()` where the connection runs scripts, else `plain()`. A script refused for want of
+  // scripting (the user's ACL changed since the connection looked) ran nothing: `plain()`
+  // follows on the same connection, which now counts as one without scripting.
+  template <class Scripted, class Plain>
+  static auto by_script_or_not(connection& c, Scripted scripted, Plain plain) -> decltype(plain()) {
+    if (c.features().scripting) {
+      try {
+        return scripted();
+      } catch (const scripting_unavailable_error&) {
+        if (c.features().scripting) throw;
+      }
+    }
+    return plain();
+  }
+
   // Renewal and release need scripts, or without them SET IFEQ and DELEX/DELIFEQ (the Lua-free
   // path, docs/servers.md): a master with neither is refused before anything is written on it.
   static void require_usable(connection& c, const std::string& name) {
@@ -463,21 +482,16 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         keys_.lock,
         [name = name_, key = keys_.lock, token = h.token, masters = h.masters](std::size_t i, connection& c,
                                                                                std::int64_t&) {
-          detail::redlock_scripts::master_rounds& m = (*masters)[i];
-          if (c.features().scripting) {
-            try {
-              const std::int64_t deleted =
-                  detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token}));
-              return deleted == 1 ? detail::answer::yes : detail::answer::no;
-            } catch (const scripting_unavailable_error&) {
-              if (c.features().scripting) throw;  // else refused for want of scripting: ran nothing
-            }
-          }
-          if (m.candidates.empty()) return detail::answer::no;  // nothing of ours can be there
-          require_usable(c, name);
-          return detail::redlock_scripts::release_without_script(c, c.features(), key, token, m.candidates)
-                     ? detail::answer::yes
-                     : detail::answer::no;
+          const std::vector<std::uint64_t>& candidates = (*masters)[i].candidates;
+          const bool deleted = by_script_or_not(
+              c,
+              [&] { return detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token})) == 1; },
+              [&] {
+                if (candidates.empty()) return false;  // nothing of ours can be there
+                require_usable(c, name);
+                return detail::redlock_scripts::release_without_script(c, c.features(), key, token, candidates);
+              });
+          return deleted ? detail::answer::yes : detail::answer::no;
         },
         false,
         [acquired = h.acquired](std::size_t i) {
@@ -537,24 +551,33 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
                                   const std::string& key, const std::string& token, const std::string& lease_ms,
                                   std::uint64_t round) {
     namespace scripts = detail::redlock_scripts;
-    if (c.features().scripting) {
-      std::int64_t ok = 0;
-      try {
-        ok = detail::as_integer(*scripts::extend_round().run(c, {key}, {token, lease_ms, std::to_string(round)}));
-      } catch (const scripting_unavailable_error&) {
-        if (c.features().scripting) throw;
-        ok = 2;  // refused for want of scripting (the user's ACL changed): it ran nothing
-      } catch (...) {
-        m.unanswered(round);
-        throw;
-      }
-      if (ok == 1) m.applied(round);
-      if (ok == 0) m.none_there();
-      if (ok == 1) return detail::answer::yes;
-      // -1: this round or a later one was applied there already. Only a round whose caller
-      // has moved on can find that; not a confirmation of this one.
-      if (ok != 2) return ok == 0 ? detail::answer::no : detail::answer::failed;
-    }
+    return by_script_or_not(
+        c,
+        [&] {
+          std::int64_t ok = 0;
+          try {
+            ok = detail::as_integer(*scripts::extend_round().run(c, {key}, {token, lease_ms, std::to_string(round)}));
+          } catch (const scripting_unavailable_error&) {
+            throw;  // ran nothing
+          } catch (...) {
+            m.unanswered(round);
+            throw;
+          }
+          if (ok == 1) m.applied(round);
+          if (ok == 0) m.none_there();
+          if (ok == 1) return detail::answer::yes;
+          // -1: this round or a later one was applied there already. Only a round whose caller
+          // has moved on can find that; not a confirmation of this one.
+          return ok == 0 ? detail::answer::no : detail::answer::failed;
+        },
+        [&] { return set_round_without_script(c, m, name, key, token, lease_ms, round); });
+  }
+
+  static detail::answer set_round_without_script(connection& c, detail::redlock_scripts::master_rounds& m,
+                                                 const std::string& name, const std::string& key,
+                                                 const std::string& token, const std::string& lease_ms,
+                                                 std::uint64_t round) {
+    namespace scripts = detail::redlock_scripts;
     require_usable(c, name);
     if (m.candidates.empty() && m.complete) return detail::answer::no;  // nothing of ours is there
     if (!m.can_send_round())

@@ -29,6 +29,34 @@
 /// late never undoes a later round (a late short lease cannot cut a longer one the client counts
 /// on). The round lives in the value, so it goes with the key: a late round finds nothing once
 /// the key was released or expired, and can never bring it back.
+///
+/// Without scripting (a master whose connection runs no scripts: an ACL user without
+/// @scripting, Valkey without Lua; each connection's features() decide, so one hold may span
+/// scripted and Lua-free masters). Same key, same values; the server needs SET IFEQ with DELEX
+/// (Redis 8.4+) or DELIFEQ (Valkey 9.0+), else the redlock is refused before it writes anywhere.
+/// These commands compare whole values, so the holder keeps, per master, the rounds whose value
+/// may be there (master_rounds: the last round answered applied there, plus every round sent
+/// since without an answer) and names each:
+///   acquire  `SET P{N} token NX PX lease`, as above
+///   extend   `MULTI`, `SET P{N} token#r IFEQ <v> PX lease` for each candidate value v, `EXEC`:
+///            one OK: applied (the candidates become {r}); all nil: none of ours is there; no
+///            reply: r joins the candidates. Atomic, and at most one SET can match (the first
+///            that does writes token#r, which no candidate is)
+///   release  `MULTI`, `DELEX P{N} IFEQ <v>` (Redis) or `DELIFEQ P{N} <v>` (Valkey) for each
+///            candidate, `EXEC`: deleted when one deleted
+///   check    `MULTI GET P{N} PTTL P{N} EXEC`, the owner part compared on the client
+///   fencing  refused (scripting_unavailable_error): the register must be read and raised in
+///            the same step as the owner check; a majority of masters must run scripts
+/// A late round still changes nothing: each round's candidates are older than it, so the round
+/// on a master only rises while the key lives, and a round arriving after a later one was
+/// applied there (answered or not) finds a later value than any it names. All nil is final
+/// once the master answered the acquisition (lease-setting rounds never create the key); before
+/// that, the acquisition's SET NX may still land, and the candidates stay. A master that leaves
+/// master_rounds::max_candidates rounds in a row unanswered gets no more rounds in that hold
+/// (they fail there unsent: the holder's belief only gets more cautious); the release still
+/// names them all. After a failover to a replica that lags (an older value of ours there), no
+/// candidate matches: that master counts as not ours (more cautious than the script, which
+/// accepts any round of ours), and its stale key runs out with the lease it had.
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/server_features.hpp>
