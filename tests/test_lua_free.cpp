@@ -142,6 +142,16 @@ struct LuaFree : ::testing::TestWithParam<lua_off> {
   connection& admin_of(std::size_t i) { return i == 0 ? *admin : *more.at(i - 1).admin; }
   std::string value_on(std::size_t i, const std::string& key) { return text(admin_of(i).command({"GET", key})); }
   long long pttl_on(std::size_t i, const std::string& key) { return admin_of(i).command({"PTTL", key})->integer; }
+  /// Whether every one of the first n masters comes to hold `value` at `key` (a round returns
+  /// with a majority; the other answers may still be on the way).
+  bool everywhere(std::size_t n, const std::string& key, const std::string& value) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (!eventually([&] { return value_on(i, key) == value; })) {
+        ADD_FAILURE() << "master " << i << " holds '" << value_on(i, key) << "', not '" << value << "'";
+        return false;
+      }
+    return true;
+  }
   /// Whether every master's DBSIZE is 0 (waiting, bounded, for answers still on the way).
   bool all_empty(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i)
@@ -405,8 +415,7 @@ TEST_P(LuaFree, RedlockLocksExtendsChecksAndReleasesOnThreeMastersWithoutScripts
   ASSERT_TRUE(r.try_lock());
   ASSERT_TRUE(r.extend(seconds(6)));
   ASSERT_TRUE(r.extend());
-  for (std::size_t i = 0; i < 3; ++i)
-    EXPECT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#2"; })) << "master " << i;
+  EXPECT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
   EXPECT_GT(pttl_on(0, r.key()), 3000);
   EXPECT_TRUE(r.still_held());
   EXPECT_GT(r.validity().count(), 3000);
@@ -428,8 +437,7 @@ TEST_P(LuaFree, RedlockWithoutScriptsFindsItsKeysTakenAndLeavesThemAlone) {
   redlock r(redlock_masters(3), "taken", lease(seconds(5)), patient);
   ASSERT_TRUE(r.try_lock());
   ASSERT_TRUE(r.extend());
-  for (std::size_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#1"; })) << "master " << i;
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1"));
   const std::string other = r.token() + "x";  // our token as a prefix, without the '#'
   for (std::size_t i = 1; i < 3; ++i) admin_of(i).command({"SET", r.key(), other, "PX", "10000"});
   EXPECT_FALSE(r.still_held());
@@ -463,8 +471,7 @@ TEST_P(LuaFree, RedlockScriptedAndLuaFreeHoldersExcludeEachOtherAndMayMix) {
   ASSERT_TRUE(mixed.try_lock());
   ASSERT_TRUE(mixed.extend(seconds(6)));
   ASSERT_TRUE(mixed.extend());
-  for (std::size_t i = 0; i < 3; ++i)
-    EXPECT_TRUE(eventually([&] { return value_on(i, mixed.key()) == mixed.token() + "#2"; })) << "master " << i;
+  EXPECT_TRUE(everywhere(3, mixed.key(), mixed.token() + "#2"));
   EXPECT_TRUE(mixed.still_held());
   EXPECT_EQ(mixed.unlock_and_report(), release_status::released);
   EXPECT_TRUE(all_empty(3));
@@ -510,14 +517,12 @@ TEST_P(LuaFree, RedlockLateRoundChangesNothing) {
   }
   redlock r({*via[0], *via[1], lockers[2]}, "late", lease(seconds(3)), patient);
   ASSERT_TRUE(r.try_lock());
-  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token(); }));
+  ASSERT_TRUE(everywhere(3, r.key(), r.token()));
   for (auto& p : proxies) p->hold_open();  // the connections open now: what they carry next waits
   EXPECT_THROW(r.extend(milliseconds(1000)), connection_error) << "only master 2 can answer";
   ASSERT_FALSE(r.lost());
   ASSERT_TRUE(r.extend(seconds(6))) << "on new connections to masters 0 and 1";
-  for (std::size_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#2"; }))
-        << "master " << i << " holds " << value_on(i, r.key());
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
   for (auto& p : proxies) p->release_held();
   for (auto& p : proxies)
     ASSERT_TRUE(eventually([&] { return p->held_open() == 0; })) << "the held round never reached its master";
@@ -539,12 +544,10 @@ TEST_P(LuaFree, RedlockWhoseScriptingIsRevokedWhileHoldingGoesOnWithoutScripts) 
   for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "+@scripting"});
   ASSERT_TRUE(r.try_lock());
   ASSERT_TRUE(r.extend()) << "by the script";
-  for (std::size_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#1"; })) << "master " << i;
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1"));
   for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "-@scripting"});
   ASSERT_TRUE(r.extend(seconds(6))) << "refused scripts, then SET IFEQ";
-  for (std::size_t i = 0; i < 3; ++i)
-    EXPECT_TRUE(eventually([&] { return value_on(i, r.key()) == r.token() + "#2"; })) << "master " << i;
+  EXPECT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
   EXPECT_TRUE(r.still_held());
   EXPECT_EQ(r.unlock_and_report(), release_status::released);
   EXPECT_TRUE(all_empty(3));
