@@ -553,6 +553,24 @@ TEST_P(LuaFree, RedlockWhoseScriptingIsRevokedWhileHoldingGoesOnWithoutScripts) 
   EXPECT_TRUE(all_empty(3));
 }
 
+// A user refused MULTI: each command of a round then runs at once, one by one, and EXEC is
+// refused. The round's SET ran (master i holds token#1), so its outcome counts as unknown (the
+// next rounds and the release name token#1 too), never as "nothing ran": the release finds and
+// deletes every value it wrote, and says it cannot tell.
+TEST_P(LuaFree, RedlockWhoseUserIsRefusedMultiCountsItsRoundsAsUnknownAndLeavesNothing) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "refused by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "nomulti", lease(seconds(10)), patient);
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "-multi"});
+  ASSERT_TRUE(r.try_lock());
+  EXPECT_THROW(r.extend(), error) << "MULTI refused everywhere: no round confirmed";
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1")) << "the SETs ran without MULTI";
+  EXPECT_THROW(r.unlock_and_report(), error) << "the deletes ran outside a transaction: cannot tell";
+  EXPECT_FALSE(r.owns_lock());
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(value_on(i, r.key()), "") << "master " << i << " keeps our key, PTTL " << pttl_on(i, r.key());
+}
+
 // A master that runs no scripts and lacks SET IFEQ or DELEX/DELIFEQ (Redis before 8.4) could
 // neither renew nor release a redlock hold: the redlock is refused before it writes on any
 // master, the scripted ones included.

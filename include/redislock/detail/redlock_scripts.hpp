@@ -198,17 +198,25 @@ struct master_rounds {
 
 /// MULTI, `commands`, EXEC in one write: returns EXEC's reply, one element per command. A
 /// command refused as it is queued (-OOM, an unknown command) aborts the transaction: nothing
-/// ran, its error is thrown.
+/// ran, its error is thrown. A refused MULTI (an ACL user without +multi) leaves no transaction:
+/// each command ran at once, one by one; unless every one was refused too, what they did counts
+/// as unknown (connection_error, never a reply_error, which means "nothing ran").
 inline reply_ptr transaction(connection& c, const std::vector<std::vector<std::string>>& commands) {
   c.append({"MULTI"});
   for (const auto& command : commands) c.append(std::vector<std::string_view>(command.begin(), command.end()));
   c.append({"EXEC"});
-  std::string refused;
-  for (std::size_t i = 0; i <= commands.size(); ++i) {
+  const reply_ptr multi = c.read_reply();
+  std::string refused = is_error(*multi) ? std::string(multi->str, multi->len) : std::string();
+  bool ran_alone = false;  // a command ran outside a transaction
+  for (std::size_t i = 0; i < commands.size(); ++i) {
     const reply_ptr r = c.read_reply();
-    if (is_error(*r) && refused.empty()) refused.assign(r->str, r->len);
+    if (!is_error(*r)) ran_alone = ran_alone || is_error(*multi);
+    else if (refused.empty()) refused.assign(r->str, r->len);
   }
   reply_ptr exec = c.read_reply();
+  if (ran_alone)
+    throw connection_error("MULTI refused on " + c.options().endpoint() + " (" + refused +
+                           "): the commands ran one by one, outside a transaction; what they did is unknown");
   if (!refused.empty()) throw_reply_error(refused);
   checked(*exec);
   if (exec->type != REDIS_REPLY_ARRAY || exec->elements != commands.size())
