@@ -205,6 +205,41 @@ TEST(Redlock, ProcessesNeverOverlap) {
   EXPECT_EQ(m.get(0, "procs:counter"), "60");
 }
 
+// extend() from other threads while the holder releases and takes the lock again, over and
+// over: an extend that passed its "held" check just before a release dropped the hold must
+// return false or throw lock_error, never send a round for the dropped (empty) hold.
+TEST(Redlock, AnExtendRacingTheReleaseOfTheSameObjectSendsNothingForTheDroppedHold) {
+  masters m(1);
+  redlock r(m.refs(), "racing", lease(seconds(5)), redlock_options{milliseconds(500)});
+  std::atomic<bool> stop{false};
+  std::atomic<long> extends{0};
+  std::vector<std::thread> extenders;
+  for (int t = 0; t < 3; ++t)
+    extenders.emplace_back([&] {
+      while (!stop.load()) {
+        try {
+          (void)r.extend();
+          ++extends;
+        } catch (const error&) {  // not held at the moment (lock_error), or a slow round
+        }
+      }
+    });
+  const auto until = clk::now() + milliseconds(1500);
+  long cycles = 0;
+  while (clk::now() < until) {
+    if (!r.try_lock_for(seconds(5))) {
+      ADD_FAILURE() << "never acquired";
+      break;  // the extenders must still be joined
+    }
+    r.unlock();
+    ++cycles;
+  }
+  stop = true;
+  for (auto& t : extenders) t.join();
+  EXPECT_GT(cycles, 0);
+  EXPECT_EQ(m.dbsize(0), 0) << m.get(0, r.key());
+}
+
 TEST(Redlock, AnotherObjectIsRefusedWhileHeld) {
   masters m(3);
   redlock a(m.refs(), "busy"), b(m.refs(), "busy");

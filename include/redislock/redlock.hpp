@@ -514,7 +514,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     std::uint64_t round = 0;
     {
       std::lock_guard<std::mutex> g(state_mutex_);
-      if (hold_.token != h.token) return false;  // released meanwhile
+      // Released meanwhile: extend() may have read the hold just after a release dropped it
+      // (an empty hold, without a token or its masters' values: nothing to send).
+      if (h.token.empty() || hold_.token != h.token) return false;
       if (keep_lost()) return false;
       if (round_until < valid_until()) set_valid_until(round_until);
       round = ++hold_.rounds;
