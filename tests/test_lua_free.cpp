@@ -57,6 +57,14 @@ bool any_of(const std::vector<std::string>& sent, const std::string& part) {
   return false;
 }
 
+/// A server, its admin connection (the default user, who runs scripts unless the server has no
+/// Lua) and a client (`locker`) that the server runs no scripts for.
+struct lua_free_master {
+  std::unique_ptr<redis_server> server;
+  std::unique_ptr<connection> admin;
+  std::unique_ptr<client> locker;
+};
+
 /// A throwaway server and a client (`locker`) that the server runs no scripts for, by the way
 /// the test parameter names; `features`: what the server offers (found as the default user).
 struct LuaFree : ::testing::TestWithParam<lua_off> {
@@ -65,33 +73,14 @@ struct LuaFree : ::testing::TestWithParam<lua_off> {
     server = std::make_unique<redis_server>();
     admin = std::make_unique<connection>(server->options());
     features = admin->features();
-    client_options o{server->options()};
     switch (how) {
-      case lua_off::acl_user: {
+      case lua_off::acl_user:
         if (!features.scripting) GTEST_SKIP() << "the server runs no scripts for anyone: see built_without";
-        std::vector<std::string> rule = {"ACL", "SETUSER", "locker", "on", ">locker-pw", "~*"};
-        for (const auto& c : redislock_test::acl_channel_rules(*admin, "*")) rule.push_back(c);
-        rule.push_back("+@all");
-        rule.push_back("-@scripting");
-        admin->command(std::vector<std::string_view>(rule.begin(), rule.end()));
-        o.connection.user = "locker";
-        o.connection.password = "locker-pw";
         break;
-      }
-      case lua_off::module_unloaded: {
+      case lua_off::module_unloaded:
         if (features.server != "valkey" || !features.scripting)
           GTEST_SKIP() << "only Valkey unloads its Lua engine at run time (this is " << features.describe() << ")";
-        // MODULE needs enable-module-command, which servers before Redis 7.0 do not know.
-        server = std::make_unique<redis_server>(std::vector<std::string>{"--enable-module-command", "yes"});
-        admin = std::make_unique<connection>(server->options());
-        o = client_options{server->options()};
-        admin->append({"MODULE", "UNLOAD", "lua"});
-        reply_ptr r = admin->read_reply();
-        ASSERT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
-        admin->close();  // found again: now without scripting
-        features = admin->features();
         break;
-      }
       case lua_off::built_without:
         if (features.scripting)
           GTEST_SKIP() << features.describe()
@@ -99,9 +88,41 @@ struct LuaFree : ::testing::TestWithParam<lua_off> {
                           "valkey9-nolua)/redis-server";
         break;
     }
+    lua_free_master m = another_master(std::move(server));
+    server = std::move(m.server);
+    admin = std::move(m.admin);
+    locker = std::move(m.locker);
+    features = admin->features();
     ASSERT_FALSE(features.scripting && how != lua_off::acl_user);
-    locker = std::make_unique<client>(o);
     lua_free_path = features.set_ifeq && features.compare_and_delete();
+  }
+
+  /// A master like the fixture's (on `started` when given, unless the Lua module must be
+  /// unloaded: MODULE needs enable-module-command, which servers before Redis 7.0 do not know).
+  lua_free_master another_master(std::unique_ptr<redis_server> started = nullptr) const {
+    lua_free_master m;
+    const bool unload = GetParam() == lua_off::module_unloaded;
+    if (unload) m.server = std::make_unique<redis_server>(std::vector<std::string>{"--enable-module-command", "yes"});
+    else m.server = started ? std::move(started) : std::make_unique<redis_server>();
+    m.admin = std::make_unique<connection>(m.server->options());
+    client_options o{m.server->options()};
+    if (GetParam() == lua_off::acl_user) {
+      std::vector<std::string> rule = {"ACL", "SETUSER", "locker", "on", ">locker-pw", "~*"};
+      for (const auto& c : redislock_test::acl_channel_rules(*m.admin, "*")) rule.push_back(c);
+      rule.push_back("+@all");
+      rule.push_back("-@scripting");
+      m.admin->command(std::vector<std::string_view>(rule.begin(), rule.end()));
+      o.connection.user = "locker";
+      o.connection.password = "locker-pw";
+    }
+    if (unload) {
+      m.admin->append({"MODULE", "UNLOAD", "lua"});
+      reply_ptr r = m.admin->read_reply();
+      EXPECT_NE(r->type, REDIS_REPLY_ERROR) << r->str;
+      m.admin->close();  // found again: now without scripting
+    }
+    m.locker = std::make_unique<client>(o);
+    return m;
   }
 
   std::string without_lua_free_path() const {
@@ -110,6 +131,35 @@ struct LuaFree : ::testing::TestWithParam<lua_off> {
 
   std::string get(const std::string& key) { return text(admin->command({"GET", key})); }
 
+  /// Redlock's masters: the fixture's (master 0) and `n` - 1 more like it, each reached by its
+  /// own `locker` (master 0's through `first` when given).
+  std::vector<std::reference_wrapper<client>> redlock_masters(std::size_t n, client* first = nullptr) {
+    while (more.size() + 1 < n) more.push_back(another_master());
+    std::vector<std::reference_wrapper<client>> out{first ? *first : *locker};
+    for (std::size_t i = 0; i + 1 < n; ++i) out.emplace_back(*more[i].locker);
+    return out;
+  }
+  connection& admin_of(std::size_t i) { return i == 0 ? *admin : *more.at(i - 1).admin; }
+  std::string value_on(std::size_t i, const std::string& key) { return text(admin_of(i).command({"GET", key})); }
+  long long pttl_on(std::size_t i, const std::string& key) { return admin_of(i).command({"PTTL", key})->integer; }
+  /// Whether every one of the first n masters comes to hold `value` at `key` (a round returns
+  /// with a majority; the other answers may still be on the way).
+  bool everywhere(std::size_t n, const std::string& key, const std::string& value) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (!eventually([&] { return value_on(i, key) == value; })) {
+        ADD_FAILURE() << "master " << i << " holds '" << value_on(i, key) << "', not '" << value << "'";
+        return false;
+      }
+    return true;
+  }
+  /// Whether every master's DBSIZE is 0 (waiting, bounded, for answers still on the way).
+  bool all_empty(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (!eventually([&] { return admin_of(i).command({"DBSIZE"})->integer == 0; })) return false;
+    return true;
+  }
+
+  std::vector<lua_free_master> more;  // redlock's other masters
   std::unique_ptr<redis_server> server;
   std::unique_ptr<connection> admin;
   detail::server_features features;
@@ -202,6 +252,11 @@ TEST_P(LuaFree, WhatNeedsAScriptIsRefusedWithATypedErrorAndWritesNothing) {
   } catch (const scripting_unavailable_error& e) {
     EXPECT_NE(std::string(e.what()).find("fair"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(latch(*locker, "kinds-l", 2), scripting_unavailable_error);  // its first use is the constructor
+  election e(*locker, "kinds-e");
+  EXPECT_THROW((void)e.try_campaign("candidate"), scripting_unavailable_error);
+  semaphore sem(*locker, "kinds-sem", 2);
+  EXPECT_THROW((void)sem.try_acquire(), scripting_unavailable_error);
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
   if (!lua_free_path) return;
   mutex m(*locker, "kinds-m");
@@ -328,19 +383,210 @@ TEST_P(LuaFree, AWaitWhoseAttemptTookTheLockButLostItsReplyLeavesTheLockFree) {
   EXPECT_EQ(get(key), "") << "the failed wait left its hold on the server, PTTL "
                           << admin->command({"PTTL", key})->integer << " ms";
 }
-// docs/servers.md: "redlock without scripting is not supported", and what needs a script is
-// refused "before anything is written, at first use". Redlock acquires with a plain SET NX PX,
-// so without scripting it takes the lock, then cannot renew or release it (both are scripts):
-// every acquisition leaks its hold for a whole lease. It must be refused before the SET.
-TEST_P(LuaFree, RedlockIsRefusedBeforeItWritesAnything) {
-  redlock r({std::ref(*locker)}, "rl", lock_options{});
-  EXPECT_THROW(
-      {
+// --- redlock (docs/servers.md, "The Lua-free path") ---------------------------------------
+
+lock_options lease(milliseconds ms) {
+  lock_options o;
+  o.lease = ms;
+  return o;
+}
+const redlock_options patient{milliseconds(500)};  // rounds confirmed on a loaded machine too
+
+/// Runs `f`, which must be refused with scripting_unavailable_error saying `why`.
+template <class F>
+void expect_refused(F&& f, const std::string& why) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused (" << why << ")";
+  } catch (const scripting_unavailable_error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+// Every step with plain commands: values token, token#1, token#2 on every master, the owner
+// checked on the client, a fencing token refused (a script draws it), nothing left behind.
+TEST_P(LuaFree, RedlockLocksExtendsChecksAndReleasesOnThreeMastersWithoutScripts) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "rl", lease(seconds(5)), patient);
+  ASSERT_TRUE(r.try_lock());  // first use: the connections find their servers (not monitored)
+  r.unlock();
+  command_monitor monitor(server->options());
+  monitor.take(*admin);
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(r.extend(seconds(6)));
+  ASSERT_TRUE(r.extend());
+  EXPECT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
+  EXPECT_GT(pttl_on(0, r.key()), 3000);
+  EXPECT_TRUE(r.still_held());
+  EXPECT_GT(r.validity().count(), 3000);
+  expect_refused([&] { (void)r.fencing_token(); }, "fencing");
+  EXPECT_FALSE(r.lost());
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3));
+  const std::vector<std::string> sent = monitor.take(*admin);
+  EXPECT_EQ(scripted(sent), 0u);
+  EXPECT_TRUE(any_of(sent, "\"IFEQ\""));
+  EXPECT_TRUE(any_of(sent, "\"MULTI\""));
+  EXPECT_TRUE(any_of(sent, features.delex ? "\"DELEX\"" : "\"DELIFEQ\""));
+}
+
+// Keys overwritten by another owner on two masters: the check, the next round and the release
+// find them not ours (no candidate matches) and leave them alone.
+TEST_P(LuaFree, RedlockWithoutScriptsFindsItsKeysTakenAndLeavesThemAlone) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "taken", lease(seconds(5)), patient);
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(r.extend());
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1"));
+  const std::string other = r.token() + "x";  // our token as a prefix, without the '#'
+  for (std::size_t i = 1; i < 3; ++i) admin_of(i).command({"SET", r.key(), other, "PX", "10000"});
+  EXPECT_FALSE(r.still_held());
+  EXPECT_FALSE(r.extend());
+  EXPECT_TRUE(r.lost());
+  EXPECT_EQ(r.unlock_and_report(), release_status::lease_expired);
+  EXPECT_TRUE(eventually([&] { return value_on(0, r.key()).empty(); })) << "master 0 still holds our key";
+  for (std::size_t i = 1; i < 3; ++i) EXPECT_EQ(value_on(i, r.key()), other) << "master " << i;
+}
+
+// A scripted holder and a Lua-free holder of one name exclude each other, and one hold may span
+// scripted and Lua-free masters (each master's connection decides its commands).
+TEST_P(LuaFree, RedlockScriptedAndLuaFreeHoldersExcludeEachOtherAndMayMix) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "nobody runs scripts on this server";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  const auto lua_free = redlock_masters(3);
+  std::vector<std::unique_ptr<client>> scripting;
+  for (std::size_t i = 0; i < 3; ++i)
+    scripting.push_back(std::make_unique<client>(client_options{admin_of(i).options()}));
+  std::vector<std::reference_wrapper<client>> scripted_refs{*scripting[0], *scripting[1], *scripting[2]};
+  redlock plain(lua_free, "both", lease(seconds(5)), patient), lua(scripted_refs, "both", lease(seconds(5)), patient);
+  ASSERT_TRUE(plain.try_lock());
+  ASSERT_TRUE(plain.extend());
+  EXPECT_FALSE(lua.try_lock());
+  EXPECT_EQ(plain.unlock_and_report(), release_status::released);
+  ASSERT_TRUE(lua.try_lock());
+  ASSERT_TRUE(lua.extend());
+  EXPECT_FALSE(plain.try_lock());
+  EXPECT_EQ(lua.unlock_and_report(), release_status::released);
+  redlock mixed({*scripting[0], *more[0].locker, *more[1].locker}, "mixed", lease(seconds(5)), patient);
+  ASSERT_TRUE(mixed.try_lock());
+  ASSERT_TRUE(mixed.extend(seconds(6)));
+  ASSERT_TRUE(mixed.extend());
+  EXPECT_TRUE(everywhere(3, mixed.key(), mixed.token() + "#2"));
+  EXPECT_TRUE(mixed.still_held());
+  EXPECT_EQ(mixed.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3));
+}
+
+// A round that ran on master 0 but whose reply was lost: master 0 now holds token#1, which the
+// holder cannot know. The next round names both values it may hold (token, token#1), so it
+// still applies there; the release does the same and leaves nothing behind.
+TEST_P(LuaFree, RedlockRoundWhoseReplyWasLostIsFollowedByALaterRoundAndARelease) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redislock_test::tcp_proxy proxy(server->options().port);
+  client_options o = locker->options();
+  o.connection.port = proxy.port();
+  client via_proxy(o);
+  redlock r(redlock_masters(3, &via_proxy), "lost", lease(seconds(5)), patient);
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(eventually([&] { return value_on(0, r.key()) == r.token(); }));
+  proxy.cut_after_next_requests(1);
+  ASSERT_TRUE(r.extend()) << "masters 1 and 2 confirm";
+  ASSERT_TRUE(eventually([&] { return proxy.cut_after_request_count() == 1; }));
+  EXPECT_TRUE(eventually([&] { return value_on(0, r.key()) == r.token() + "#1"; })) << "the cut round ran";
+  ASSERT_TRUE(r.extend(seconds(6)));
+  EXPECT_TRUE(eventually([&] { return value_on(0, r.key()) == r.token() + "#2"; }))
+      << "master 0 holds " << value_on(0, r.key());
+  EXPECT_GT(pttl_on(0, r.key()), 4000);
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3)) << "master 0 holds " << value_on(0, r.key());
+}
+
+// A short round held in the network paths of masters 0 and 1 reaches them after a longer, later
+// round was applied there on new connections: it names only values older than the one now
+// there, so it matches nothing and the longer lease stays.
+TEST_P(LuaFree, RedlockLateRoundChangesNothing) {
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  const auto lockers = redlock_masters(3);
+  std::vector<std::unique_ptr<redislock_test::tcp_proxy>> proxies;
+  std::vector<std::unique_ptr<client>> via;
+  for (std::size_t i = 0; i < 2; ++i) {
+    proxies.push_back(std::make_unique<redislock_test::tcp_proxy>(admin_of(i).options().port));
+    client_options o = lockers[i].get().options();
+    o.connection.port = proxies.back()->port();
+    via.push_back(std::make_unique<client>(o));
+  }
+  redlock r({*via[0], *via[1], lockers[2]}, "late", lease(seconds(3)), patient);
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(everywhere(3, r.key(), r.token()));
+  for (auto& p : proxies) p->hold_open();  // the connections open now: what they carry next waits
+  EXPECT_THROW(r.extend(milliseconds(1000)), connection_error) << "only master 2 can answer";
+  ASSERT_FALSE(r.lost());
+  ASSERT_TRUE(r.extend(seconds(6))) << "on new connections to masters 0 and 1";
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
+  for (auto& p : proxies) p->release_held();
+  for (auto& p : proxies)
+    ASSERT_TRUE(eventually([&] { return p->held_open() == 0; })) << "the held round never reached its master";
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(value_on(i, r.key()), r.token() + "#2") << "master " << i;
+    EXPECT_GT(pttl_on(i, r.key()), 4000) << "the late round cut master " << i << "'s lease";
+  }
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3));
+}
+
+// A hold taken with scripts (values token, token#1 written by the script) whose user loses
+// @scripting on every master: the next round's script is refused, ran nothing, and the same
+// round follows with SET IFEQ of the value the script wrote; the release with DELEX/DELIFEQ.
+TEST_P(LuaFree, RedlockWhoseScriptingIsRevokedWhileHoldingGoesOnWithoutScripts) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "revoked by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "revoked", lease(seconds(5)), patient);
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "+@scripting"});
+  ASSERT_TRUE(r.try_lock());
+  ASSERT_TRUE(r.extend()) << "by the script";
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1"));
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "-@scripting"});
+  ASSERT_TRUE(r.extend(seconds(6))) << "refused scripts, then SET IFEQ";
+  EXPECT_TRUE(everywhere(3, r.key(), r.token() + "#2"));
+  EXPECT_TRUE(r.still_held());
+  EXPECT_EQ(r.unlock_and_report(), release_status::released);
+  EXPECT_TRUE(all_empty(3));
+}
+
+// A user refused MULTI: each command of a round then runs at once, one by one, and EXEC is
+// refused. The round's SET ran (master i holds token#1), so its outcome counts as unknown (the
+// next rounds and the release name token#1 too), never as "nothing ran": the release finds and
+// deletes every value it wrote, and says it cannot tell.
+TEST_P(LuaFree, RedlockWhoseUserIsRefusedMultiCountsItsRoundsAsUnknownAndLeavesNothing) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "refused by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "nomulti", lease(seconds(10)), patient);
+  for (std::size_t i = 0; i < 3; ++i) admin_of(i).command({"ACL", "SETUSER", "locker", "-multi"});
+  ASSERT_TRUE(r.try_lock());
+  EXPECT_THROW(r.extend(), error) << "MULTI refused everywhere: no round confirmed";
+  ASSERT_TRUE(everywhere(3, r.key(), r.token() + "#1")) << "the SETs ran without MULTI";
+  EXPECT_THROW(r.unlock_and_report(), error) << "the deletes ran outside a transaction: cannot tell";
+  EXPECT_FALSE(r.owns_lock());
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(value_on(i, r.key()), "") << "master " << i << " keeps our key, PTTL " << pttl_on(i, r.key());
+}
+
+// A master that runs no scripts and lacks SET IFEQ or DELEX/DELIFEQ (Redis before 8.4) could
+// neither renew nor release a redlock hold: the redlock is refused before it writes on any
+// master, the scripted ones included.
+TEST_P(LuaFree, RedlockWithoutTheLuaFreeCommandsIsRefusedBeforeItWritesAnything) {
+  if (lua_free_path) GTEST_SKIP() << features.describe() << " has the Lua-free commands";
+  const auto lockers = redlock_masters(3);
+  client scripting(client_options{admin_of(1).options()});
+  redlock r({lockers[0], scripting, lockers[2]}, "rl", lock_options{});
+  expect_refused(
+      [&] {
         if (r.try_lock_for(milliseconds(300))) r.unlock();
       },
-      scripting_unavailable_error);
-  EXPECT_EQ(get("redislock:{rl}"), "") << "the lock was taken and left behind, PTTL "
-                                       << admin->command({"PTTL", "redislock:{rl}"})->integer << " ms";
+      "8.4");
+  EXPECT_FALSE(r.owns_lock());
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(admin_of(i).command({"DBSIZE"})->integer, 0) << "master " << i << " holds " << value_on(i, r.key());
 }
 
 // --- servers with scripting --------------------------------------------------------------

@@ -205,6 +205,41 @@ TEST(Redlock, ProcessesNeverOverlap) {
   EXPECT_EQ(m.get(0, "procs:counter"), "60");
 }
 
+// extend() from other threads while the holder releases and takes the lock again, over and
+// over: an extend that passed its "held" check just before a release dropped the hold must
+// return false or throw lock_error, never send a round for the dropped (empty) hold.
+TEST(Redlock, AnExtendRacingTheReleaseOfTheSameObjectSendsNothingForTheDroppedHold) {
+  masters m(1);
+  redlock r(m.refs(), "racing", lease(seconds(5)), redlock_options{milliseconds(500)});
+  std::atomic<bool> stop{false};
+  std::atomic<long> extends{0};
+  std::vector<std::thread> extenders;
+  for (int t = 0; t < 3; ++t)
+    extenders.emplace_back([&] {
+      while (!stop.load()) {
+        try {
+          (void)r.extend();
+          ++extends;
+        } catch (const error&) {  // not held at the moment (lock_error), or a slow round
+        }
+      }
+    });
+  const auto until = clk::now() + milliseconds(1500);
+  long cycles = 0;
+  while (clk::now() < until) {
+    if (!r.try_lock_for(seconds(5))) {
+      ADD_FAILURE() << "never acquired";
+      break;  // the extenders must still be joined
+    }
+    r.unlock();
+    ++cycles;
+  }
+  stop = true;
+  for (auto& t : extenders) t.join();
+  EXPECT_GT(cycles, 0);
+  EXPECT_EQ(m.dbsize(0), 0) << m.get(0, r.key());
+}
+
 TEST(Redlock, AnotherObjectIsRefusedWhileHeld) {
   masters m(3);
   redlock a(m.refs(), "busy"), b(m.refs(), "busy");
@@ -491,6 +526,39 @@ TEST(Redlock, ALateExtendRoundNeverUndoesALaterOne) {
   if (taken) b.unlock();
   a.unlock();
   EXPECT_EQ(a.last_release(), release_status::released);
+}
+
+// What a holder keeps per master for the commands without scripts (detail/redlock_scripts.hpp,
+// master_rounds): every value of ours that may be there, or no more rounds there.
+TEST(Redlock, TheValuesALuaFreeMasterMayHoldAreKeptCompleteOrItGetsNoMoreRounds) {
+  using detail::redlock_scripts::master_rounds;
+  master_rounds unanswered_acquire;
+  unanswered_acquire.acquire_sent();
+  unanswered_acquire.unanswered(1);
+  unanswered_acquire.none_there();  // its SET NX may still land, and round 1 after it
+  EXPECT_EQ(unanswered_acquire.candidates, (std::vector<std::uint64_t>{0, 1}));
+  master_rounds m;
+  m.acquire_sent();
+  m.applied(0);
+  for (std::uint64_t r = 1; r < master_rounds::max_candidates; ++r) {
+    EXPECT_TRUE(m.can_send_round());
+    m.unanswered(r);
+  }
+  EXPECT_EQ(m.candidates.size(), master_rounds::max_candidates);
+  EXPECT_FALSE(m.can_send_round()) << "a round would name more than max_candidates values";
+  m.unanswered(master_rounds::max_candidates);  // the scripted path sent one more, unanswered
+  EXPECT_FALSE(m.complete);
+  m.applied(9);
+  EXPECT_TRUE(m.can_send_round());
+  EXPECT_EQ(m.candidates, (std::vector<std::uint64_t>{9}));
+  m.none_there();  // the acquisition was answered: nothing of ours can come back
+  EXPECT_TRUE(m.candidates.empty());
+  EXPECT_EQ(detail::redlock_scripts::value_of("t", 0), "t");
+  EXPECT_EQ(detail::redlock_scripts::value_of("t", 12), "t#12");
+  EXPECT_TRUE(detail::redlock_scripts::ours("t#12", "t"));
+  EXPECT_TRUE(detail::redlock_scripts::ours("t", "t"));
+  EXPECT_FALSE(detail::redlock_scripts::ours("tx", "t"));
+  EXPECT_FALSE(detail::redlock_scripts::ours("", "t"));
 }
 
 // After an extend a master's key holds "<token>#<round>": every script reads its owner part

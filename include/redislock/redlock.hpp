@@ -19,7 +19,10 @@
 /// Once the validity has run out the hold is lost(). A failed attempt
 /// deletes its token on every master that may hold it (compare-and-delete), the ones that did
 /// not answer included, and the next attempt follows after a jittered, growing delay
-/// (retry_min .. retry_max). Key layout and scripts: detail/redlock_scripts.hpp. Guarantees,
+/// (retry_min .. retry_max). Each master's connection decides how: with scripts where it
+/// runs them, else (Redis 8.4+, Valkey 9.0+) with transactions of SET IFEQ, DELEX or DELIFEQ
+/// naming each value of ours that may be there (docs/servers.md, "The Lua-free path"). Key
+/// layout, scripts and commands: detail/redlock_scripts.hpp. Guarantees,
 /// limits (timing assumptions, process pauses, restarts) and the fencing argument: README,
 /// "Redlock".
 ///
@@ -188,8 +191,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     const hold h = current();
     auto r = quorum_->send(
         keys_.lock,
-        [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
-          const std::int64_t pttl = detail::as_integer(*detail::redlock_scripts::remaining().run(c, {key}, {token}));
+        [key = keys_.lock, token = h.token](std::size_t, connection& c, std::int64_t&) {
+          const std::int64_t pttl = by_script_or_not(
+              c, [&] { return detail::as_integer(*detail::redlock_scripts::remaining().run(c, {key}, {token})); },
+              [&] { return detail::redlock_scripts::remaining_without_script(c, key, token); });
           return pttl > 0 || pttl == -1 ? detail::answer::yes : detail::answer::no;
         },
         true);
@@ -239,7 +244,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     for (int tries = 0; tries < 5; ++tries) {
       auto read = quorum_->send(
           keys_.lock,
-          [key = keys_.lock, fence = keys_.fence, token = h.token](connection& c, std::int64_t& v) {
+          [name = name_, key = keys_.lock, fence = keys_.fence, token = h.token](std::size_t, connection& c,
+                                                                                 std::int64_t& v) {
+            require_scripting_for_fencing(c, name);
             v = detail::as_integer(*detail::redlock_scripts::fence_read().run(c, {key, fence}, {token}));
             return v >= 0 ? detail::answer::yes : detail::answer::no;
           },
@@ -253,7 +260,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       const std::string proposed = std::to_string(highest + 1);
       auto raise = quorum_->send(
           keys_.lock,
-          [key = keys_.lock, fence = keys_.fence, token = h.token, proposed](connection& c, std::int64_t& v) {
+          [name = name_, key = keys_.lock, fence = keys_.fence, token = h.token, proposed](std::size_t, connection& c,
+                                                                                           std::int64_t& v) {
+            require_scripting_for_fencing(c, name);
             v = detail::as_integer(*detail::redlock_scripts::fence_raise().run(c, {key, fence}, {token, proposed}));
             if (v == 0) return detail::answer::yes;
             return v < 0 ? detail::answer::no : detail::answer::failed;  // failed: a register was higher
@@ -307,6 +316,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     steady::time_point acquired_at{};         // when that round was sent
     std::uint64_t fence = 0;
     std::uint64_t rounds = 0;  // lease-setting rounds sent so far (the last one's number)
+    // Per master, the values of ours that may be there (for the commands without scripting).
+    std::shared_ptr<std::vector<detail::redlock_scripts::master_rounds>> masters;
   };
 
   // When a round is decided: a majority said yes, everyone answered, or (acquire only, to
@@ -341,23 +352,32 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   // One attempt on all masters. True: acquired with positive validity. False: not acquired
   // (cleaned up). Throws when fewer than a majority answered (after cleaning up).
   bool attempt() {
-    if (!scripting_checked_.load(std::memory_order_relaxed)) require_scripting_everywhere();
+    if (!masters_checked_.load(std::memory_order_relaxed)) require_usable_everywhere();
     hold h;
     h.token = detail::random_token();
+    h.masters = std::make_shared<std::vector<detail::redlock_scripts::master_rounds>>(quorum_->size());
     const steady::time_point start = steady::now();
     h.acquired_at = start;
     h.acquired = quorum_->send(
         keys_.lock,
-        [key = keys_.lock, token = h.token, lease = lease_ms_](connection& c, std::int64_t&) {
-          require_scripting(c);  // nothing is written where the hold could be neither renewed nor released
+        [name = name_, key = keys_.lock, token = h.token, lease = lease_ms_, masters = h.masters](
+            std::size_t i, connection& c, std::int64_t&) {
+          require_usable(c, name);  // nothing is written where the hold could be neither renewed nor released
+          detail::redlock_scripts::master_rounds& m = (*masters)[i];
+          m.acquire_sent();
           reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
-          return r->type == REDIS_REPLY_NIL ? detail::answer::no : detail::answer::yes;
+          if (r->type == REDIS_REPLY_NIL) {
+            m.candidates.clear();
+            return detail::answer::no;
+          }
+          m.applied(0);
+          return detail::answer::yes;
         },
         true);
     // Not closed when it succeeds: masters that answer late still get the key (more margin).
     const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
     const steady::time_point valid_until = start + options_.lease - drift();
-    const bool refused = scripting_refused(*h.acquired);  // a master we could not release on
+    const bool refused = usable_refused(*h.acquired);  // a master we could not release on
     if (!refused && t.yes >= quorum_->needed() && steady::now() < valid_until) {
       {
         std::lock_guard<std::mutex> g(state_mutex_);
@@ -383,35 +403,66 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     return false;
   }
 
-  // Renewal and release are scripts; redlock has no Lua-free path (docs/servers.md).
-  static void require_scripting(connection& c) {
-    if (!c.features().scripting)
-      throw scripting_unavailable_error("", "redlock: " + c.features().describe() + " at " + c.options().endpoint() +
-                                                " runs no scripts for this connection (an ACL user without "
-                                                "@scripting, or Valkey without Lua): redlock renews and releases "
-                                                "with scripts and needs them on every master");
+  // `scripted()` where the connection runs scripts, else `plain()`. A script refused for want of
+  // scripting (the user's ACL changed since the connection looked) ran nothing: `plain()`
+  // follows on the same connection, which now counts as one without scripting.
+  template <class Scripted, class Plain>
+  static auto by_script_or_not(connection& c, Scripted scripted, Plain plain) -> decltype(plain()) {
+    if (c.features().scripting) {
+      try {
+        return scripted();
+      } catch (const scripting_unavailable_error&) {
+        if (c.features().scripting) throw;
+      }
+    }
+    return plain();
   }
 
-  // Before this object's first acquisition: every master is asked whether it runs our scripts
-  // (a round trip per connection's first use), so that a master without scripting is refused
-  // before anything is written on any. Asked once (a master that does not answer costs the first
-  // attempt one instance_timeout); after that each acquire checks its own connection before its
-  // SET, and an attempt refused so releases what it wrote elsewhere and throws.
-  void require_scripting_everywhere() {
+  // Renewal and release need scripts, or without them SET IFEQ and DELEX/DELIFEQ (the Lua-free
+  // path, docs/servers.md): a master with neither is refused before anything is written on it.
+  static void require_usable(connection& c, const std::string& name) {
+    const detail::server_features& f = c.features();
+    if (f.scripting || (f.set_ifeq && f.compare_and_delete())) return;
+    throw scripting_unavailable_error("", "redlock '" + name + "': " + f.describe() + " at " + c.options().endpoint() +
+                                              " runs no scripts for this connection (an ACL user without "
+                                              "@scripting, or Valkey without Lua), and without scripts redlock "
+                                              "renews and releases with SET IFEQ and DELEX or DELIFEQ (Redis "
+                                              "8.4+, Valkey 9.0+), which it lacks");
+  }
+
+  // A fencing token is drawn by scripts: each master's register is read, and raised, only while
+  // our key is there, in one step; a register raised outside a script could be raised after our
+  // key expired there. Masters without them fail the round; a majority must run them.
+  static void require_scripting_for_fencing(connection& c, const std::string& name) {
+    if (c.features().scripting) return;
+    throw scripting_unavailable_error("", "fencing_token: redlock '" + name + "': " + c.features().describe() + " at " +
+                                              c.options().endpoint() +
+                                              " runs no scripts for this connection; the fencing register is read "
+                                              "and raised by scripts that check our key in the same step, so a "
+                                              "majority of masters must run them");
+  }
+
+  // Before this object's first acquisition: every master is asked what it offers (a round trip
+  // per connection's first use), so that a master that could neither renew nor release is
+  // refused before anything is written on any. Asked once (a master that does not answer costs
+  // the first attempt one instance_timeout); after that each acquire checks its own connection
+  // before its SET (a reconnect may reach another server), and an attempt refused so releases
+  // what it wrote elsewhere and throws.
+  void require_usable_everywhere() {
     auto r = quorum_->send(
         keys_.lock,
-        [](connection& c, std::int64_t&) {
-          require_scripting(c);
+        [name = name_](std::size_t, connection& c, std::int64_t&) {
+          require_usable(c, name);
           return detail::answer::yes;
         },
         false);
     r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
-    if (scripting_refused(*r)) std::rethrow_exception(r->first_error());
-    scripting_checked_.store(true, std::memory_order_relaxed);
+    if (usable_refused(*r)) std::rethrow_exception(r->first_error());
+    masters_checked_.store(true, std::memory_order_relaxed);
   }
 
-  // True when the round's (first) error is require_scripting()'s refusal.
-  static bool scripting_refused(const detail::round& r) {
+  // True when the round's (first) error is require_usable()'s refusal.
+  static bool usable_refused(const detail::round& r) {
     const std::exception_ptr e = r.first_error();
     if (!e) return false;
     try {
@@ -424,14 +475,23 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   }
 
   // Compare-and-delete on every master the hold's acquire may have reached. Never skipped
-  // once queued: it must reach a master that got the acquire late.
+  // once queued: it must reach a master that got the acquire late. Without scripting, of each
+  // value that may be there (master_rounds).
   std::shared_ptr<detail::round> send_release(const hold& h) {
     return quorum_->send(
         keys_.lock,
-        [key = keys_.lock, token = h.token](connection& c, std::int64_t&) {
-          const std::int64_t deleted =
-              detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token}));
-          return deleted == 1 ? detail::answer::yes : detail::answer::no;
+        [name = name_, key = keys_.lock, token = h.token, masters = h.masters](std::size_t i, connection& c,
+                                                                               std::int64_t&) {
+          const std::vector<std::uint64_t>& candidates = (*masters)[i].candidates;
+          const bool deleted = by_script_or_not(
+              c,
+              [&] { return detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token})) == 1; },
+              [&] {
+                if (candidates.empty()) return false;  // nothing of ours can be there
+                require_usable(c, name);
+                return detail::redlock_scripts::release_without_script(c, c.features(), key, token, candidates);
+              });
+          return deleted ? detail::answer::yes : detail::answer::no;
         },
         false,
         [acquired = h.acquired](std::size_t i) {
@@ -454,21 +514,18 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     std::uint64_t round = 0;
     {
       std::lock_guard<std::mutex> g(state_mutex_);
-      if (hold_.token != h.token) return false;  // released meanwhile
+      // Released meanwhile: extend() may have read the hold just after a release dropped it
+      // (an empty hold, without a token or its masters' values: nothing to send).
+      if (h.token.empty() || hold_.token != h.token) return false;
       if (keep_lost()) return false;
       if (round_until < valid_until()) set_valid_until(round_until);
       round = ++hold_.rounds;
     }
     auto r = quorum_->send(
         keys_.lock,
-        [key = keys_.lock, token = h.token, ms = std::to_string(lease.count()), n = std::to_string(round)](
-            connection& c, std::int64_t&) {
-          const std::int64_t ok =
-              detail::as_integer(*detail::redlock_scripts::extend_round().run(c, {key}, {token, ms, n}));
-          if (ok == 1) return detail::answer::yes;
-          // -1: this round or a later one was applied there already. Only a round whose caller
-          // has moved on can find that; not a confirmation of this one.
-          return ok == 0 ? detail::answer::no : detail::answer::failed;
+        [name = name_, key = keys_.lock, token = h.token, ms = std::to_string(lease.count()), round,
+         masters = h.masters](std::size_t i, connection& c, std::int64_t&) {
+          return set_round(c, (*masters)[i], name, key, token, ms, round);
         },
         true);
     const detail::tally t = r->wait(start + quorum_->instance_timeout(), decided(false));
@@ -486,6 +543,65 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       }
     }
     throw_unreachable(*r, "extend");
+  }
+
+  // Round `round` of a lease-setting round on one master, on its thread. With scripting the
+  // extend_round() script; without, SET IFEQ of each value that may be there (master_rounds),
+  // in one transaction. Either way the master's candidates follow what it answered: a round
+  // whose answer is unknown (sent, no reply) may still be applied there, then or later.
+  static detail::answer set_round(connection& c, detail::redlock_scripts::master_rounds& m, const std::string& name,
+                                  const std::string& key, const std::string& token, const std::string& lease_ms,
+                                  std::uint64_t round) {
+    namespace scripts = detail::redlock_scripts;
+    return by_script_or_not(
+        c,
+        [&] {
+          std::int64_t ok = 0;
+          try {
+            ok = detail::as_integer(*scripts::extend_round().run(c, {key}, {token, lease_ms, std::to_string(round)}));
+          } catch (const scripting_unavailable_error&) {
+            throw;  // ran nothing
+          } catch (...) {
+            m.unanswered(round);
+            throw;
+          }
+          if (ok == 1) m.applied(round);
+          if (ok == 0) m.none_there();
+          if (ok == 1) return detail::answer::yes;
+          // -1: this round or a later one was applied there already. Only a round whose caller
+          // has moved on can find that; not a confirmation of this one.
+          return ok == 0 ? detail::answer::no : detail::answer::failed;
+        },
+        [&] { return set_round_without_script(c, m, name, key, token, lease_ms, round); });
+  }
+
+  static detail::answer set_round_without_script(connection& c, detail::redlock_scripts::master_rounds& m,
+                                                 const std::string& name, const std::string& key,
+                                                 const std::string& token, const std::string& lease_ms,
+                                                 std::uint64_t round) {
+    namespace scripts = detail::redlock_scripts;
+    require_usable(c, name);
+    if (m.candidates.empty() && m.complete) return detail::answer::no;  // nothing of ours is there
+    if (!m.can_send_round())
+      throw connection_error("redlock '" + name + "': " + c.options().endpoint() + " left " +
+                             std::to_string(scripts::master_rounds::max_candidates) +
+                             " rounds in a row unanswered: it takes no more rounds in this hold (without "
+                             "scripts each round names every value of ours that may be there)");
+    bool applied = false;
+    try {
+      applied = scripts::set_round_without_script(c, key, token, round, lease_ms, m.candidates);
+    } catch (const reply_error&) {
+      throw;  // EXEC answered (aborted, or refused each SET): nothing was applied
+    } catch (...) {
+      m.unanswered(round);
+      throw;
+    }
+    if (!applied) {
+      m.none_there();
+      return detail::answer::no;
+    }
+    m.applied(round);
+    return detail::answer::yes;
   }
 
   // After a round that needed a majority of "ours": lost when too many said "not ours",
@@ -638,8 +754,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::mutex fence_mutex_;
   detail::local_gate gate_;
   std::atomic<bool> held_{false}, lost_{false};
-  detail::lost_reporter lost_report_;           // the observer's lost_event, once per hold
-  std::atomic<bool> scripting_checked_{false};  // require_scripting_everywhere() passed
+  detail::lost_reporter lost_report_;         // the observer's lost_event, once per hold
+  std::atomic<bool> masters_checked_{false};  // require_usable_everywhere() passed
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
   bool renew_stop_ = false;  // under renew_mutex_

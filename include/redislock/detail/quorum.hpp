@@ -218,8 +218,8 @@ class command_timeout_scope {
 template <class Client>
 class quorum {
  public:
-  /// What a round runs on one server: returns the answer and may set a value.
-  using operation = std::function<answer(connection&, std::int64_t& value)>;
+  /// What a round runs on server i: returns the answer and may set a value.
+  using operation = std::function<answer(std::size_t i, connection&, std::int64_t& value)>;
   /// Decides on the server's thread, just before sending, whether server i needs the command
   /// at all (false: skipped).
   using filter = std::function<bool(std::size_t i)>;
@@ -254,7 +254,7 @@ class quorum {
         try {
           a = client->run(route_key, [&](connection& c) {
             command_timeout_scope scope(c, t);
-            return (*shared_op)(c, value);
+            return (*shared_op)(i, c, value);
           });
         } catch (...) {
           e = std::current_exception();
