@@ -487,9 +487,17 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
               c,
               [&] { return detail::as_integer(*detail::redlock_scripts::release_owned().run(c, {key}, {token})) == 1; },
               [&] {
-                if (candidates.empty()) return false;  // nothing of ours can be there
+                const bool complete = (*masters)[i].complete;
+                if (candidates.empty() && complete) return false;  // nothing of ours can be there
                 require_usable(c, name);
-                return detail::redlock_scripts::release_without_script(c, c.features(), key, token, candidates);
+                if (detail::redlock_scripts::release_without_script(c, c.features(), key, token, candidates))
+                  return true;
+                // Rounds whose replies were lost beyond the list's bound (scripts ran them, then
+                // scripting went away) may have left a value not named: cannot tell.
+                if (!complete)
+                  throw connection_error("redlock release: " + c.options().endpoint() +
+                                         " may hold a round of ours that the release cannot name");
+                return false;
               });
           return deleted ? detail::answer::yes : detail::answer::no;
         },
