@@ -366,6 +366,24 @@ TYPED_TEST(LockContract, ExtendRules) {
   EXPECT_THROW(K::extend(l, seconds(1)), lock_error);  // released
 }
 
+// With auto_renew, extend(L) sets the lease the renewals send: a longer lease outlives the next
+// renewal instead of being cut back to options().lease (the renewals come every L/3 then).
+TYPED_TEST(LockContract, ALongerExtendWithAutoRenewIsKeptByTheRenewals) {
+  using K = TypeParam;
+  lock_options o = this->opts(milliseconds(300));
+  o.auto_renew = true;
+  typename K::lock_type l(*this->pool, "extend-renewed", o);
+  K::take(l);
+  ASSERT_TRUE(K::extend(l, milliseconds(1500)));
+  const std::uint64_t before = this->pool->watchdog().stats().renewals;
+  ASSERT_TRUE(this->pool->watchdog().wait_for_stats(
+      seconds(20), [&](const watchdog_stats& st) { return st.renewals >= before + 1; }));
+  EXPECT_GT(K::remaining(l), milliseconds(900));  // a renewal to 300 ms would have left at most that
+  EXPECT_FALSE(K::lost(l));
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::released);
+}
+
 // --- contention -----------------------------------------------------------------------------
 
 // N waiters, each in its own client, all behind a holder: each gets the lock exactly once, no

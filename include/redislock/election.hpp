@@ -271,7 +271,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   detail::renewal_target renewal_for(const std::string& token) const {
     return {&detail::election_scripts::extend(),
             {keys_.lock, keys_.fence, keys_.queue, keys_.waiters, keys_.values},
-            {token, keys_.waiter_prefix, keys_.notices, lease_ms_}};
+            {token, keys_.waiter_prefix, keys_.notices, lease_ms_},
+            3};
   }
 
   // mode: "wait", "try" or "leave" (see election_scripts::attempt). An attempt whose reply was

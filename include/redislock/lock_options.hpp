@@ -93,8 +93,8 @@ namespace detail {
 
 /// The one check of a lease, whether options' (validate()) or given to extend(): it must be in
 /// (floor, max_lease] (floor: 0, or redlock's instance_timeout + drift), and a lease given to
-/// extend() on a lock with auto_renew (`renewing`: its options) not shorter than options().lease,
-/// since the watchdog renews on that schedule and the key would expire before its next turn.
+/// extend() on a lock with auto_renew (`renewing`: its options) not shorter than options().lease
+/// (the renewals then go on with the longer lease: watchdog::registration::hold_back).
 /// Returns the lease as a script argument. Throws invalid_argument ("<what>: ...").
 inline std::string checked_lease(std::chrono::milliseconds lease, const char* what,
                                  const lock_options* renewing = nullptr,

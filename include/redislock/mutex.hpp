@@ -217,7 +217,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // (rewriting the same value, never creating the key), so it replaces the script wherever the
   // server has it.
   detail::renewal_target renewal_of(std::string token, std::string lease_ms) const {
-    return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, true};
+    return {&detail::mutex_scripts::extend(), {keys_.lock}, {std::move(token), std::move(lease_ms)}, 1, true};
   }
 
   // An attempt whose reply was lost (and that may have set the key) ends the wait with an

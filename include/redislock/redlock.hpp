@@ -160,13 +160,14 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// true). Throws lock_error when not held, connection_error (or the error reply) when fewer
   /// than a majority answered: the masters that ran it may have the new lease, so the validity
   /// becomes at most lease − drift(lease) from this call, never longer than it was.
-  /// With auto_renew the renewal goes back to options().lease at its next turn (as every kind's
-  /// does), and the validity with it.
+  /// With auto_renew the renewals send `lease` from then on (every lease/3), as every kind's do.
   bool extend(std::chrono::milliseconds lease) {
     // A lease within instance_timeout + drift would leave no validity.
     detail::checked_lease(lease, "redlock extend", &options_, drift(lease) + quorum_->instance_timeout());
     require_held("extend");
-    return extend_hold(current(), lease);
+    const hold h = current();
+    renew_lease_ms_.store(lease.count(), std::memory_order_relaxed);  // rounds are numbered: order does not matter
+    return extend_hold(h, lease);
   }
   bool extend() { return extend(options_.lease); }
 
@@ -381,6 +382,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     if (!refused && t.yes >= quorum_->needed() && steady::now() < valid_until) {
       {
         std::lock_guard<std::mutex> g(state_mutex_);
+        renew_lease_ms_.store(options_.lease.count(), std::memory_order_relaxed);
         hold_ = std::move(h);
         lost_.store(false, std::memory_order_release);  // before the new end: never lost by the old one
         lost_report_.reset();
@@ -660,9 +662,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     else renewer_.join();
   }
 
-  // Extends to options().lease at lease/3 after each confirmed extension; retries every
-  // lease/10 on failure until the validity (whatever round set it last) runs out, then
-  // declares the hold lost.
+  // Extends to the renewal lease (options().lease, or what extend() set last) at a third of it
+  // after each confirmed extension; retries every lease/10 on failure until the validity
+  // (whatever round set it last) runs out, then declares the hold lost.
   void renew(hold h) {
     steady::time_point next = h.acquired_at + options_.lease / 3;
     std::unique_lock<std::mutex> g(renew_mutex_);
@@ -670,9 +672,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       if (renew_cv_.wait_until(g, next, [&] { return renew_stop_; })) return;
       g.unlock();
       const steady::time_point sent = steady::now();
+      const std::chrono::milliseconds lease(renew_lease_ms_.load(std::memory_order_relaxed));
       bool renewed = false;
       try {
-        renewed = extend_hold(h, options_.lease);
+        renewed = extend_hold(h, lease);
       } catch (...) {  // too few answered: try again while the validity lasts
       }
       detail::notify([&](lock_observer& o) {
@@ -693,8 +696,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         }
         return;
       }
-      next = renewed ? sent + options_.lease / 3
-                     : now + std::max<steady::duration>(options_.lease / 10, std::chrono::milliseconds(1));
+      next = renewed ? sent + lease / 3 : now + std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
       next = std::min(next, valid);  // on_lost no later than the validity ends
       g.lock();
     }
@@ -755,6 +757,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
 
   redlock_options redlock_;
   std::string lease_ms_;
+  std::atomic<std::int64_t> renew_lease_ms_{0};  // what the renewals send (ms): options().lease, or extend()'s last
   mutable std::mutex state_mutex_;
   hold hold_;  // under state_mutex_
   std::atomic<ticks> valid_until_{never};

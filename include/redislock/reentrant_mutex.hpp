@@ -103,12 +103,16 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
 
   /// Resets the lease to `lease` from now (server clock) if the calling thread still holds
   /// the lock; false when its lease had run out (which also marks it lost()). Throws
-  /// lock_error when it holds nothing.
+  /// lock_error when it holds nothing. With auto_renew the watchdog renews to `lease` from
+  /// then on, as basic_mutex::extend().
   bool extend(std::chrono::milliseconds lease) {
     const std::string ms = detail::checked_lease(lease, "extend", &options_);
     require_held("extend");
-    const bool ours = run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
-    if (!ours) owners_.mine().lease->mark_lost();
+    const auto keeper = owners_.mine().lease;  // this thread's hold: no other thread releases it
+    const bool ours = keeper->extend(lease, [&] {
+      return run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
+    });
+    if (!ours) keeper->mark_lost();
     return ours;
   }
   bool extend() { return extend(options_.lease); }
@@ -205,7 +209,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     owners_.set_mine(h);
     if (outermost) {
       const detail::renewal_target renewal{
-          &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}};
+          &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}, 1};
       auto drop = [this]() noexcept { this->unlock(); };
       if (options_.auto_renew) this->start_or_drop([&] { sent = confirm_late_hand_off(owner, sent, *h.lease); }, drop);
       this->start_hold(*h.lease, renewal, d, sent, drop);

@@ -198,7 +198,8 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   detail::renewal_target renewal_for(const std::string& token) const {
     return {&detail::semaphore_scripts::extend(),
             {keys_.lock, keys_.fence},
-            {token, keys_.waiter_prefix, permits_arg(), lease_ms_}};
+            {token, keys_.waiter_prefix, permits_arg(), lease_ms_},
+            3};
   }
 
   // mode: "wait", "try" or "leave" (see semaphore_scripts::acquire). An attempt whose reply

@@ -365,7 +365,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       const std::string number = write ? "" : wait;
       const detail::renewal_target renewal{&detail::shared_scripts::extend(),
                                            {keys_.lock, keys_.fence},
-                                           {owner, keys_.channel, keys_.lease_ms, side_name, number}};
+                                           {owner, keys_.channel, keys_.lease_ms, side_name, number},
+                                           2};
       if (options_.auto_renew)
         this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, number, sent); }, drop);
       this->start_hold(*began, renewal, d, sent, drop);
@@ -461,10 +462,13 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     const std::string ms = detail::checked_lease(lease, what, &options_);
     const hold h = owners_.mine();
     detail::require_held(write ? h.writing : h.reads > 0, what, name_, "this thread on that side");
-    const bool ours =
-        run_integer(detail::shared_scripts::extend(), {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read",
-                                                       write ? std::string() : h.read_hold}) == 1;
-    if (!ours) (write ? h.lease->write : h.lease->read).mark_lost();
+    detail::lease_keeper& keeper = write ? h.lease->write : h.lease->read;
+    const bool ours = keeper.extend(lease, [&] {
+      return run_integer(detail::shared_scripts::extend(),
+                         {owners_.owner_id(), keys_.channel, ms, write ? "write" : "read",
+                          write ? std::string() : h.read_hold}) == 1;
+    });
+    if (!ours) keeper.mark_lost();
     return ours;
   }
 

@@ -18,6 +18,12 @@
 /// over maxmemory (noeviction) where the script is not: a SET IFEQ refused with OOM goes again
 /// as the script, in the same round, when the connection runs scripts.
 ///
+/// An extend() of a renewed hold (registration::hold_back) is sent by the lock itself while
+/// the hold's renewals are held back (one in flight is answered first): no renewal races it.
+/// Its lease is what the renewals send afterwards, and a confirmed extend restarts C. A
+/// command of the hold that got no answer may still run later, after a confirmed one, and set
+/// its own lease then: while such a command's lease is shorter, C counts with that one.
+///
 /// Loss: a renewal answered 0 means the lock is no longer ours. Renewals that fail
 /// (connection errors, error replies) are retried every lease/10 until C + lease; from then
 /// on the server may have expired the key, so the lease is declared lost (conservative: the
@@ -73,6 +79,9 @@ struct renewal_request {
   std::vector<std::string> keys;       ///< KEYS of `extend`
   std::vector<std::string> args;       ///< ARGV of `extend`
   std::chrono::milliseconds lease{0};  ///< the lease the script sets; renewals every lease/3
+  /// Where `args` holds the lease in milliseconds, so that an extend() to another lease
+  /// (registration::pause) changes what the renewals send. npos: the lease cannot change.
+  std::size_t lease_arg = static_cast<std::size_t>(-1);
   /// The script does exactly what `SET keys[0] args[0] IFEQ args[0] PX args[1]` does (an
   /// owner-checked PEXPIRE of a string key holding the owner's token, nothing else): where the
   /// server has SET IFEQ (detail/server_features.hpp), that command is sent instead.
@@ -135,6 +144,36 @@ class watchdog {
   struct entry;
 
  public:
+  /// A lease's renewals held back by registration::hold_back(). Independent of the
+  /// registration (a release may reset it meanwhile: then resuming does nothing).
+  class pause {
+   public:
+    pause() = default;
+    pause(pause&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)), entry_(std::move(o.entry_)) {}
+    pause& operator=(pause&&) = delete;
+    pause(const pause&) = delete;
+    pause& operator=(const pause&) = delete;
+    /// Resumes as after an extend without an answer.
+    ~pause() {
+      if (owner_ != nullptr) owner_->resume(entry_, steady::time_point::max(), std::chrono::milliseconds(0), -1);
+    }
+    /// The extend sent at `sent` with `lease` renewed the lease (answer 1), found it gone (0),
+    /// or got no answer (-1: it may still run). From now on the renewals send `lease` (when the
+    /// request said where it goes): a longer extend is not undone by the next renewal, and a
+    /// shorter one is renewed often enough. Confirmed, it restarts the lease count from
+    /// `sent`; unanswered, it can only shorten it, to sent + lease.
+    void resume(steady::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
+      if (owner_ != nullptr) std::exchange(owner_, nullptr)->resume(entry_, sent, lease, answer);
+    }
+    explicit operator bool() const noexcept { return owner_ != nullptr; }
+
+   private:
+    friend class watchdog;
+    pause(watchdog* owner, std::shared_ptr<entry> e) : owner_(owner), entry_(std::move(e)) {}
+    watchdog* owner_ = nullptr;
+    std::shared_ptr<entry> entry_;
+  };
+
   /// Keeps one lock renewed until reset() or destruction. Move-only; empty when default-built.
   class registration {
    public:
@@ -164,6 +203,12 @@ class watchdog {
       entry_.reset();
     }
     explicit operator bool() const noexcept { return owner_ != nullptr; }
+
+    /// For an extend() the lock sends itself: holds this lease's renewals back (a renewal in
+    /// flight is answered first) until the returned pause is resumed or destroyed, so the
+    /// extend never races a renewal of the same hold. Empty (nothing held back) when not
+    /// registered, already cancelled or lost, or called on the watchdog thread.
+    pause hold_back() noexcept;
 
    private:
     friend class watchdog;
@@ -231,23 +276,45 @@ class watchdog {
   enum class outcome { pending, renewed, not_ours, failed, expired };
 
   struct entry {
-    explicit entry(renewal_request r) : req(std::move(r)) {
+    explicit entry(renewal_request r) : req(std::move(r)), lease(req.lease), args_text(req.args) {
       for (const auto& k : req.keys) keys.emplace_back(k);
-      for (const auto& a : req.args) args.emplace_back(a);
+      view_args();
       renewed(req.confirmed);
     }
     // Schedules the next renewal of a lease set at `at`.
     void renewed(steady::time_point at) {
+      const std::chrono::milliseconds counted = counted_lease();
       confirmed = at;
-      eligible = at + req.lease / 6;
-      due = at + req.lease / 3;
+      until = at + counted;
+      eligible = at + counted / 6;
+      due = at + counted / 3;
       failing = false;
     }
+    // A command that sets the lease and was confirmed at send time s counts as s + this. A
+    // command of this hold that got no answer may still run later, after the confirmed one:
+    // then it sets its own lease from a time after s. So the shortest lease among those counts.
+    std::chrono::milliseconds counted_lease() const { return std::min(lease, shortest_unanswered); }
+    void unanswered(std::chrono::milliseconds l) { shortest_unanswered = std::min(shortest_unanswered, l); }
+    // The renewals send `l` from now on (changed only while neither in flight nor queued).
+    void set_lease(std::chrono::milliseconds l) {
+      if (req.lease_arg >= args_text.size() || l.count() <= 0) return;
+      lease = l;
+      args_text[req.lease_arg] = std::to_string(l.count());
+      view_args();
+    }
+    void view_args() { args.assign(args_text.begin(), args_text.end()); }
     const renewal_request req;
-    std::vector<std::string_view> keys, args;  // views of req's strings, for script::append
-    // Guarded by watchdog::m_.
-    steady::time_point confirmed, eligible, due;
+    std::vector<std::string_view> keys, args;  // views of req.keys and args_text, for script::append
+    // Guarded by watchdog::m_; lease and args_text are also read by the batch the entry is in.
+    std::chrono::milliseconds lease;     // what the renewals send
+    std::vector<std::string> args_text;  // req.args with that lease
+    steady::time_point confirmed;        // send time of the last confirmed command that set the lease
+    steady::time_point until;            // the lease certainly lasts until then (confirmed + its lease, or less)
+    steady::time_point eligible, due;
     bool failing = false, cancelled = false, in_flight = false, in_callback = false, in_heap = false, lost = false;
+    bool paused = false;  // held back for an extend (registration::hold_back)
+    // The shortest lease among this hold's renewals and extends that got no answer (none: max).
+    std::chrono::milliseconds shortest_unanswered = std::chrono::milliseconds::max();
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -275,6 +342,50 @@ class watchdog {
       if (dead_in_heap_ > 64 && dead_in_heap_ * 2 > heap_.size()) compact();
     }
     if (std::this_thread::get_id() != thread_.get_id()) done_.wait(g, [&] { return !e->in_callback; });
+  }
+
+  // registration::hold_back(): waits until `e` is in no batch and no other pause, then marks
+  // it paused (the loop drops it from the heap when it comes up; resume() puts it back).
+  pause hold(const entry_ptr& e) noexcept {
+    std::unique_lock<std::mutex> g(m_);
+    if (std::this_thread::get_id() == thread_.get_id()) return {};  // an on_lost callback: nothing to wait for
+    done_.wait(g, [&] { return e->cancelled || e->lost || (!e->in_flight && !e->paused); });
+    if (e->cancelled || e->lost) return {};
+    e->paused = true;
+    return pause(this, e);
+  }
+
+  void resume(const entry_ptr& e, steady::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      e->paused = false;
+      if (!e->cancelled && !e->lost && lease.count() > 0) {
+        e->set_lease(lease);
+        const steady::time_point now = steady::now();
+        if (answer == 1) {
+          e->renewed(sent);  // the lease now runs from the extend's send, and renewals keep it
+        } else {
+          if (answer < 0) {
+            e->unanswered(lease);
+            e->until = std::min(e->until, sent + lease);  // it may still run, and shorten the lease
+            e->failing = true;
+          }
+          // Not ours (the next renewal finds that and reports it), or unknown: renewed again at once.
+          e->due = e->eligible =
+              std::min(e->until, now + (answer == 0 ? steady::duration(0) : retry_interval(e->counted_lease())));
+        }
+        if (answer != 0 && e->req.valid_until != nullptr)
+          e->req.valid_until->store(e->until.time_since_epoch().count());
+      }
+      if (!e->cancelled && !e->lost && !e->in_flight) {
+        if (e->in_heap) std::make_heap(heap_.begin(), heap_.end(), later);  // its due time may have moved
+        else push(e);
+        first = heap_.front() == e;
+      }
+    }
+    done_.notify_all();  // another pause of the same entry may go on
+    if (first) wake_.notify_all();
   }
 
   static bool later(const entry_ptr& a, const entry_ptr& b) { return a->due > b->due; }
@@ -314,7 +425,7 @@ class watchdog {
     bool in_tick = false;
     steady::time_point tick_start;
     while (!stop_) {
-      while (!heap_.empty() && heap_.front()->cancelled) pop();
+      while (!heap_.empty() && (heap_.front()->cancelled || heap_.front()->paused)) pop();
       const steady::time_point now = steady::now();
       if (heap_.empty() || heap_.front()->eligible > now) {
         if (in_tick) {  // nothing more is due: the tick is over
@@ -342,7 +453,7 @@ class watchdog {
       take_expired(now, batch, results);
       const std::size_t expired = batch.size();
       while (batch.size() - expired < max_batch && !heap_.empty()) {
-        if (heap_.front()->cancelled) {
+        if (heap_.front()->cancelled || heap_.front()->paused) {
           pop();
           continue;
         }
@@ -354,7 +465,7 @@ class watchdog {
       }
       stats_.in_flight = batch.size();
       std::vector<steady::time_point> ends(batch.size());
-      for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->confirmed + batch[i]->req.lease;
+      for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->until;
       g.unlock();
       std::vector<steady::time_point> sent(batch.size()), answered(batch.size());
       const steady::time_point send_start = steady::now();
@@ -378,7 +489,7 @@ class watchdog {
       }
       for (const entry_ptr& e : batch) {
         e->in_flight = false;
-        if (!e->cancelled && !e->lost) push(e);
+        if (!e->cancelled && !e->lost && !e->paused) push(e);
       }
       done_.notify_all();
     }
@@ -391,8 +502,8 @@ class watchdog {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < heap_.size(); ++i) {
       entry_ptr& e = heap_[i];
-      const steady::time_point end = e->confirmed + e->req.lease;
-      if (!e->cancelled && end <= now) {
+      const steady::time_point end = e->until;
+      if (!e->cancelled && !e->paused && end <= now) {
         e->in_heap = false;
         e->in_flight = true;
         batch.push_back(std::move(e));
@@ -463,7 +574,7 @@ class watchdog {
       steady::duration retry = steady::duration::max();
       for (std::size_t i : group) {
         reply_deadline = std::min(reply_deadline, ends[i]);
-        retry = std::min(retry, retry_interval(batch[i]->req.lease));
+        retry = std::min(retry, retry_interval(batch[i]->lease));
       }
       auto failed = failed_at_.find(server);
       if (failed != failed_at_.end() && steady::now() < failed->second + retry)
@@ -572,7 +683,7 @@ class watchdog {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       entry& e = *batch[i];
       if (e.cancelled) continue;  // released while in flight: the answer concerns nobody
-      const steady::time_point end = e.confirmed + e.req.lease;
+      const steady::time_point end = e.until;
       bool lost = false;
       switch (results[i]) {
         case outcome::renewed:
@@ -590,7 +701,7 @@ class watchdog {
           if (e.req.valid_until != nullptr) {
             // seq_cst with lease_keeper::lost(): a reader who saw the old end pass has set the
             // lost flag, and then we see it here and report the loss (lost() stays true).
-            e.req.valid_until->store((sent[i] + e.req.lease).time_since_epoch().count());
+            e.req.valid_until->store(e.until.time_since_epoch().count());
             lost = e.req.lost_flag != nullptr && e.req.lost_flag->load();
           }
           break;
@@ -598,7 +709,8 @@ class watchdog {
         case outcome::pending:
           ++stats_.failures;
           e.failing = true;
-          e.due = e.eligible = std::min(end, now + retry_interval(e.req.lease));
+          if (sent[i] != steady::time_point{}) e.unanswered(e.lease);  // it may have been sent
+          e.due = e.eligible = std::min(end, now + retry_interval(e.counted_lease()));
           lost = now >= end;
           break;
         case outcome::not_ours:
@@ -626,6 +738,11 @@ class watchdog {
   std::map<std::string, steady::time_point> failed_at_;  // watchdog thread only: last failed pipeline per server
   std::thread thread_;
 };
+
+inline watchdog::pause watchdog::registration::hold_back() noexcept {
+  if (owner_ == nullptr) return {};
+  return owner_->hold(entry_);
+}
 
 namespace detail {
 

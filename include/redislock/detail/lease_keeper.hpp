@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,10 +46,12 @@ void require_watchdog_if_renewing(const lock_options& o) {
 }
 
 /// What the watchdog needs to renew one hold: its owner-checked extend script (replies 1
-/// renewed, 0 not ours) with its KEYS and ARGV. as_set_ifeq: see renewal_request.
+/// renewed, 0 not ours) with its KEYS and ARGV, and where in ARGV the lease goes (so that an
+/// extend() to another lease changes what the renewals send). as_set_ifeq: see renewal_request.
 struct renewal_target {
   const script* extend;
   std::vector<std::string> keys, args;
+  std::size_t lease_arg;
   bool as_set_ifeq = false;
 };
 
@@ -159,6 +162,7 @@ class lease_keeper {
       r.extend = target.extend;
       r.keys = std::move(target.keys);
       r.args = std::move(target.args);
+      r.lease_arg = target.lease_arg;
       r.as_set_ifeq = target.as_set_ifeq;
       r.lease = o.lease;
       r.confirmed = confirmed;
@@ -173,7 +177,9 @@ class lease_keeper {
       }
       valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
       try {
-        renewal_ = client.watchdog().add(std::move(r));
+        watchdog::registration added = client.watchdog().add(std::move(r));
+        std::lock_guard<std::mutex> g(renewal_mutex_);
+        renewal_ = std::move(added);
       } catch (...) {
         valid_until_.store(never, std::memory_order_release);
         throw;
@@ -184,9 +190,33 @@ class lease_keeper {
   /// Stops renewing (waits for this hold's on_lost if it is running). Call before releasing.
   /// Whether the lease had run out by then is kept: lost() does not change after this.
   void stop() noexcept {
-    renewal_.reset();
+    {
+      std::lock_guard<std::mutex> g(renewal_mutex_);
+      renewal_.reset();
+    }
     (void)lost();
     valid_until_.store(never, std::memory_order_release);
+  }
+
+  /// One extend() of this hold to `lease`: `send()` sends the owner-checked extend and returns
+  /// whether it renewed the lease (false: the hold is not ours; it may throw). While renewed,
+  /// the watchdog sends no renewal of this hold meanwhile (one in flight is answered first),
+  /// then renews with `lease` from then on: a confirmed extend restarts lost()'s clock from its
+  /// send time, shorter or longer, and one without an answer can only bring that end closer.
+  /// The caller marks the hold lost when it was not ours (if it is still the same hold).
+  template <class Send>
+  bool extend(std::chrono::milliseconds lease, Send&& send) {
+    watchdog::pause paused = hold_back();
+    const std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();  // before: conservative
+    bool ours = false;
+    try {
+      ours = send();
+    } catch (...) {
+      paused.resume(sent, lease, -1);
+      throw;
+    }
+    paused.resume(sent, lease, ours ? 1 : 0);
+    return ours;
   }
 
   /// An owner-checked command (extend) found the hold gone.
@@ -241,7 +271,14 @@ class lease_keeper {
   std::atomic<ticks> started_{0};  // when the hold was granted, if observed
   mutable lost_reporter lost_report_;
   std::atomic<ticks> valid_until_{never};  // lease end while renewed (watchdog.hpp); never otherwise
-  watchdog::registration renewal_;         // after the flags: it points there until reset
+  // Between stop() and an extend() on other threads (the hold_back call only).
+  std::mutex renewal_mutex_;
+  watchdog::registration renewal_;  // after the flags: it points there until reset
+
+  watchdog::pause hold_back() {
+    std::lock_guard<std::mutex> g(renewal_mutex_);
+    return renewal_.hold_back();
+  }
 };
 
 }  // namespace redislock::detail

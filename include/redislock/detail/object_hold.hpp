@@ -64,12 +64,13 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   /// Resets the lease to `lease` from now (server clock) if the hold is still ours.
   /// Returns false when the lease had already run out (the hold may be someone else's).
   /// Throws lock_error when this object holds nothing. false also marks it lost().
-  /// With auto_renew the watchdog renews to options().lease again at its next turn.
+  /// With auto_renew the watchdog renews to `lease` from then on (no renewal of this hold is
+  /// sent while the extend is), and lease_confirmed_until() counts from the extend.
   bool extend(std::chrono::milliseconds lease) {
     const std::string ms = checked_lease(lease, "extend", &this->options_);
     require_held("extend");
     const std::string token = current_token();
-    const bool ours = self().run_extend(token, ms) == 1;
+    const bool ours = lease_.extend(lease, [&] { return self().run_extend(token, ms) == 1; });
     if (!ours) mark_lost_if_current(token);
     return ours;
   }
