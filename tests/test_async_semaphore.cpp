@@ -1,10 +1,12 @@
 // redislock::async_semaphore (asio.hpp): at most N async holders over many acquisitions on one
 // loop thread; async and blocking semaphores of one name share the permits and hand them to
 // each other both ways; cancellation under contention; renewal, loss and a forced expiry; a
-// timed acquisition that runs out. And redislock::async_shared_mutex, the other kind on the
-// same acquisition machinery (one test program for both: an asio test costs a long compile in
-// every CI variant): readers together, a writer alone, hand-offs with blocking holders both
-// ways, writer preference, a cancelled writer letting the readers behind it in.
+// timed acquisition that runs out; the stored permit count ruling an object made with another;
+// a permit handed to an abandoned token passed on. And redislock::async_shared_mutex, the other
+// kind on the same acquisition machinery (one test program for both: an asio test costs a long
+// compile in every CI variant): readers together, a writer alone, hand-offs with blocking
+// holders both ways, writer preference, a cancelled writer letting the readers behind it in,
+// read holds renewed on their side, abandoned hand-offs passed on with each side's release.
 #include "async_fixture.hpp"
 #include "eventually.hpp"
 
@@ -275,6 +277,47 @@ TEST_F(AsyncSemaphoreTest, TryAcquireForTimesOutEmpty) {
   EXPECT_FALSE(exists(s.key()));  // nobody was handed the permit
 }
 
+// The permit count lives on the server: an async semaphore made with 3 meets a blocking one that
+// holds with 1, waits, is handed its permit, and the stored count (1) still rules while it holds.
+TEST_F(AsyncSemaphoreTest, AnotherPermitCountYieldsToTheStoredOne) {
+  const lock_options o = lease(seconds(20));
+  async_semaphore s(*client, "count", 3, o);
+  semaphore blocking(*pool, "count", 1, o);
+  ASSERT_TRUE(blocking.try_acquire());
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+  auto waiting = s.async_acquire(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  blocking.release();
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(admin->command({"ZSCORE", s.key(), "#permits"})->str, std::string("-1"));
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+  EXPECT_EQ(holders(s.key()), 1);
+  EXPECT_FALSE(unlock_now(h));
+  EXPECT_FALSE(exists(s.key()));
+}
+
+// A permit handed to a token of ours that no acquisition waits for (queued here by another
+// connection under our channel's id) is passed on with the semaphore's release: the permit is
+// free at once, not held until its lease ends.
+TEST_F(AsyncSemaphoreTest, APermitHandedToAnAbandonedTokenIsPassedOn) {
+  async_semaphore s(*client, "pass", 1, lease(seconds(20)));
+  async_hold h = s.async_acquire(asio::use_future).get();
+  ASSERT_TRUE(h.owns_lock());
+  // One timed wait subscribes the object's channel (it stays subscribed).
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(30), asio::use_future).get().owns_lock());
+  const std::string& k = s.key();
+  const std::string abandoned = h.token().substr(0, h.token().rfind(':')) + ":999";
+  admin->command({"EVAL", detail::semaphore_scripts::acquire().source(), "4", k, k + ":fence", k + ":pqueue",
+                  k + ":pwaiters", abandoned, k + ":w:", "1", "20000", "wait", "0", "20000"});
+  ASSERT_EQ(queued(k), 1);
+  EXPECT_FALSE(unlock_now(h));  // hands the permit to the abandoned token
+  ASSERT_TRUE(eventually([&] { return !exists(k); }));
+  EXPECT_EQ(client->stats().passed_on, 1u);
+  EXPECT_EQ(queued(k), 0);
+}
+
 struct AsyncSharedMutexTest : redislock_test::async_server_test {
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
 };
@@ -397,6 +440,13 @@ TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
 
   async_hold r = m.async_try_lock_shared_for(seconds(1), asio::use_future).get();
   ASSERT_TRUE(r.owns_lock());
+  // The read hold renews on its own side: the loop's renewal and an explicit extend.
+  ASSERT_TRUE(r.lease_confirmed_until().has_value());
+  const auto first = *r.lease_confirmed_until();
+  ASSERT_TRUE(eventually([&] { return *r.lease_confirmed_until() > first; }, seconds(1)));
+  EXPECT_TRUE(r.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_FALSE(r.lost());
+  EXPECT_EQ(reports.load(), 1);
   EXPECT_GT(r.async_fencing_token(asio::use_future).get(), f1);
   EXPECT_GT(r.async_remaining_lease(asio::use_future).get(), milliseconds(0));
   admin->command({"HDEL", m.key(), "r:" + r.token(), "x:" + r.token(), "g:" + r.token()});
@@ -404,6 +454,40 @@ TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
   EXPECT_TRUE(r.lost());
   EXPECT_FALSE(unlock_now(r, &st));
   EXPECT_EQ(st, release_status::lease_expired);
+}
+
+// Hand-offs to tokens of ours that no acquisition waits for, on both sides: the writer's notice
+// ("<owner> w1") is passed on with the write release, which admits the reader behind it, whose
+// notice ("<owner> r1") is passed on with the read release. Nothing stays held or queued.
+TEST_F(AsyncSharedMutexTest, HandOffsToAbandonedTokensArePassedOnPerSide) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "pass", o);
+  shared_mutex blocking(*pool, "pass", o);
+  auto id_of = [](const async_hold& h) { return h.token().substr(0, h.token().rfind(':')); };
+  async_hold w = m.async_lock(asio::use_future).get();
+  const std::string writer_id = id_of(w);
+  EXPECT_FALSE(unlock_now(w));
+  async_hold r = m.async_lock_shared(asio::use_future).get();
+  const std::string reader_id = id_of(r);
+  EXPECT_FALSE(unlock_now(r));
+  blocking.lock();
+  // One timed wait on each side subscribes its channel (they stay subscribed).
+  auto wt = m.async_try_lock_for(milliseconds(30), asio::use_future);
+  auto rt = m.async_try_lock_shared_for(milliseconds(30), asio::use_future);
+  EXPECT_FALSE(wt.get().owns_lock());
+  EXPECT_FALSE(rt.get().owns_lock());
+  const std::string& k = m.key();
+  auto queue = [&](const std::string& owner, const char* side) {
+    admin->command({"EVAL", detail::shared_scripts::acquire().source(), "4", k, k + ":fence", k + ":squeue",
+                    k + ":swaiters", owner, k + ":w:", "20000", "wait", "0", "20000", side, "1", "1", ""});
+  };
+  queue(writer_id + ":999", "w");
+  queue(reader_id + ":999", "r");
+  ASSERT_EQ(queued(k), 2);
+  blocking.unlock();  // admits the abandoned writer
+  ASSERT_TRUE(eventually([&] { return !exists(k); }));
+  EXPECT_EQ(client->stats().passed_on, 2u);
+  EXPECT_EQ(queued(k), 0);
 }
 
 }  // namespace
