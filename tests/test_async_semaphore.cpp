@@ -2,11 +2,12 @@
 // loop thread; async and blocking semaphores of one name share the permits and hand them to
 // each other both ways; cancellation under contention; renewal, loss and a forced expiry; a
 // timed acquisition that runs out; the stored permit count ruling an object made with another;
-// a permit handed to an abandoned token passed on. And redislock::async_shared_mutex, the other
-// kind on the same acquisition machinery (one test program for both: an asio test costs a long
-// compile in every CI variant): readers together, a writer alone, hand-offs with blocking
-// holders both ways, writer preference, a cancelled writer letting the readers behind it in,
-// read holds renewed on their side, abandoned hand-offs passed on with each side's release.
+// a permit handed to an abandoned token passed on; grants racing random cancellations. And
+// redislock::async_shared_mutex, the other kind on the same acquisition machinery (one test
+// program for both: an asio test costs a long compile in every CI variant): readers together,
+// a writer alone, hand-offs with blocking holders both ways, writer preference, a cancelled
+// writer letting the readers behind it in, read holds renewed on their side, abandoned
+// hand-offs passed on with each side's release, grants racing random cancellations.
 #include "async_fixture.hpp"
 #include "eventually.hpp"
 
@@ -14,9 +15,11 @@
 #include <redislock/redislock.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_future.hpp>
 
 #include <gtest/gtest.h>
@@ -26,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +43,93 @@ using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
 
 namespace {
+
+// Grants racing cancellations: a two-thread loop with an async_client of its own, on which run()
+// starts kChains chains of kRounds acquisitions, every other one cancelled after a random 0-3 ms
+// (before, during or after its grant), while a thread runs blocking_cycle(i) for i = 0, 1, ...
+// start(pick, handler) starts one acquisition (pick: a random 0..2 the test may use to choose a
+// side); a hold is kept for 0.5 ms between enter(pick) and leave(pick), which check the kind's
+// exclusion (leave runs before the release is sent). run() returns whether every chain ended
+// within 20 s; either way nothing of the chains, nor the blocking cycle, runs any more then.
+struct cancellation_race {
+  explicit cancellation_race(const connection_options& server)
+      : trace(__FILE__, __LINE__, "seed " + std::to_string(seed)), client(two.io.get_executor(), {server}) {}
+
+  template <class Start, class Enter, class Leave, class Cycle>
+  bool run(Start start, Enter enter, Leave leave, Cycle blocking_cycle) {
+    std::atomic<bool> stop{false};
+    std::thread blocking([&] {
+      for (int i = 0; !stop; ++i) blocking_cycle(i);
+    });
+    const bool ended = run_chains(start, enter, leave);
+    stop = true;
+    blocking.join();
+    return ended;
+  }
+
+  const std::uint32_t seed = std::random_device{}();
+  testing::ScopedTrace trace;
+  redislock_test::loop two{2};
+  async_client client;
+
+ private:
+  template <class Start, class Enter, class Leave>
+  bool run_chains(Start start, Enter enter, Leave leave) {
+    constexpr int kChains = 8, kRounds = 40;
+    // Everything runs on the chains' strand: a signal's emit never overlaps its slot's clear,
+    // and once `stopped` is set there no chain calls the test's functions again.
+    struct chains {
+      chains(asio::io_context& io, std::uint32_t seed) : strand(asio::make_strand(io)), rng(seed) {}
+      asio::strand<asio::io_context::executor_type> strand;
+      std::mt19937 rng;
+      int ended = 0;
+      bool stopped = false;
+      std::promise<void> all;
+      std::function<void(int)> go;
+    };
+    auto c = std::make_shared<chains>(two.io, seed);
+    std::weak_ptr<chains> w = c;
+    c->go = [w, start, enter, leave](int left) {
+      auto c = w.lock();
+      if (!c || c->stopped) return;
+      if (left == 0) {
+        if (++c->ended == kChains) c->all.set_value();
+        return;
+      }
+      const int pick = static_cast<int>(c->rng() % 3);
+      auto signal = std::make_shared<asio::cancellation_signal>();
+      auto cancel_at = std::make_shared<asio::steady_timer>(c->strand, std::chrono::microseconds(c->rng() % 3000));
+      // The signal lives until the completion (which clears its slot).
+      auto on_done = [w, left, pick, signal, cancel_at, enter, leave](std::error_code, async_hold h) {
+        cancel_at->cancel();
+        auto c = w.lock();
+        if (!c || c->stopped) return;
+        if (!h.owns_lock()) return c->go(left - 1);
+        enter(pick);
+        auto held = std::make_shared<async_hold>(std::move(h));
+        auto hold_for = std::make_shared<asio::steady_timer>(c->strand, std::chrono::microseconds(500));
+        hold_for->async_wait([w, left, pick, held, hold_for, leave](std::error_code) {
+          auto c = w.lock();
+          if (!c || c->stopped) return;
+          leave(pick);
+          held->async_unlock(asio::bind_executor(c->strand, [w, left, held](std::error_code, release_status) {
+            if (auto c = w.lock()) c->go(left - 1);
+          }));
+        });
+      };
+      start(pick, asio::bind_cancellation_slot(signal->slot(), asio::bind_executor(c->strand, on_done)));
+      if (c->rng() % 2 == 0) {
+        cancel_at->async_wait([signal](std::error_code e) {
+          if (!e) signal->emit(asio::cancellation_type::terminal);
+        });
+      }
+    };
+    for (int i = 0; i < kChains; ++i) asio::post(c->strand, [c] { c->go(kRounds); });
+    const bool ended = c->all.get_future().wait_for(seconds(20)) == std::future_status::ready;
+    asio::post(c->strand, asio::use_future([c] { c->stopped = true; })).get();
+    return ended;
+  }
+};
 
 struct AsyncSemaphoreTest : redislock_test::async_server_test {
   // Waiters queued on the server for the semaphore at `key`.
@@ -318,6 +409,35 @@ TEST_F(AsyncSemaphoreTest, APermitHandedToAnAbandonedTokenIsPassedOn) {
   EXPECT_EQ(queued(k), 0);
 }
 
+// Grants racing cancellations, async holders of two objects made with different counts and a
+// blocking holder: never more holders than the stored count (the semaphore is never idle: an
+// anchor holds throughout, so no object's own count seeds it), nothing left afterwards.
+TEST_F(AsyncSemaphoreTest, RacingCancellationsNeverExceedThePermits) {
+  cancellation_race race(server->options());
+  const lock_options o = lease(seconds(20));  // a leaked grant would stall the chains past their bound
+  constexpr int kPermits = 3;                 // the anchor's and two more
+  semaphore anchor(*pool, "race", kPermits, o), blocking(*pool, "race", kPermits, o);
+  ASSERT_TRUE(anchor.try_acquire());
+  async_semaphore s(race.client, "race", kPermits, o), other(race.client, "race", kPermits + 3, o);
+  std::atomic<int> inside{1}, excess{0};
+  auto enter = [&](int) {
+    if (++inside > kPermits) ++excess;
+  };
+  auto leave = [&](int) { --inside; };
+  ASSERT_TRUE(race.run([&](int pick, auto handler) { (pick == 0 ? other : s).async_acquire(std::move(handler)); },
+                       enter, leave,
+                       [&](int) {
+                         blocking.acquire();
+                         enter(0);
+                         leave(0);
+                         blocking.release();
+                       }));
+  EXPECT_EQ(excess.load(), 0);
+  anchor.release();
+  EXPECT_TRUE(eventually([&] { return !exists(s.key()); }));  // a grant that raced is released
+  EXPECT_EQ(queued(s.key()), 0);
+}
+
 struct AsyncSharedMutexTest : redislock_test::async_server_test {
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
 };
@@ -488,6 +608,38 @@ TEST_F(AsyncSharedMutexTest, HandOffsToAbandonedTokensArePassedOnPerSide) {
   ASSERT_TRUE(eventually([&] { return !exists(k); }));
   EXPECT_EQ(client->stats().passed_on, 2u);
   EXPECT_EQ(queued(k), 0);
+}
+
+// Grants racing cancellations on both sides, with a blocking writer and reader: never a writer
+// with anyone else inside, nothing left afterwards.
+TEST_F(AsyncSharedMutexTest, RacingCancellationsKeepWritersAlone) {
+  cancellation_race race(server->options());
+  const lock_options o = lease(seconds(20));  // a leaked grant would stall the chains past their bound
+  async_shared_mutex m(race.client, "race", o);
+  shared_mutex blocking(*pool, "race", o);  // used by the blocking cycle's thread only
+  std::atomic<int> readers{0}, writers{0}, overlaps{0};
+  auto enter = [&](int pick) {
+    if (pick == 0 ? ++writers != 1 || readers.load() != 0 : (++readers, writers.load() != 0)) ++overlaps;
+  };
+  auto leave = [&](int pick) { pick == 0 ? --writers : --readers; };
+  ASSERT_TRUE(race.run(
+      [&](int pick, auto handler) {
+        if (pick == 0) m.async_lock(std::move(handler));
+        else m.async_lock_shared(std::move(handler));
+      },
+      enter, leave,
+      [&](int i) {
+        const int pick = i % 2;  // a writer, then a reader
+        if (pick == 0) blocking.lock();
+        else blocking.lock_shared();
+        enter(pick);
+        leave(pick);
+        if (pick == 0) blocking.unlock();
+        else blocking.unlock_shared();
+      }));
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_TRUE(eventually([&] { return !exists(m.key()); }));
+  EXPECT_EQ(queued(m.key()), 0);
 }
 
 }  // namespace
