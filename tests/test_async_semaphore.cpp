@@ -1,10 +1,13 @@
 // redislock::async_semaphore (asio.hpp): at most N async holders over many acquisitions on one
 // loop thread; async and blocking semaphores of one name share the permits and hand them to
 // each other both ways; cancellation under contention; renewal, loss and a forced expiry; a
-// timed acquisition that runs out. And redislock::async_shared_mutex, the other kind on the
-// same acquisition machinery (one test program for both: an asio test costs a long compile in
-// every CI variant): readers together, a writer alone, hand-offs with blocking holders both
-// ways, writer preference, a cancelled writer letting the readers behind it in.
+// timed acquisition that runs out; the stored permit count ruling an object made with another;
+// a permit handed to an abandoned token passed on; grants racing random cancellations. And
+// redislock::async_shared_mutex, the other kind on the same acquisition machinery (one test
+// program for both: an asio test costs a long compile in every CI variant): readers together,
+// a writer alone, hand-offs with blocking holders both ways, writer preference, a cancelled
+// writer letting the readers behind it in, read holds renewed on their side, abandoned
+// hand-offs passed on with each side's release, grants racing random cancellations.
 #include "async_fixture.hpp"
 #include "eventually.hpp"
 
@@ -12,9 +15,11 @@
 #include <redislock/redislock.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_future.hpp>
 
 #include <gtest/gtest.h>
@@ -24,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +43,93 @@ using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
 
 namespace {
+
+// Grants racing cancellations: a two-thread loop with an async_client of its own, on which run()
+// starts kChains chains of kRounds acquisitions, every other one cancelled after a random 0-3 ms
+// (before, during or after its grant), while a thread runs blocking_cycle(i) for i = 0, 1, ...
+// start(pick, handler) starts one acquisition (pick: a random 0..2 the test may use to choose a
+// side); a hold is kept for 0.5 ms between enter(pick) and leave(pick), which check the kind's
+// exclusion (leave runs before the release is sent). run() returns whether every chain ended
+// within 20 s; either way nothing of the chains, nor the blocking cycle, runs any more then.
+struct cancellation_race {
+  explicit cancellation_race(const connection_options& server)
+      : trace(__FILE__, __LINE__, "seed " + std::to_string(seed)), client(two.io.get_executor(), {server}) {}
+
+  template <class Start, class Enter, class Leave, class Cycle>
+  bool run(Start start, Enter enter, Leave leave, Cycle blocking_cycle) {
+    std::atomic<bool> stop{false};
+    std::thread blocking([&] {
+      for (int i = 0; !stop; ++i) blocking_cycle(i);
+    });
+    const bool ended = run_chains(start, enter, leave);
+    stop = true;
+    blocking.join();
+    return ended;
+  }
+
+  const std::uint32_t seed = std::random_device{}();
+  testing::ScopedTrace trace;
+  redislock_test::loop two{2};
+  async_client client;
+
+ private:
+  template <class Start, class Enter, class Leave>
+  bool run_chains(Start start, Enter enter, Leave leave) {
+    constexpr int kChains = 8, kRounds = 40;
+    // Everything runs on the chains' strand: a signal's emit never overlaps its slot's clear,
+    // and once `stopped` is set there no chain calls the test's functions again.
+    struct chains {
+      chains(asio::io_context& io, std::uint32_t seed) : strand(asio::make_strand(io)), rng(seed) {}
+      asio::strand<asio::io_context::executor_type> strand;
+      std::mt19937 rng;
+      int ended = 0;
+      bool stopped = false;
+      std::promise<void> all;
+      std::function<void(int)> go;
+    };
+    auto c = std::make_shared<chains>(two.io, seed);
+    std::weak_ptr<chains> w = c;
+    c->go = [w, start, enter, leave](int left) {
+      auto c = w.lock();
+      if (!c || c->stopped) return;
+      if (left == 0) {
+        if (++c->ended == kChains) c->all.set_value();
+        return;
+      }
+      const int pick = static_cast<int>(c->rng() % 3);
+      auto signal = std::make_shared<asio::cancellation_signal>();
+      auto cancel_at = std::make_shared<asio::steady_timer>(c->strand, std::chrono::microseconds(c->rng() % 3000));
+      // The signal lives until the completion (which clears its slot).
+      auto on_done = [w, left, pick, signal, cancel_at, enter, leave](std::error_code, async_hold h) {
+        cancel_at->cancel();
+        auto c = w.lock();
+        if (!c || c->stopped) return;
+        if (!h.owns_lock()) return c->go(left - 1);
+        enter(pick);
+        auto held = std::make_shared<async_hold>(std::move(h));
+        auto hold_for = std::make_shared<asio::steady_timer>(c->strand, std::chrono::microseconds(500));
+        hold_for->async_wait([w, left, pick, held, hold_for, leave](std::error_code) {
+          auto c = w.lock();
+          if (!c || c->stopped) return;
+          leave(pick);
+          held->async_unlock(asio::bind_executor(c->strand, [w, left, held](std::error_code, release_status) {
+            if (auto c = w.lock()) c->go(left - 1);
+          }));
+        });
+      };
+      start(pick, asio::bind_cancellation_slot(signal->slot(), asio::bind_executor(c->strand, on_done)));
+      if (c->rng() % 2 == 0) {
+        cancel_at->async_wait([signal](std::error_code e) {
+          if (!e) signal->emit(asio::cancellation_type::terminal);
+        });
+      }
+    };
+    for (int i = 0; i < kChains; ++i) asio::post(c->strand, [c] { c->go(kRounds); });
+    const bool ended = c->all.get_future().wait_for(seconds(20)) == std::future_status::ready;
+    asio::post(c->strand, asio::use_future([c] { c->stopped = true; })).get();
+    return ended;
+  }
+};
 
 struct AsyncSemaphoreTest : redislock_test::async_server_test {
   // Waiters queued on the server for the semaphore at `key`.
@@ -275,6 +368,76 @@ TEST_F(AsyncSemaphoreTest, TryAcquireForTimesOutEmpty) {
   EXPECT_FALSE(exists(s.key()));  // nobody was handed the permit
 }
 
+// The permit count lives on the server: an async semaphore made with 3 meets a blocking one that
+// holds with 1, waits, is handed its permit, and the stored count (1) still rules while it holds.
+TEST_F(AsyncSemaphoreTest, AnotherPermitCountYieldsToTheStoredOne) {
+  const lock_options o = lease(seconds(20));
+  async_semaphore s(*client, "count", 3, o);
+  semaphore blocking(*pool, "count", 1, o);
+  ASSERT_TRUE(blocking.try_acquire());
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+  auto waiting = s.async_acquire(asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  blocking.release();
+  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(admin->command({"ZSCORE", s.key(), "#permits"})->str, std::string("-1"));
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(0), asio::use_future).get().owns_lock());
+  EXPECT_EQ(holders(s.key()), 1);
+  EXPECT_FALSE(unlock_now(h));
+  EXPECT_FALSE(exists(s.key()));
+}
+
+// A permit handed to a token of ours that no acquisition waits for (queued here by another
+// connection under our channel's id) is passed on with the semaphore's release: the permit is
+// free at once, not held until its lease ends.
+TEST_F(AsyncSemaphoreTest, APermitHandedToAnAbandonedTokenIsPassedOn) {
+  async_semaphore s(*client, "pass", 1, lease(seconds(20)));
+  async_hold h = s.async_acquire(asio::use_future).get();
+  ASSERT_TRUE(h.owns_lock());
+  // One timed wait subscribes the object's channel (it stays subscribed).
+  EXPECT_FALSE(s.async_try_acquire_for(milliseconds(30), asio::use_future).get().owns_lock());
+  const std::string& k = s.key();
+  const std::string abandoned = h.token().substr(0, h.token().rfind(':')) + ":999";
+  admin->command({"EVAL", detail::semaphore_scripts::acquire().source(), "4", k, k + ":fence", k + ":pqueue",
+                  k + ":pwaiters", abandoned, k + ":w:", "1", "20000", "wait", "0", "20000"});
+  ASSERT_EQ(queued(k), 1);
+  EXPECT_FALSE(unlock_now(h));  // hands the permit to the abandoned token
+  ASSERT_TRUE(eventually([&] { return !exists(k); }));
+  EXPECT_EQ(client->stats().passed_on, 1u);
+  EXPECT_EQ(queued(k), 0);
+}
+
+// Grants racing cancellations, async holders of two objects made with different counts and a
+// blocking holder: never more holders than the stored count (the semaphore is never idle: an
+// anchor holds throughout, so no object's own count seeds it), nothing left afterwards.
+TEST_F(AsyncSemaphoreTest, RacingCancellationsNeverExceedThePermits) {
+  cancellation_race race(server->options());
+  const lock_options o = lease(seconds(20));  // a leaked grant would stall the chains past their bound
+  constexpr int kPermits = 3;                 // the anchor's and two more
+  semaphore anchor(*pool, "race", kPermits, o), blocking(*pool, "race", kPermits, o);
+  ASSERT_TRUE(anchor.try_acquire());
+  async_semaphore s(race.client, "race", kPermits, o), other(race.client, "race", kPermits + 3, o);
+  std::atomic<int> inside{1}, excess{0};
+  auto enter = [&](int) {
+    if (++inside > kPermits) ++excess;
+  };
+  auto leave = [&](int) { --inside; };
+  ASSERT_TRUE(race.run([&](int pick, auto handler) { (pick == 0 ? other : s).async_acquire(std::move(handler)); },
+                       enter, leave,
+                       [&](int) {
+                         blocking.acquire();
+                         enter(0);
+                         leave(0);
+                         blocking.release();
+                       }));
+  EXPECT_EQ(excess.load(), 0);
+  anchor.release();
+  EXPECT_TRUE(eventually([&] { return !exists(s.key()); }));  // a grant that raced is released
+  EXPECT_EQ(queued(s.key()), 0);
+}
+
 struct AsyncSharedMutexTest : redislock_test::async_server_test {
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
 };
@@ -397,6 +560,13 @@ TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
 
   async_hold r = m.async_try_lock_shared_for(seconds(1), asio::use_future).get();
   ASSERT_TRUE(r.owns_lock());
+  // The read hold renews on its own side: the loop's renewal and an explicit extend.
+  ASSERT_TRUE(r.lease_confirmed_until().has_value());
+  const auto first = *r.lease_confirmed_until();
+  ASSERT_TRUE(eventually([&] { return *r.lease_confirmed_until() > first; }, seconds(1)));
+  EXPECT_TRUE(r.async_extend(seconds(60), asio::use_future).get());
+  EXPECT_FALSE(r.lost());
+  EXPECT_EQ(reports.load(), 1);
   EXPECT_GT(r.async_fencing_token(asio::use_future).get(), f1);
   EXPECT_GT(r.async_remaining_lease(asio::use_future).get(), milliseconds(0));
   admin->command({"HDEL", m.key(), "r:" + r.token(), "x:" + r.token(), "g:" + r.token()});
@@ -404,6 +574,72 @@ TEST_F(AsyncSharedMutexTest, HoldMembersOnBothSidesAndALostLease) {
   EXPECT_TRUE(r.lost());
   EXPECT_FALSE(unlock_now(r, &st));
   EXPECT_EQ(st, release_status::lease_expired);
+}
+
+// Hand-offs to tokens of ours that no acquisition waits for, on both sides: the writer's notice
+// ("<owner> w1") is passed on with the write release, which admits the reader behind it, whose
+// notice ("<owner> r1") is passed on with the read release. Nothing stays held or queued.
+TEST_F(AsyncSharedMutexTest, HandOffsToAbandonedTokensArePassedOnPerSide) {
+  const lock_options o = lease(seconds(20));
+  async_shared_mutex m(*client, "pass", o);
+  shared_mutex blocking(*pool, "pass", o);
+  auto id_of = [](const async_hold& h) { return h.token().substr(0, h.token().rfind(':')); };
+  async_hold w = m.async_lock(asio::use_future).get();
+  const std::string writer_id = id_of(w);
+  EXPECT_FALSE(unlock_now(w));
+  async_hold r = m.async_lock_shared(asio::use_future).get();
+  const std::string reader_id = id_of(r);
+  EXPECT_FALSE(unlock_now(r));
+  blocking.lock();
+  // One timed wait on each side subscribes its channel (they stay subscribed).
+  auto wt = m.async_try_lock_for(milliseconds(30), asio::use_future);
+  auto rt = m.async_try_lock_shared_for(milliseconds(30), asio::use_future);
+  EXPECT_FALSE(wt.get().owns_lock());
+  EXPECT_FALSE(rt.get().owns_lock());
+  const std::string& k = m.key();
+  auto queue = [&](const std::string& owner, const char* side) {
+    admin->command({"EVAL", detail::shared_scripts::acquire().source(), "4", k, k + ":fence", k + ":squeue",
+                    k + ":swaiters", owner, k + ":w:", "20000", "wait", "0", "20000", side, "1", "1", ""});
+  };
+  queue(writer_id + ":999", "w");
+  queue(reader_id + ":999", "r");
+  ASSERT_EQ(queued(k), 2);
+  blocking.unlock();  // admits the abandoned writer
+  ASSERT_TRUE(eventually([&] { return !exists(k); }));
+  EXPECT_EQ(client->stats().passed_on, 2u);
+  EXPECT_EQ(queued(k), 0);
+}
+
+// Grants racing cancellations on both sides, with a blocking writer and reader: never a writer
+// with anyone else inside, nothing left afterwards.
+TEST_F(AsyncSharedMutexTest, RacingCancellationsKeepWritersAlone) {
+  cancellation_race race(server->options());
+  const lock_options o = lease(seconds(20));  // a leaked grant would stall the chains past their bound
+  async_shared_mutex m(race.client, "race", o);
+  shared_mutex blocking(*pool, "race", o);  // used by the blocking cycle's thread only
+  std::atomic<int> readers{0}, writers{0}, overlaps{0};
+  auto enter = [&](int pick) {
+    if (pick == 0 ? ++writers != 1 || readers.load() != 0 : (++readers, writers.load() != 0)) ++overlaps;
+  };
+  auto leave = [&](int pick) { pick == 0 ? --writers : --readers; };
+  ASSERT_TRUE(race.run(
+      [&](int pick, auto handler) {
+        if (pick == 0) m.async_lock(std::move(handler));
+        else m.async_lock_shared(std::move(handler));
+      },
+      enter, leave,
+      [&](int i) {
+        const int pick = i % 2;  // a writer, then a reader
+        if (pick == 0) blocking.lock();
+        else blocking.lock_shared();
+        enter(pick);
+        leave(pick);
+        if (pick == 0) blocking.unlock();
+        else blocking.unlock_shared();
+      }));
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_TRUE(eventually([&] { return !exists(m.key()); }));
+  EXPECT_EQ(queued(m.key()), 0);
 }
 
 }  // namespace
