@@ -289,6 +289,23 @@ TEST_F(AsyncMutexTest, RenewsTheLeaseOnTheLoopAndReportsItsLoss) {
   EXPECT_EQ(get(m.key()), "someone-else");
 }
 
+// With auto_renew, async_extend(L) sets the lease the renewals send (as every kind's extend):
+// the hold's confirmed lease then reaches past what options().lease could give.
+TEST_F(AsyncMutexTest, ALongerExtendWithAutoRenewIsKeptByTheRenewals) {
+  lock_options o;
+  o.lease = milliseconds(300);
+  o.auto_renew = true;
+  async_mutex m(*client, "extend-renewed", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  ASSERT_TRUE(h.async_extend(milliseconds(1500), asio::use_future).get());
+  const steady::time_point extended = steady::now();
+  // Only a renewal that sent 1.5 s can confirm past 1 s from now (the extend itself moves nothing).
+  ASSERT_TRUE(eventually([&] { return *h.lease_confirmed_until() > extended + milliseconds(1000); }, seconds(5)));
+  EXPECT_GT(admin->command({"PTTL", m.key()})->integer, 900);
+  EXPECT_FALSE(h.lost());
+  EXPECT_FALSE(unlock_now(h));
+}
+
 TEST_F(AsyncMutexTest, FencingTokensExtendAndRemainingLease) {
   async_mutex m(*client, "f");
   async_hold h = m.async_lock(asio::use_future).get();

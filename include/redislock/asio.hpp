@@ -295,6 +295,10 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   steady::time_point observed_since{};
   // Strand only:
   bool released = false, lost_reported = false;
+  std::chrono::milliseconds renew_lease{0};  // what renewals send: the last async_extend()'s (0: options().lease)
+  // The shortest lease among this hold's renewals and extends that got no reply: one may still
+  // run after a later confirmed one, so confirmed ones count with it.
+  std::chrono::milliseconds shortest_unanswered = std::chrono::milliseconds::max();
   std::uint64_t fence = 0;
   std::optional<asio::steady_timer> renew_timer;
 };
@@ -851,7 +855,9 @@ void async_lock_core::start_renewal(const hold_ptr& h) {
 void async_lock_core::renew(const hold_ptr& h) {
   if (h->is_lost()) return report_lost(h);
   const steady::time_point sent = steady::now();
-  run(kind_->extend(keys_, h->token, lease_ms_), [h, sent](redisReply* r) {
+  const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : options_.lease;
+  const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
+  run(kind_->extend(keys_, h->token, ms), [h, sent, lease](redisReply* r) {
     async_lock_core& m = *h->core;
     notify([&](lock_observer& o) {
       renewed_event e;
@@ -861,16 +867,18 @@ void async_lock_core::renew(const hold_ptr& h) {
       o.on_renewed(e);
     });
     if (h->released) return;
+    if (r == nullptr) h->shortest_unanswered = std::min(h->shortest_unanswered, lease);
+    const std::chrono::milliseconds counted = std::min(lease, h->shortest_unanswered);
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 0) return m.report_lost(h);
     if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 && !h->is_lost()) {
-      const auto until = (sent + m.options_.lease).time_since_epoch().count();
+      const auto until = (sent + counted).time_since_epoch().count();
       if (until > h->valid_until.load()) h->valid_until.store(until);
-      return m.schedule_renewal(h, sent + m.options_.lease / 3);
+      return m.schedule_renewal(h, sent + counted / 3);
     }
     if (h->is_lost()) return m.report_lost(h);
     // Failed: again soon, and in time to see the lease end.
     const steady::time_point until{steady::duration(h->valid_until.load())};
-    m.schedule_renewal(h, std::min(steady::now() + m.options_.lease / 10, until));
+    m.schedule_renewal(h, std::min(steady::now() + counted / 10, until));
   });
   // Should no reply come before the lease ends (a stalled server), the timer finds the hold
   // lost then and reports it, not command_timeout later. A reply reschedules it.
@@ -977,6 +985,7 @@ class async_hold {
   }
 
   /// Resets the lease to options().lease (or `lease`) from now, if still ours: void(error_code, bool).
+  /// With auto_renew the renewals send that lease from then on (as the blocking kinds' do).
   /// false: the lease had run out (also marks lost()).
   template <class Token>
   auto async_extend(Token&& token) {
@@ -988,11 +997,16 @@ class async_hold {
     return on_strand<void(std::error_code, bool)>(
         std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
           auto& m = *s->core;
+          const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : m.options().lease;
           const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
-          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done](redisReply* r) {
-            if (r == nullptr) return done(async_errc::connection_failed, false);
+          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent_lease](redisReply* r) {
+            if (r == nullptr) {
+              s->shortest_unanswered = std::min(s->shortest_unanswered, sent_lease);  // it may still run
+              return done(async_errc::connection_failed, false);
+            }
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
             if (r->integer != 1) s->mark_lost();
+            if (r->integer == 1) s->renew_lease = sent_lease;  // with auto_renew, the renewals keep it
             done({}, r->integer == 1);
           });
         });
