@@ -2,13 +2,16 @@
 // lease; release stops renewal at once (and never lets a callback of a released lock run);
 // 10,000 locks are renewed in pipelined batches without falling behind.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -231,4 +234,26 @@ TEST_F(WatchdogTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
                                               [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
   EXPECT_FALSE(waiter.lost());
   EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
+}
+
+// An extend() whose answer comes only after the lease it continued may have run out (its reply
+// held back by the proxy; the server ran it at once): lost() has said so by the clock, and the
+// watchdog, which held this hold's renewals back meanwhile, must still report it with on_lost
+// at once (as for a renewal confirmed that late), not at its next renewal, a third of the new lease on.
+TEST_F(WatchdogTest, AnExtendConfirmedAfterTheLeaseRanOutIsReportedLost) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options co{server->options()};
+  co.connection.port = proxy.port();
+  client c(co);
+  redislock_test::lost_signal signal;
+  mutex m(c, "late-extend", signal.options(milliseconds(600)));
+  m.lock();  // the first renewal is due 200 ms on: none is in flight while the extend is
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_client);
+  auto extended = std::async(std::launch::async, [&] { return m.extend(seconds(30)); });
+  EXPECT_TRUE(redislock_test::eventually([&] { return m.lost(); }, seconds(5))) << "600 ms without a confirmation";
+  proxy.set_stalled(false, redislock_test::tcp_proxy::direction::to_client);
+  EXPECT_TRUE(extended.get());  // the server ran it while the key was there
+  EXPECT_TRUE(m.lost());        // a lost lease stays lost
+  EXPECT_TRUE(signal.wait(seconds(2))) << "lost() said so; on_lost waits for the next renewal, 10 s on";
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
 }

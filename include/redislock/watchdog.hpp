@@ -363,7 +363,11 @@ class watchdog {
       if (!e->cancelled && !e->lost && lease.count() > 0) {
         e->set_lease(lease);
         const steady::time_point now = steady::now();
-        if (answer == 1) {
+        if (answer == 1 && now >= e->until) {
+          // Confirmed only after the lease could have run out (as in apply()): lost() may have
+          // said so already, and a lost lease stays lost. Reported at once, as expired.
+          e->due = e->eligible = now;
+        } else if (answer == 1) {
           e->renewed(sent);  // the lease now runs from the extend's send, and renewals keep it
         } else {
           if (answer < 0) {
@@ -375,8 +379,12 @@ class watchdog {
           e->due = e->eligible =
               std::min(e->until, now + (answer == 0 ? steady::duration(0) : retry_interval(e->counted_lease())));
         }
-        if (answer != 0 && e->req.valid_until != nullptr)
+        if (answer != 0 && e->req.valid_until != nullptr) {
+          // seq_cst with lease_keeper::lost(), as in apply(): a reader who saw the old end pass
+          // has set the lost flag; then the loss is reported at once (take_expired).
           e->req.valid_until->store(e->until.time_since_epoch().count());
+          if (e->req.lost_flag != nullptr && e->req.lost_flag->load()) e->until = e->due = e->eligible = now;
+        }
       }
       if (!e->cancelled && !e->lost && !e->in_flight) {
         if (e->in_heap) std::make_heap(heap_.begin(), heap_.end(), later);  // its due time may have moved
