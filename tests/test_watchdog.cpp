@@ -257,3 +257,40 @@ TEST_F(WatchdogTest, AnExtendConfirmedAfterTheLeaseRanOutIsReportedLost) {
   EXPECT_TRUE(signal.wait(seconds(2))) << "lost() said so; on_lost waits for the next renewal, 10 s on";
   EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
 }
+
+// A's on_lost (on the watchdog thread) releases B while another thread's B.extend() waits for
+// the batch B's renewal is in, the batch whose callbacks are running: the release must not wait
+// for that extend (nor the extend for the release), or neither ever returns. (Here on_lost
+// gives up after 2 s, which ends the batch and so the wait.)
+TEST_F(WatchdogTest, AReleaseFromAnOnLostIsNotHeldUpByAnExtendWaitingForTheSameBatch) {
+  mutex b(*pool, "released-from-callback", renewed(milliseconds(600)));
+  std::thread extender, releaser;
+  std::promise<void> extending, released, called;
+  std::future<void> extend_started = extending.get_future(), release_done = released.get_future();
+  std::atomic<bool> extended{false}, released_in_time{false};
+  lock_options ao = renewed(milliseconds(600));
+  ao.on_lost = [&](const std::string&) {
+    extender = std::thread([&] {
+      extending.set_value();
+      extended = b.extend(milliseconds(600));  // B is in this batch: it waits for the batch to end
+    });
+    extend_started.wait();
+    std::this_thread::sleep_for(milliseconds(50));  // into its wait (if not, the test passes anyway)
+    releaser = std::thread([&] {
+      b.unlock();
+      released.set_value();
+    });
+    released_in_time = release_done.wait_for(seconds(2)) == std::future_status::ready;
+    called.set_value();
+  };
+  mutex a(*pool, "lost-in-callback", ao);
+  a.lock();
+  b.lock();  // B becomes eligible (100 ms on) before A is due (200 ms on): one batch
+  admin->command({"DEL", a.key()});
+  ASSERT_EQ(called.get_future().wait_for(seconds(10)), std::future_status::ready) << "on_lost never ran";
+  extender.join();
+  releaser.join();
+  EXPECT_TRUE(released_in_time) << "B.unlock() in A's on_lost waited for B.extend(), which waited for the callback";
+  EXPECT_EQ(b.last_release(), release_status::released);
+  a.unlock();
+}

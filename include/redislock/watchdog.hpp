@@ -208,7 +208,27 @@ class watchdog {
     /// flight is answered first) until the returned pause is resumed or destroyed, so the
     /// extend never races a renewal of the same hold. Empty (nothing held back) when not
     /// registered, already cancelled or lost, or called on the watchdog thread.
-    pause hold_back() noexcept;
+    pause hold_back() noexcept { return share().hold_back(); }
+
+    /// This registration as seen by one hold_back() that may wait (for the batch in flight,
+    /// whose on_lost callbacks may release locks): take it under the lock that guards the
+    /// registration, then let go of that lock before calling hold_back(). A reset() meanwhile
+    /// makes hold_back() hold nothing back.
+    class ref {
+     public:
+      pause hold_back() const noexcept;
+
+     private:
+      friend class registration;
+      watchdog* owner_ = nullptr;
+      std::shared_ptr<entry> entry_;
+    };
+    ref share() const {
+      ref r;
+      r.owner_ = owner_;
+      r.entry_ = entry_;
+      return r;
+    }
 
    private:
     friend class watchdog;
@@ -747,7 +767,7 @@ class watchdog {
   std::thread thread_;
 };
 
-inline watchdog::pause watchdog::registration::hold_back() noexcept {
+inline watchdog::pause watchdog::registration::ref::hold_back() const noexcept {
   if (owner_ == nullptr) return {};
   return owner_->hold(entry_);
 }
