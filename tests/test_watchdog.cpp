@@ -14,6 +14,7 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -295,5 +296,38 @@ TEST_F(WatchdogTest, AReleaseFromAnOnLostIsNotHeldUpByAnExtendWaitingForTheSameB
   releaser.join();
   EXPECT_TRUE(released_in_time) << "B.unlock() in A's on_lost waited for B.extend(), which waited for the callback";
   EXPECT_EQ(b.last_release(), release_status::released);
+  a.unlock();
+}
+
+// An extend() of B from A's on_lost (on the watchdog thread, which cannot wait for B's batch)
+// to a shorter lease than B's renewals send (after a longer extend): what B counts on must
+// follow the shorter lease, never stay with the longer one while the server's key runs out.
+TEST_F(WatchdogTest, AnExtendFromAnOnLostIsCountedWithItsLease) {
+  mutex b(*pool, "extended-from-callback", renewed(milliseconds(300)));
+  std::promise<void> called;
+  std::optional<steady::time_point> counted;
+  long long pttl = -3;
+  steady::time_point server_end;
+  lock_options ao = renewed(milliseconds(300));
+  ao.on_lost = [&](const std::string&) {
+    if (b.extend(milliseconds(300))) {
+      counted = b.lease_confirmed_until();
+      connection probe(server->options());
+      pttl = probe.command({"PTTL", b.key()})->integer;
+      server_end = steady::now() + milliseconds(pttl);
+    }
+    called.set_value();
+  };
+  mutex a(*pool, "lost-before-extend", ao);
+  b.lock();
+  ASSERT_TRUE(b.extend(seconds(6)));  // B's renewals send 6 s from now on (the next one 2 s on)
+  a.lock();
+  admin->command({"DEL", a.key()});
+  ASSERT_EQ(called.get_future().wait_for(seconds(10)), std::future_status::ready) << "on_lost never ran";
+  ASSERT_TRUE(counted.has_value());
+  EXPECT_LE(*counted, server_end + milliseconds(50))
+      << "counted on " << std::chrono::duration_cast<milliseconds>(*counted - server_end).count()
+      << " ms past the server's end (PTTL " << pttl << " ms)";
+  b.unlock();
   a.unlock();
 }

@@ -207,7 +207,8 @@ class watchdog {
     /// For an extend() the lock sends itself: holds this lease's renewals back (a renewal in
     /// flight is answered first) until the returned pause is resumed or destroyed, so the
     /// extend never races a renewal of the same hold. Empty (nothing held back) when not
-    /// registered, already cancelled or lost, or called on the watchdog thread.
+    /// registered, already cancelled or lost, or called on the watchdog thread (an on_lost)
+    /// while another thread holds it back.
     pause hold_back() noexcept { return share().hold_back(); }
 
     /// This registration as seen by one hold_back() that may wait (for the batch in flight,
@@ -368,7 +369,14 @@ class watchdog {
   // it paused (the loop drops it from the heap when it comes up; resume() puts it back).
   pause hold(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
-    if (std::this_thread::get_id() == thread_.get_id()) return {};  // an on_lost callback: nothing to wait for
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      // An on_lost callback: its batch's replies are all in and applied (its entries stay in
+      // flight only until the callbacks end, and go back to the heap unless paused), so nothing
+      // of this hold is on its way. It cannot wait for another thread's pause: then nothing.
+      if (e->cancelled || e->lost || e->paused) return {};
+      e->paused = true;
+      return pause(this, e);
+    }
     done_.wait(g, [&] { return e->cancelled || e->lost || (!e->in_flight && !e->paused); });
     if (e->cancelled || e->lost) return {};
     e->paused = true;
