@@ -21,6 +21,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,6 +66,7 @@ struct exclusive_kind {
   static bool extend(lock_type& l, milliseconds lease) { return l.extend(lease); }
   static bool lost(const lock_type& l) { return l.lost(); }
   static milliseconds remaining(lock_type& l) { return l.remaining_lease(); }
+  static std::optional<steady::time_point> confirmed_until(const lock_type& l) { return l.lease_confirmed_until(); }
   static bool shorten(lock_type& l, milliseconds lease) { return l.extend(lease); }
 };
 // SET NX GET PX, then the release script.
@@ -93,6 +95,9 @@ struct shared_read_kind : shared_write_kind {                   // two scripts
   static bool extend(lock_type& l, milliseconds lease) { return l.extend_shared(lease); }
   static bool lost(const lock_type& l) { return l.lost_shared(); }
   static milliseconds remaining(lock_type& l) { return l.remaining_shared_lease(); }
+  static std::optional<steady::time_point> confirmed_until(const lock_type& l) {
+    return l.lease_confirmed_until_shared();
+  }
 };
 
 // A semaphore of one permit is an exclusive lock: every promise applies (N > 1: test_semaphore.cpp).
@@ -382,6 +387,30 @@ TYPED_TEST(LockContract, ALongerExtendWithAutoRenewIsKeptByTheRenewals) {
   EXPECT_FALSE(K::lost(l));
   K::give(l);
   EXPECT_EQ(l.last_release(), release_status::released);
+}
+
+// A nested acquisition sets the lease to options().lease again, from the server's now: after a
+// longer extend() with auto_renew, what the holder counts on must follow it down, never stay
+// with the extend's lease while the server's key runs out first.
+TYPED_TEST(LockContract, ANestedAcquisitionAfterALongerExtendIsNotCountedWithTheExtendsLease) {
+  using K = TypeParam;
+  if constexpr (K::recursive) {
+    lock_options o = this->opts(milliseconds(300));
+    o.auto_renew = true;
+    typename K::lock_type l(*this->pool, "extend-nested", o);
+    K::take(l);
+    ASSERT_TRUE(K::extend(l, seconds(6)));  // the next renewal comes 2 s later
+    K::take(l);                             // nested: the server's lease is 300 ms again
+    const std::optional<steady::time_point> counted = K::confirmed_until(l);
+    const long long pttl = this->admin->command({"PTTL", l.key()})->integer;
+    const steady::time_point server_end = steady::now() + milliseconds(pttl);
+    ASSERT_TRUE(counted.has_value());
+    EXPECT_LE(*counted, server_end + milliseconds(50))
+        << "counted on " << std::chrono::duration_cast<milliseconds>(*counted - steady::now()).count()
+        << " ms, the server keeps the key " << pttl << " ms";
+    K::give(l);
+    K::give(l);
+  }
 }
 
 // --- contention -----------------------------------------------------------------------------

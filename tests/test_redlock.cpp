@@ -656,6 +656,33 @@ TEST(Redlock, AutoRenewAfterALongerExtendRenewsWithThatLease) {
   EXPECT_EQ(r.last_release(), release_status::released);
 }
 
+// A shorter extend() after a longer one: the renewer, asleep until a third of the longer lease
+// after its last round, must renew a third of the shorter lease on, before the validity that
+// extend() left runs out (1 s), not 2 s after its last round.
+TEST(Redlock, AutoRenewAfterAShorterExtendRenewsBeforeItsValidityEnds) {
+  masters m(3);
+  lock_options o = lease(seconds(1));
+  o.auto_renew = true;
+  redlock r(m.refs(), "renew-shorter", o);
+  r.lock();
+  m.settled(r);
+  const std::string token = r.token();
+  auto every_master_at = [&](int round) {
+    return [&, round] {
+      for (std::size_t i = 0; i < 3; ++i)
+        if (m.get(i, r.key()) != token + "#" + std::to_string(round)) return false;
+      return true;
+    };
+  };
+  ASSERT_TRUE(r.extend(seconds(6)));  // round 1 (unless the renewer's came first)
+  ASSERT_TRUE(redislock_test::eventually(every_master_at(2), seconds(5))) << "the renewer did not run";
+  ASSERT_TRUE(r.extend(seconds(1)));  // round 3; the renewer's next turn was 2 s after round 2
+  EXPECT_TRUE(redislock_test::eventually(every_master_at(4), milliseconds(1500)))
+      << "no renewal within the 1 s validity of the shorter extend";
+  EXPECT_FALSE(r.lost());
+  r.unlock();
+}
+
 // The holder is cut from two of three masters (a black hole: nothing answers) after a longer
 // extend, once the renewer has renewed with it. Another client takes the lock when those keys
 // expire; by then the holder must report the loss (lost() by its clock, on_lost from the

@@ -2,15 +2,19 @@
 // lease; release stops renewal at once (and never lets a callback of a released lock run);
 // 10,000 locks are renewed in pipelined batches without falling behind.
 #include "eventually.hpp"
+#include "lost_signal.hpp"
 #include "server_fixture.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -231,4 +235,99 @@ TEST_F(WatchdogTest, AHandOffAfterALongWaitStartsAValidRenewedHold) {
                                               [](const watchdog_stats& s) { return s.renewals >= 1 || s.lost > 0; }));
   EXPECT_FALSE(waiter.lost());
   EXPECT_EQ(waiter.unlock_and_report(), release_status::released);
+}
+
+// An extend() whose answer comes only after the lease it continued may have run out (its reply
+// held back by the proxy; the server ran it at once): lost() has said so by the clock, and the
+// watchdog, which held this hold's renewals back meanwhile, must still report it with on_lost
+// at once (as for a renewal confirmed that late), not at its next renewal, a third of the new lease on.
+TEST_F(WatchdogTest, AnExtendConfirmedAfterTheLeaseRanOutIsReportedLost) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options co{server->options()};
+  co.connection.port = proxy.port();
+  client c(co);
+  redislock_test::lost_signal signal;
+  mutex m(c, "late-extend", signal.options(milliseconds(600)));
+  m.lock();
+  // Also asks the connection's features (a round trip of its own), before replies are held
+  // back; the next renewal is due 200 ms on: none is in flight while the extend is.
+  ASSERT_TRUE(m.extend(milliseconds(600)));
+  proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_client);
+  auto extended = std::async(std::launch::async, [&] { return m.extend(seconds(30)); });
+  EXPECT_TRUE(redislock_test::eventually([&] { return m.lost(); }, seconds(5))) << "600 ms without a confirmation";
+  proxy.set_stalled(false, redislock_test::tcp_proxy::direction::to_client);
+  EXPECT_TRUE(extended.get());  // the server ran it while the key was there
+  EXPECT_TRUE(m.lost());        // a lost lease stays lost
+  EXPECT_TRUE(signal.wait(seconds(2))) << "lost() said so; on_lost waits for the next renewal, 10 s on";
+  EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+}
+
+// A's on_lost (on the watchdog thread) releases B while another thread's B.extend() waits for
+// the batch B's renewal is in, the batch whose callbacks are running: the release must not wait
+// for that extend (nor the extend for the release), or neither ever returns. (Here on_lost
+// gives up after 2 s, which ends the batch and so the wait.)
+TEST_F(WatchdogTest, AReleaseFromAnOnLostIsNotHeldUpByAnExtendWaitingForTheSameBatch) {
+  mutex b(*pool, "released-from-callback", renewed(milliseconds(600)));
+  std::thread extender, releaser;
+  std::promise<void> extending, released, called;
+  std::future<void> extend_started = extending.get_future(), release_done = released.get_future();
+  std::atomic<bool> extended{false}, released_in_time{false};
+  lock_options ao = renewed(milliseconds(600));
+  ao.on_lost = [&](const std::string&) {
+    extender = std::thread([&] {
+      extending.set_value();
+      extended = b.extend(milliseconds(600));  // B is in this batch: it waits for the batch to end
+    });
+    extend_started.wait();
+    std::this_thread::sleep_for(milliseconds(50));  // into its wait (if not, the test passes anyway)
+    releaser = std::thread([&] {
+      b.unlock();
+      released.set_value();
+    });
+    released_in_time = release_done.wait_for(seconds(2)) == std::future_status::ready;
+    called.set_value();
+  };
+  mutex a(*pool, "lost-in-callback", ao);
+  a.lock();
+  b.lock();  // B becomes eligible (100 ms on) before A is due (200 ms on): one batch
+  admin->command({"DEL", a.key()});
+  ASSERT_EQ(called.get_future().wait_for(seconds(10)), std::future_status::ready) << "on_lost never ran";
+  extender.join();
+  releaser.join();
+  EXPECT_TRUE(released_in_time) << "B.unlock() in A's on_lost waited for B.extend(), which waited for the callback";
+  EXPECT_EQ(b.last_release(), release_status::released);
+  a.unlock();
+}
+
+// An extend() of B from A's on_lost (on the watchdog thread, which cannot wait for B's batch)
+// to a shorter lease than B's renewals send (after a longer extend): what B counts on must
+// follow the shorter lease, never stay with the longer one while the server's key runs out.
+TEST_F(WatchdogTest, AnExtendFromAnOnLostIsCountedWithItsLease) {
+  mutex b(*pool, "extended-from-callback", renewed(milliseconds(300)));
+  std::promise<void> called;
+  std::optional<steady::time_point> counted;
+  long long pttl = -3;
+  steady::time_point server_end;
+  lock_options ao = renewed(milliseconds(300));
+  ao.on_lost = [&](const std::string&) {
+    if (b.extend(milliseconds(300))) {
+      counted = b.lease_confirmed_until();
+      connection probe(server->options());
+      pttl = probe.command({"PTTL", b.key()})->integer;
+      server_end = steady::now() + milliseconds(pttl);
+    }
+    called.set_value();
+  };
+  mutex a(*pool, "lost-before-extend", ao);
+  b.lock();
+  ASSERT_TRUE(b.extend(seconds(6)));  // B's renewals send 6 s from now on (the next one 2 s on)
+  a.lock();
+  admin->command({"DEL", a.key()});
+  ASSERT_EQ(called.get_future().wait_for(seconds(10)), std::future_status::ready) << "on_lost never ran";
+  ASSERT_TRUE(counted.has_value());
+  EXPECT_LE(*counted, server_end + milliseconds(50))
+      << "counted on " << std::chrono::duration_cast<milliseconds>(*counted - server_end).count()
+      << " ms past the server's end (PTTL " << pttl << " ms)";
+  b.unlock();
+  a.unlock();
 }

@@ -167,7 +167,18 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     require_held("extend");
     const hold h = current();
     renew_lease_ms_.store(lease.count(), std::memory_order_relaxed);  // rounds are numbered: order does not matter
-    return extend_hold(h, lease);
+    const steady::time_point sent = steady::now();
+    const bool extended = extend_hold(h, lease);
+    if (extended && options_.auto_renew) {
+      // The renewer may sleep until a third of a longer lease after its last round: a shorter
+      // lease must be renewed sooner, before the validity this round left runs out.
+      {
+        std::lock_guard<std::mutex> g(renew_mutex_);
+        renew_by_ = std::min(renew_by_, sent + lease / 3);
+      }
+      renew_cv_.notify_all();
+    }
+    return extended;
   }
   bool extend() { return extend(options_.lease); }
 
@@ -648,6 +659,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   void start_renewal() {
     std::lock_guard<std::mutex> g(renew_mutex_);
     renew_stop_ = false;
+    renew_by_ = steady::time_point::max();
     renewer_ = std::thread([this, h = current()] { renew(h); });
   }
 
@@ -669,7 +681,15 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     steady::time_point next = h.acquired_at + options_.lease / 3;
     std::unique_lock<std::mutex> g(renew_mutex_);
     for (;;) {
-      if (renew_cv_.wait_until(g, next, [&] { return renew_stop_; })) return;
+      // An extend() may bring the next turn forward (renew_by_) while we wait.
+      for (;;) {
+        next = std::min(next, std::exchange(renew_by_, steady::time_point::max()));
+        if (renew_cv_.wait_until(g, next, [&] { return renew_stop_ || renew_by_ < next; })) {
+          if (renew_stop_) return;
+          continue;
+        }
+        break;
+      }
       g.unlock();
       const steady::time_point sent = steady::now();
       const std::chrono::milliseconds lease(renew_lease_ms_.load(std::memory_order_relaxed));
@@ -769,7 +789,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::atomic<bool> masters_checked_{false};  // require_usable_everywhere() passed
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
-  bool renew_stop_ = false;  // under renew_mutex_
+  bool renew_stop_ = false;                                  // under renew_mutex_
+  steady::time_point renew_by_ = steady::time_point::max();  // under renew_mutex_: an extend()'s next turn
   std::thread renewer_;
   std::unique_ptr<detail::quorum<Client>> quorum_;  // last: its threads are joined first
 };

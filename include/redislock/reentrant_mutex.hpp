@@ -188,8 +188,11 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     const std::string owner = owners_.owner_id();
     const std::string count = std::to_string(h.count + 1);
     detail::steady::time_point sent;  // the lease starts no earlier
+    auto attempt = [&] { return wait_for_lock(d, owner, count, h.count == 0, sent); };
     try {
-      if (!wait_for_lock(d, owner, count, h.count == 0, sent)) return false;
+      // A re-entry sets the lease to options().lease again: as an extend() to it, so that the
+      // renewals (auto_renew) send that lease and count from it, not a longer extend()'s.
+      if (!(h.count > 0 && h.lease ? h.lease->extend(options_.lease, attempt) : attempt())) return false;
     } catch (const hold_gone&) {
       // Someone else may have held the lock since: the outer hold's critical section was not
       // continuous, so the re-entry must not make it look so.

@@ -322,15 +322,22 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       sent = *first_wait_sent;
       return true;
     };
-    bool acquired = false;
-    try {
-      acquired = detail::wait_for_release(
+    auto acquire_now = [&] {
+      bool got = detail::wait_for_release(
           client_, channel, d,
           detail::wait_plan{options_.retry_min, options_.retry_max, options_.recheck_interval, true}, attempt,
           handed_over, &sub);
       // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
       // and otherwise leaves the queue (admitting the readers we held back).
-      if (!acquired && queued) acquired = !send_attempt(owner, "leave", side, wait, count, continues);
+      if (!got && queued) got = !send_attempt(owner, "leave", side, wait, count, continues);
+      return got;
+    };
+    bool acquired = false;
+    try {
+      // A nested read sets the read lease to options().lease again: as an extend_shared() to
+      // it, so that the renewals (auto_renew) send that lease and count from it.
+      acquired = side == 'r' && mine.reads > 0 && mine.lease ? mine.lease->read.extend(options_.lease, acquire_now)
+                                                             : acquire_now();
     } catch (const hold_gone&) {
       // Someone else may have held the lock since: the critical section the continued hold
       // guards was not continuous, so this acquisition must not make it look so.

@@ -207,8 +207,29 @@ class watchdog {
     /// For an extend() the lock sends itself: holds this lease's renewals back (a renewal in
     /// flight is answered first) until the returned pause is resumed or destroyed, so the
     /// extend never races a renewal of the same hold. Empty (nothing held back) when not
-    /// registered, already cancelled or lost, or called on the watchdog thread.
-    pause hold_back() noexcept;
+    /// registered, already cancelled or lost, or called on the watchdog thread (an on_lost)
+    /// while another thread holds it back.
+    pause hold_back() noexcept { return share().hold_back(); }
+
+    /// This registration as seen by one hold_back() that may wait (for the batch in flight,
+    /// whose on_lost callbacks may release locks): take it under the lock that guards the
+    /// registration, then let go of that lock before calling hold_back(). A reset() meanwhile
+    /// makes hold_back() hold nothing back.
+    class ref {
+     public:
+      pause hold_back() const noexcept;
+
+     private:
+      friend class registration;
+      watchdog* owner_ = nullptr;
+      std::shared_ptr<entry> entry_;
+    };
+    ref share() const {
+      ref r;
+      r.owner_ = owner_;
+      r.entry_ = entry_;
+      return r;
+    }
 
    private:
     friend class watchdog;
@@ -348,7 +369,14 @@ class watchdog {
   // it paused (the loop drops it from the heap when it comes up; resume() puts it back).
   pause hold(const entry_ptr& e) noexcept {
     std::unique_lock<std::mutex> g(m_);
-    if (std::this_thread::get_id() == thread_.get_id()) return {};  // an on_lost callback: nothing to wait for
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      // An on_lost callback: its batch's replies are all in and applied (its entries stay in
+      // flight only until the callbacks end, and go back to the heap unless paused), so nothing
+      // of this hold is on its way. It cannot wait for another thread's pause: then nothing.
+      if (e->cancelled || e->lost || e->paused) return {};
+      e->paused = true;
+      return pause(this, e);
+    }
     done_.wait(g, [&] { return e->cancelled || e->lost || (!e->in_flight && !e->paused); });
     if (e->cancelled || e->lost) return {};
     e->paused = true;
@@ -363,7 +391,11 @@ class watchdog {
       if (!e->cancelled && !e->lost && lease.count() > 0) {
         e->set_lease(lease);
         const steady::time_point now = steady::now();
-        if (answer == 1) {
+        if (answer == 1 && now >= e->until) {
+          // Confirmed only after the lease could have run out (as in apply()): lost() may have
+          // said so already, and a lost lease stays lost. Reported at once, as expired.
+          e->due = e->eligible = now;
+        } else if (answer == 1) {
           e->renewed(sent);  // the lease now runs from the extend's send, and renewals keep it
         } else {
           if (answer < 0) {
@@ -375,8 +407,12 @@ class watchdog {
           e->due = e->eligible =
               std::min(e->until, now + (answer == 0 ? steady::duration(0) : retry_interval(e->counted_lease())));
         }
-        if (answer != 0 && e->req.valid_until != nullptr)
+        if (answer != 0 && e->req.valid_until != nullptr) {
+          // seq_cst with lease_keeper::lost(), as in apply(): a reader who saw the old end pass
+          // has set the lost flag; then the loss is reported at once (take_expired).
           e->req.valid_until->store(e->until.time_since_epoch().count());
+          if (e->req.lost_flag != nullptr && e->req.lost_flag->load()) e->until = e->due = e->eligible = now;
+        }
       }
       if (!e->cancelled && !e->lost && !e->in_flight) {
         if (e->in_heap) std::make_heap(heap_.begin(), heap_.end(), later);  // its due time may have moved
@@ -739,7 +775,7 @@ class watchdog {
   std::thread thread_;
 };
 
-inline watchdog::pause watchdog::registration::hold_back() noexcept {
+inline watchdog::pause watchdog::registration::ref::hold_back() const noexcept {
   if (owner_ == nullptr) return {};
   return owner_->hold(entry_);
 }

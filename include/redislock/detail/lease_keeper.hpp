@@ -271,13 +271,18 @@ class lease_keeper {
   std::atomic<ticks> started_{0};  // when the hold was granted, if observed
   mutable lost_reporter lost_report_;
   std::atomic<ticks> valid_until_{never};  // lease end while renewed (watchdog.hpp); never otherwise
-  // Between stop() and an extend() on other threads (the hold_back call only).
+  // Between stop() and an extend() on other threads (reading renewal_ only: hold_back() waits
+  // without it, since an on_lost that releases this lock runs while the batch is in flight).
   std::mutex renewal_mutex_;
   watchdog::registration renewal_;  // after the flags: it points there until reset
 
   watchdog::pause hold_back() {
-    std::lock_guard<std::mutex> g(renewal_mutex_);
-    return renewal_.hold_back();
+    watchdog::registration::ref r;
+    {
+      std::lock_guard<std::mutex> g(renewal_mutex_);
+      r = renewal_.share();
+    }
+    return r.hold_back();
   }
 };
 
