@@ -17,7 +17,8 @@
 // With auto_renew an extend's interval uses the configured lease, not L: the watchdog may renew
 // to that lease right after it.
 // Two certainly-valid intervals of one name that overlap (writers, or a writer and a reader)
-// mean the server had two holders at once.
+// mean the server had two holders at once; for a semaphore of N permits, N + 1 of its holds
+// certainly valid at one moment do (and any overlap with another kind's hold).
 
 #include "history.hpp"
 
@@ -49,6 +50,7 @@ struct record {
 struct hold {
   int id = 0, thread = 0, name = 0;
   bool write = true, auto_renew = false;
+  int permits = 0;  // a semaphore's hold: how many of them may overlap (0: any other kind)
   std::int64_t acquire_start_ns = 0, acquired_ns = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> certain;  // see above, before the cuts
   // Every call that set the lease to L (extend, nested acquisition) lowers the expiry of what was
@@ -171,12 +173,59 @@ inline std::string describe_hold(const run_log& log, const hold& h, std::int64_t
   return b;
 }
 
-/// Invariant 1: no two certainly-valid holds of one name overlap (one of them writing).
+/// A hold's certainly-valid intervals, merged (an extend's interval may overlap the one before).
+inline std::vector<std::pair<std::int64_t, std::int64_t>> merged_certain(const run_log& log, const hold& h) {
+  auto in = certain_intervals(log, h);
+  std::sort(in.begin(), in.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& i : in) {
+    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+/// Invariant 1 for semaphores: never more than N certainly-valid holds of one name at once.
+inline void check_permits(run_log& log, std::int64_t t0) {
+  std::map<int, std::vector<std::pair<std::int64_t, int>>> events;  // name -> (time, +1 start / -1 end)
+  std::map<int, int> permits;
+  for (const auto& h : log.holds) {
+    if (h.permits <= 0) continue;
+    permits[h.name] = h.permits;
+    for (const auto& [from, to] : merged_certain(log, h)) {
+      events[h.name].emplace_back(from, +1);
+      events[h.name].emplace_back(to, -1);
+    }
+  }
+  for (auto& [name, e] : events) {
+    std::sort(e.begin(), e.end());  // an end before a start at the same time
+    int held = 0;
+    std::int64_t over_from = 0;
+    for (const auto& [at, d] : e) {
+      const int before = held;
+      held += d;
+      if (before <= permits[name] && held > permits[name]) over_from = at;
+      if (before <= permits[name] || held > permits[name]) continue;
+      // The stretch [over_from, at] had more than N: name the holds certainly valid at its start.
+      std::string who;
+      for (const auto& h : log.holds)
+        if (h.name == name && h.permits > 0 && certainly_held(log, h, over_from, over_from))
+          who += (who.empty() ? "" : " and ") + describe_hold(log, h, t0);
+      char b[96];
+      std::snprintf(b, sizeof b, " (more than %d permits for %.1f ms)", permits[name], ms_of(at - over_from));
+      log.findings.push_back({"overlap", who + b});
+    }
+  }
+}
+
+/// Invariant 1: no two certainly-valid holds of one name overlap (one of them writing; two
+/// semaphore holds are counted by check_permits).
 inline void check_overlaps(run_log& log, std::int64_t t0) {
+  check_permits(log, t0);
   for (std::size_t i = 0; i < log.holds.size(); ++i)
     for (std::size_t j = i + 1; j < log.holds.size(); ++j) {
       const hold &a = log.holds[i], &b = log.holds[j];
-      if (a.name != b.name || (!a.write && !b.write)) continue;
+      if (a.name != b.name || (!a.write && !b.write) || (a.permits > 0 && b.permits > 0)) continue;
       std::int64_t longest = 0;
       for (const auto& [a1, a2] : certain_intervals(log, a))
         for (const auto& [b1, b2] : certain_intervals(log, b))
