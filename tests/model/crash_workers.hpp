@@ -152,6 +152,7 @@ class crash_worker {
         h.thread = thread;
         h.name = name_;
         h.write = write == 1;
+        h.permits = is_semaphore(kind_) ? semaphore_permits : 0;  // one permit of the name's semaphore
         h.acquire_start_ns = start;
         h.acquired_ns = end;
         h.certain.emplace_back(end, until(start, lease_ms));
