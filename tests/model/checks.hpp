@@ -27,6 +27,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <string>
@@ -290,14 +291,36 @@ inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
 /// never kept waiting longer than `bound_ns` while the name was free: no other hold could be on
 /// the server (see hold::busy_until_ns), no acquire or release of unknown outcome was pending,
 /// no writer was waiting ahead of a reader, and no fault was active or recent (busy_window).
-inline void check_liveness(run_log& log, std::int64_t t0, std::int64_t bound_ns) {
+/// The stretches in which at least `n` of `spans` overlap.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> covered_by_at_least(
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& spans, int n) {
+  std::vector<std::pair<std::int64_t, int>> events;
+  for (const auto& [from, until] : spans) events.emplace_back(from, +1), events.emplace_back(until, -1);
+  std::sort(events.begin(), events.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  int count = 0;
+  std::int64_t since = 0;
+  for (const auto& [at, d] : events) {
+    if (count < n && count + d >= n) since = at;
+    if (count >= n && count + d < n) out.emplace_back(since, at);
+    count += d;
+  }
+  return out;
+}
+
+/// `permits_of(thread, name)`: the permits of the semaphore that thread waits for there (0:
+/// another kind). A semaphore's name is busy while that many of its holds may be on the server.
+inline void check_liveness(run_log& log, std::int64_t t0, std::int64_t bound_ns,
+                           const std::function<int(int, int)>& permits_of = {}) {
   for (const auto& r : log.records) {
     if (r.o.kind != op_kind::acquire || r.o.mode == acquire_mode::try_once || r.outcome == "skip") continue;
     if (r.o.mode == acquire_mode::try_for && r.outcome != "false") continue;
-    std::vector<std::pair<std::int64_t, std::int64_t>> busy;
+    const int permits = permits_of ? permits_of(r.o.thread, r.o.name) : 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> busy, permits_held;
     for (const auto& h : log.holds)
       if (h.name == r.o.name && (h.thread != r.o.thread || h.end_ns <= r.start_ns) && (h.write || r.o.write))
-        busy.emplace_back(h.acquire_start_ns, h.busy_until_ns);
+        (permits > 0 && h.permits > 0 ? permits_held : busy).emplace_back(h.acquire_start_ns, h.busy_until_ns);
+    for (const auto& stretch : covered_by_at_least(permits_held, permits)) busy.push_back(stretch);
     for (const auto& b : log.busy)
       if ((b.name < 0 || b.name == r.o.name) && (!b.writer_waiting || (!r.o.write && b.thread != r.o.thread)))
         busy.emplace_back(b.from_ns, b.until_ns);

@@ -461,7 +461,10 @@ class run {
     // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
     // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
     name_faults_in_calls();
-    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
+    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL,
+                   [this](int thread, int name) {
+                     return is_semaphore(kind_of(static_cast<std::size_t>(thread), name)) ? semaphore_permits : 0;
+                   });
     check_wrong_type();
     check_leaks();
     return log_;
