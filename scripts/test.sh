@@ -81,9 +81,11 @@ bounded_ctest() {  # <ctest arguments...>
 # build: under a sanitizer they add minutes and test the same client code as the rest. So does the async
 # stale-notice scenario (it waits out several leases, about 4.5 s, with proxy delays set against them).
 # The model checker's self-tests (it must catch deliberately broken kinds) and replays test the
-# checker, not the library's memory or threads: plain build only too.
+# checker, not the library's memory or threads: plain build only too, and so do the short runs of the
+# semaphore, async mutex and election kinds (model_kind_*: their protocols run in the sanitizer builds'
+# unit tests, and model_mixed drives them there).
 slow_in_plain_only="^(torture_cluster_faults|torture_cluster_detects_a_broken_lock|torture_redlock5_faults|model_sentinel|model_cluster"
-slow_in_plain_only+="|model_detects_.*|model_replay_.*|AsyncMutexTest\.AStaleHandOffNoticeMakesNoSecondHolder)$"
+slow_in_plain_only+="|model_kind_.*|model_detects_.*|model_replay_.*|AsyncMutexTest\.AStaleHandOffNoticeMakesNoSecondHolder)$"
 
 # -g1: line tables only (stack traces name file:line); full debug info doubles compile time.
 sanitized() {  # <dir> <sanitizers> <optimisation>

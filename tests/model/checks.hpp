@@ -17,7 +17,8 @@
 // With auto_renew an extend's interval uses the configured lease, not L: the watchdog may renew
 // to that lease right after it.
 // Two certainly-valid intervals of one name that overlap (writers, or a writer and a reader)
-// mean the server had two holders at once.
+// mean the server had two holders at once; for a semaphore of N permits, N + 1 of its holds
+// certainly valid at one moment do (and any overlap with another kind's hold).
 
 #include "history.hpp"
 
@@ -26,6 +27,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <string>
@@ -49,6 +51,7 @@ struct record {
 struct hold {
   int id = 0, thread = 0, name = 0;
   bool write = true, auto_renew = false;
+  int permits = 0;  // a semaphore's hold: how many of them may overlap (0: any other kind)
   std::int64_t acquire_start_ns = 0, acquired_ns = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> certain;  // see above, before the cuts
   // Every call that set the lease to L (extend, nested acquisition) lowers the expiry of what was
@@ -171,12 +174,59 @@ inline std::string describe_hold(const run_log& log, const hold& h, std::int64_t
   return b;
 }
 
-/// Invariant 1: no two certainly-valid holds of one name overlap (one of them writing).
+/// A hold's certainly-valid intervals, merged (an extend's interval may overlap the one before).
+inline std::vector<std::pair<std::int64_t, std::int64_t>> merged_certain(const run_log& log, const hold& h) {
+  auto in = certain_intervals(log, h);
+  std::sort(in.begin(), in.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& i : in) {
+    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+/// Invariant 1 for semaphores: never more than N certainly-valid holds of one name at once.
+inline void check_permits(run_log& log, std::int64_t t0) {
+  std::map<int, std::vector<std::pair<std::int64_t, int>>> events;  // name -> (time, +1 start / -1 end)
+  std::map<int, int> permits;
+  for (const auto& h : log.holds) {
+    if (h.permits <= 0) continue;
+    permits[h.name] = h.permits;
+    for (const auto& [from, to] : merged_certain(log, h)) {
+      events[h.name].emplace_back(from, +1);
+      events[h.name].emplace_back(to, -1);
+    }
+  }
+  for (auto& [name, e] : events) {
+    std::sort(e.begin(), e.end());  // an end before a start at the same time
+    int held = 0;
+    std::int64_t over_from = 0;
+    for (const auto& [at, d] : e) {
+      const int before = held;
+      held += d;
+      if (before <= permits[name] && held > permits[name]) over_from = at;
+      if (before <= permits[name] || held > permits[name]) continue;
+      // The stretch [over_from, at] had more than N: name the holds certainly valid at its start.
+      std::string who;
+      for (const auto& h : log.holds)
+        if (h.name == name && h.permits > 0 && certainly_held(log, h, over_from, over_from))
+          who += (who.empty() ? "" : " and ") + describe_hold(log, h, t0);
+      char b[96];
+      std::snprintf(b, sizeof b, " (more than %d permits for %.1f ms)", permits[name], ms_of(at - over_from));
+      log.findings.push_back({"overlap", who + b});
+    }
+  }
+}
+
+/// Invariant 1: no two certainly-valid holds of one name overlap (one of them writing; two
+/// semaphore holds are counted by check_permits).
 inline void check_overlaps(run_log& log, std::int64_t t0) {
+  check_permits(log, t0);
   for (std::size_t i = 0; i < log.holds.size(); ++i)
     for (std::size_t j = i + 1; j < log.holds.size(); ++j) {
       const hold &a = log.holds[i], &b = log.holds[j];
-      if (a.name != b.name || (!a.write && !b.write)) continue;
+      if (a.name != b.name || (!a.write && !b.write) || (a.permits > 0 && b.permits > 0)) continue;
       std::int64_t longest = 0;
       for (const auto& [a1, a2] : certain_intervals(log, a))
         for (const auto& [b1, b2] : certain_intervals(log, b))
@@ -241,14 +291,36 @@ inline void check_fences(run_log& log, std::int64_t t0, bool data_loss) {
 /// never kept waiting longer than `bound_ns` while the name was free: no other hold could be on
 /// the server (see hold::busy_until_ns), no acquire or release of unknown outcome was pending,
 /// no writer was waiting ahead of a reader, and no fault was active or recent (busy_window).
-inline void check_liveness(run_log& log, std::int64_t t0, std::int64_t bound_ns) {
+/// The stretches in which at least `n` of `spans` overlap.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> covered_by_at_least(
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& spans, int n) {
+  std::vector<std::pair<std::int64_t, int>> events;
+  for (const auto& [from, until] : spans) events.emplace_back(from, +1), events.emplace_back(until, -1);
+  std::sort(events.begin(), events.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  int count = 0;
+  std::int64_t since = 0;
+  for (const auto& [at, d] : events) {
+    if (count < n && count + d >= n) since = at;
+    if (count >= n && count + d < n) out.emplace_back(since, at);
+    count += d;
+  }
+  return out;
+}
+
+/// `permits_of(thread, name)`: the permits of the semaphore that thread waits for there (0:
+/// another kind). A semaphore's name is busy while that many of its holds may be on the server.
+inline void check_liveness(run_log& log, std::int64_t t0, std::int64_t bound_ns,
+                           const std::function<int(int, int)>& permits_of = {}) {
   for (const auto& r : log.records) {
     if (r.o.kind != op_kind::acquire || r.o.mode == acquire_mode::try_once || r.outcome == "skip") continue;
     if (r.o.mode == acquire_mode::try_for && r.outcome != "false") continue;
-    std::vector<std::pair<std::int64_t, std::int64_t>> busy;
+    const int permits = permits_of ? permits_of(r.o.thread, r.o.name) : 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> busy, permits_held;
     for (const auto& h : log.holds)
       if (h.name == r.o.name && (h.thread != r.o.thread || h.end_ns <= r.start_ns) && (h.write || r.o.write))
-        busy.emplace_back(h.acquire_start_ns, h.busy_until_ns);
+        (permits > 0 && h.permits > 0 ? permits_held : busy).emplace_back(h.acquire_start_ns, h.busy_until_ns);
+    for (const auto& stretch : covered_by_at_least(permits_held, permits)) busy.push_back(stretch);
     for (const auto& b : log.busy)
       if ((b.name < 0 || b.name == r.o.name) && (!b.writer_waiting || (!r.o.write && b.thread != r.o.thread)))
         busy.emplace_back(b.from_ns, b.until_ns);

@@ -123,6 +123,7 @@ void record_worker_lines(const std::string& text, std::int64_t killed_ns, int na
       h.thread = thread;
       h.name = name;
       h.write = write == 1;
+      h.permits = is_semaphore(k) ? semaphore_permits : 0;  // one permit of the name's semaphore
       h.acquire_start_ns = start;
       h.acquired_ns = end;
       h.certain.emplace_back(end, until(start, lease_ms));

@@ -150,10 +150,14 @@ enum class kind {
   reentrant,
   shared,
   redlock,
+  semaphore,    // semaphore_permits holders at most (subjects.hpp)
+  async_mutex,  // the mutex through async_client on an io_context thread (async_subject.hpp)
+  election,     // campaign and resign; the term is the fencing token
   broken_stealing,
   broken_optimistic,
   broken_deaf,
-  broken_redlock_extend
+  broken_redlock_extend,
+  broken_semaphore  // admits one holder more than semaphore_permits
 };
 
 inline const char* to_string(kind k) {
@@ -163,10 +167,14 @@ inline const char* to_string(kind k) {
     case kind::reentrant: return "reentrant";
     case kind::shared: return "shared";
     case kind::redlock: return "redlock";
+    case kind::semaphore: return "semaphore";
+    case kind::async_mutex: return "async_mutex";
+    case kind::election: return "election";
     case kind::broken_stealing: return "broken_stealing";
     case kind::broken_optimistic: return "broken_optimistic";
     case kind::broken_deaf: return "broken_deaf";
     case kind::broken_redlock_extend: return "broken_redlock_extend";
+    case kind::broken_semaphore: return "broken_semaphore";
   }
   return "?";
 }
@@ -205,12 +213,16 @@ inline kind kind_at(const std::vector<kind>& kinds, int names, int thread, int n
   return kinds.at(i);
 }
 
-/// Kinds that share a name's key type (the mutex's string, the reentrant or the shared hash):
-/// another family on a held name throws wrong_type_error.
+/// Kinds that share a name's key type (the mutex's string, which the async mutex shares; the
+/// reentrant, shared or election hash, each with its own @kind; the semaphore's zset): another
+/// family on a held name throws wrong_type_error.
 inline int family_of(kind k) {
   switch (k) {
     case kind::reentrant: return 1;
     case kind::shared: return 2;
+    case kind::semaphore:
+    case kind::broken_semaphore: return 3;
+    case kind::election: return 4;
     default: return 0;
   }
 }

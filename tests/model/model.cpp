@@ -2,8 +2,9 @@
 //
 //   redislock_model [--topology single|redlock|sentinel|cluster] [--seed N] [--runs K] [--seconds S]
 //                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
-//                   [--kind mutex|fair_mutex|reentrant|shared|redlock|broken_stealing|
-//                           broken_optimistic|broken_deaf|broken_redlock_extend]
+//                   [--kind mutex|fair_mutex|reentrant|shared|redlock|semaphore|async_mutex|
+//                           election|broken_stealing|broken_optimistic|broken_deaf|
+//                           broken_redlock_extend|broken_semaphore]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
 //                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120] [--repeat 1]
 //                   [--mixed-kinds] [--processes 0]
@@ -17,7 +18,8 @@
 // proxy (one per server: harness/tcp_proxy.hpp), runs the threads and the fault thread (and
 // --processes crash workers: crash_workers.hpp) together, records every call (start, end,
 // outcome), then checks the invariants (checks.hpp; docs/testing.md, "The model checker"):
-//   overlap     no two certainly-valid holds of one name overlap (exclusive; reader vs writer);
+//   overlap     no two certainly-valid holds of one name overlap (exclusive; reader vs writer;
+//               a semaphore: no more than its permits at once);
 //   optimism    remaining_lease()/validity() = r of a hold with owns_lock() && !lost(): an
 //               independent direct connection, right after, finds at least r - eps left on the
 //               server (Redlock: on a majority), eps = time from the call's start to the end of
@@ -40,6 +42,9 @@
 #include "checks.hpp"
 #include "command_monitor.hpp"
 #include "crash_workers.hpp"
+#ifdef REDISLOCK_MODEL_ASYNC
+#include "async_subject.hpp"
+#endif
 #include "history.hpp"
 #include "redis_cluster.hpp"
 #include "redis_server.hpp"
@@ -99,8 +104,9 @@ struct config {
 }
 
 kind kind_named(const std::string& s) {
-  for (kind k : {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::broken_stealing,
-                 kind::broken_optimistic, kind::broken_deaf, kind::broken_redlock_extend})
+  for (kind k : {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::semaphore,
+                 kind::async_mutex, kind::election, kind::broken_stealing, kind::broken_optimistic, kind::broken_deaf,
+                 kind::broken_redlock_extend, kind::broken_semaphore})
     if (s == to_string(k)) return k;
   usage("unknown kind " + s);
 }
@@ -157,6 +163,11 @@ config parse(int argc, char** argv) {
       usage("kind " + c.forced_kind + (is_redlock(k) ? " needs --topology redlock" : " does not run on Redlock"));
     if (is_broken(k) && c.shape.where != topology::single && c.shape.where != topology::redlock)
       usage("the broken kinds run on one server or Redlock");
+    if (k == kind::async_mutex && c.shape.where != topology::single)
+      usage("the async mutex runs on one server (async_client has no Sentinel or Cluster variant)");
+#ifndef REDISLOCK_MODEL_ASYNC
+    if (k == kind::async_mutex) usage("this redislock_model was built without asio: no async_mutex");
+#endif
   }
   if (c.replay && !c.seed_given) usage("--replay needs --seed");
   if (c.shape.processes < 0 || c.shape.processes > 8 ||
@@ -175,6 +186,13 @@ std::vector<kind> kinds_for(const config& c, std::uint64_t seed) {
   std::vector<kind> out;
   std::mt19937_64 rng(seed * 7919 + 17);
   const std::vector<kind> single = {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared};
+  // Mixed kinds: every kind that may share a name (each refuses the others' keys with
+  // wrong_type_error; the async mutex shares the mutex's key and excludes it) on that topology.
+  std::vector<kind> mixed = {kind::mutex,  kind::fair_mutex, kind::reentrant,
+                             kind::shared, kind::semaphore,  kind::election};
+#ifdef REDISLOCK_MODEL_ASYNC
+  if (c.shape.where == topology::single) mixed.push_back(kind::async_mutex);
+#endif
   for (int n = 0; n < c.shape.names; ++n) {
     if (!c.forced_kind.empty()) out.push_back(kind_named(c.forced_kind));
     else if (c.shape.where == topology::redlock) out.push_back(kind::redlock);
@@ -184,7 +202,7 @@ std::vector<kind> kinds_for(const config& c, std::uint64_t seed) {
   // Every thread its own kind on each name: the kinds share the name's key.
   out.clear();
   for (int i = 0; i < c.shape.threads * c.shape.names; ++i)
-    out.push_back(single[std::uniform_int_distribution<std::size_t>(0, single.size() - 1)(rng)]);
+    out.push_back(mixed[std::uniform_int_distribution<std::size_t>(0, mixed.size() - 1)(rng)]);
   return out;
 }
 
@@ -323,6 +341,9 @@ class servers {
 /// thread's proxies), or one sentinel_client or cluster_client.
 struct thread_clients {
   std::vector<std::unique_ptr<redislock::client>> plain;
+#ifdef REDISLOCK_MODEL_ASYNC
+  std::unique_ptr<redislock::async_client> async;  // the async mutex's (one server), on run::async_
+#endif
   std::unique_ptr<redislock::sentinel_client> sentinel;
   std::unique_ptr<redislock::cluster_client> cluster;
 
@@ -341,6 +362,9 @@ std::string type_of(const std::exception& e) {
   if (dynamic_cast<const redislock::lock_error*>(&e)) return "lock_error";
   if (dynamic_cast<const redislock::invalid_argument*>(&e)) return "invalid_argument";
   if (dynamic_cast<const redislock::wrong_type_error*>(&e)) return "wrong_type_error";
+#ifdef REDISLOCK_MODEL_ASYNC
+  if (dynamic_cast<const async_server_error*>(&e)) return "server_error";
+#endif
   if (dynamic_cast<const redislock::reply_error*>(&e)) return "reply_error";
   if (dynamic_cast<const redislock::error*>(&e)) return "error";
   return std::string("std::exception(") + e.what() + ")";
@@ -396,6 +420,14 @@ class run {
         direct.connection.command_timeout = milliseconds(3000);
         observers_[t].plain.push_back(std::make_unique<redislock::client>(direct));
       }
+#ifdef REDISLOCK_MODEL_ASYNC
+      if (std::count(kinds_.begin(), kinds_.end(), kind::async_mutex) > 0) {
+        if (!async_) async_ = std::make_unique<async_runtime>();
+        redislock::async_client_options o;
+        o.connection = clients_[t].plain.front()->options().connection;  // through the thread's proxy
+        clients_[t].async = std::make_unique<redislock::async_client>(async_->executor(), o);
+      }
+#endif
     }
   }
 
@@ -430,7 +462,10 @@ class run {
     // A waiter wakes on the release's notice, or at the holder's lease as it saw it, or after
     // recheck_interval (Redlock: retry_max) at the latest, then needs one round trip.
     name_faults_in_calls();
-    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL);
+    check_liveness(log_, t0_, (recheck_ms + cfg_.command_timeout.count() + cfg_.slack_ms) * 1000000LL,
+                   [this](int thread, int name) {
+                     return is_semaphore(kind_of(static_cast<std::size_t>(thread), name)) ? semaphore_permits : 0;
+                   });
     check_wrong_type();
     check_leaks();
     return log_;
@@ -527,9 +562,11 @@ class run {
       return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string("redislock_model");
     }();
     const int name = w % cfg_.shape.names;
-    auto worker =
-        std::make_unique<crash_worker>(self, srv_.list.front()->port(), name, kind_of(first_worker_thread, name),
-                                       cfg_.shape.lease_ms, seed_ * 1000 + workers_.size());
+    // The async mutex's worker is a blocking mutex: the same protocol and keys.
+    const kind k =
+        kind_of(first_worker_thread, name) == kind::async_mutex ? kind::mutex : kind_of(first_worker_thread, name);
+    auto worker = std::make_unique<crash_worker>(self, srv_.list.front()->port(), name, k, cfg_.shape.lease_ms,
+                                                 seed_ * 1000 + workers_.size());
     std::lock_guard<std::mutex> g(m_);
     if (live_workers_.size() <= static_cast<std::size_t>(w)) live_workers_.resize(static_cast<std::size_t>(w) + 1);
     live_workers_[static_cast<std::size_t>(w)] = workers_.size();
@@ -560,6 +597,10 @@ class run {
 
   std::unique_ptr<subject> make(std::size_t t, int name, bool auto_renew) {
     const kind k = kind_of(t, name);
+#ifdef REDISLOCK_MODEL_ASYNC
+    if (k == kind::async_mutex)
+      return std::make_unique<async_mutex_subject>(*clients_[t].async, name_of(name), options_for(k, auto_renew));
+#endif
     if (!clients_[t].plain.empty())
       return make_subject(k, clients_of(t), name_of(name), options_for(k, auto_renew),
                           static_cast<unsigned>(seed_ * 131 + t));
@@ -787,7 +828,7 @@ class run {
       add_finding("contract", describe(o) + " with auto_renew returned " + r.outcome + ", not invalid_argument");
 
     const int depth_after = s ? s->depth() : 0;
-    if (depth_before == 0 && depth_after > 0) begin_hold(t, o, r, sl, *s);
+    if (depth_before == 0 && depth_after > 0) begin_hold(t, o, r, sl, *s, k);
     const bool nested = o.kind == op_kind::acquire && depth_before > 0 && depth_after > depth_before;
     if (sl.hold >= 0 && ((o.kind == op_kind::extend && r.outcome == "true") || nested)) {
       // The server set the lease at some time in the call: certainly ours from its end.
@@ -824,11 +865,12 @@ class run {
     push(r);
   }
 
-  void begin_hold(std::size_t t, const op& o, record& r, slot& sl, subject& s) {
+  void begin_hold(std::size_t t, const op& o, record& r, slot& sl, subject& s, kind k) {
     hold h;
     h.thread = static_cast<int>(t);
     h.name = o.name;
     h.write = s.writing();
+    h.permits = is_semaphore(k) ? semaphore_permits : 0;
     h.auto_renew = sl.auto_renew;
     h.acquire_start_ns = r.start_ns;
     h.acquired_ns = r.end_ns;
@@ -1175,7 +1217,9 @@ class run {
   // (another thread's) may have left one.
   void check_wrong_type() {
     for (const auto& r : log_.records) {
-      if (r.outcome != "error:wrong_type_error") continue;
+      // The async API reports another kind's key as async_errc::server_error (async_subject.hpp).
+      const bool async = kind_of(static_cast<std::size_t>(r.o.thread), r.o.name) == kind::async_mutex;
+      if (r.outcome != "error:wrong_type_error" && !(async && r.outcome == "error:server_error")) continue;
       ++log_.wrong_types;
       const int family = family_of(kind_of(static_cast<std::size_t>(r.o.thread), r.o.name));
       bool explained = false;
@@ -1245,6 +1289,9 @@ class run {
   std::int64_t lease_ns_, margin_ns_;
   std::vector<kind> kinds_;
   std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;
+#ifdef REDISLOCK_MODEL_ASYNC
+  std::unique_ptr<async_runtime> async_;  // before the clients: it outlives the async ones
+#endif
   std::vector<thread_clients> clients_, observers_;
   static constexpr std::size_t first_worker_thread = 100;  // crash workers' holds in the log
   std::vector<std::unique_ptr<crash_worker>> workers_;     // every one started, in order

@@ -1,12 +1,14 @@
 #pragma once
 // The lock objects the model checker drives, behind one interface: every kind of the public
-// API (mutex, fair mutex, reentrant with nesting, shared read and write, Redlock) and, for the
+// API (mutex, fair mutex, reentrant with nesting, shared read and write, Redlock, semaphore,
+// election; the async mutex in async_subject.hpp) and, for the
 // checker's self-tests, deliberately broken kinds (test-only code) that it must catch:
 //   broken_stealing        try_lock() sometimes "succeeds" without asking the server;
 //   broken_optimistic      remaining_lease() reports more than the server has left;
 //   broken_deaf            try_lock_for() never acquires, even a free name;
 //   broken_redlock_extend  validity() after a shorter extend keeps the longer validity of
-//                          before (the max() that basic_redlock::extend_hold once had).
+//                          before (the max() that basic_redlock::extend_hold once had);
+//   broken_semaphore       a semaphore made with one permit more than the checker allows.
 
 #include "history.hpp"
 
@@ -29,6 +31,10 @@ struct redislock::detail::mutex_test_access {
 };
 
 namespace redislock_model {
+
+/// Every semaphore of a run is made with this many permits; the overlap check allows that many
+/// certainly-valid holders of a semaphore's name at once.
+inline constexpr int semaphore_permits = 2;
 
 using std::chrono::milliseconds;
 using clients = std::vector<std::reference_wrapper<redislock::client>>;
@@ -86,6 +92,14 @@ class exclusive_subject : public subject {
   static std::string owner_of(const redislock::basic_reentrant_mutex<Client>& l) {
     return l.owner_id();
   }
+  template <class Client>
+  static std::string owner_of(const redislock::basic_semaphore<Client>& l) {
+    return l.owner_id();
+  }
+  template <class Client>
+  static std::string owner_of(const redislock::basic_election<Client>& l) {
+    return l.owner_id();
+  }
 
   Lock lock_;
 };
@@ -96,6 +110,21 @@ class reentrant_subject final : public exclusive_subject<redislock::basic_reentr
  public:
   using exclusive_subject<redislock::basic_reentrant_mutex<Client>>::exclusive_subject;
   int depth() const override { return static_cast<int>(this->lock_.hold_count()); }
+};
+
+// Campaigns with a value that names the thread's object; the term is the fencing token.
+template <class Client>
+class election_subject final : public exclusive_subject<redislock::basic_election<Client>> {
+ public:
+  using exclusive_subject<redislock::basic_election<Client>>::exclusive_subject;
+  bool acquire(acquire_mode mode, milliseconds timeout, bool) override {
+    auto& e = this->lock_;
+    const std::string value = "model-" + e.owner_id();
+    if (mode == acquire_mode::try_once) return e.try_campaign(value);
+    if (mode == acquire_mode::try_for) return e.try_campaign_for(value, timeout);
+    e.campaign(value);
+    return true;
+  }
 };
 
 template <class Client>
@@ -207,7 +236,8 @@ class redlock_extend_max_subject final : public exclusive_subject<redislock::red
 };
 
 /// A subject of one of the kinds every client type offers (mutex, fair mutex, reentrant,
-/// shared) on `c`: a client, sentinel_client or cluster_client; nullptr for the other kinds.
+/// shared, semaphore, election) on `c`: a client, sentinel_client or cluster_client; nullptr
+/// for the other kinds.
 template <class Client>
 std::unique_ptr<subject> make_public_subject(kind k, Client& c, const std::string& name,
                                              const redislock::lock_options& o) {
@@ -220,6 +250,9 @@ std::unique_ptr<subject> make_public_subject(kind k, Client& c, const std::strin
     }
     case kind::reentrant: return std::make_unique<reentrant_subject<Client>>(c, name, o);
     case kind::shared: return std::make_unique<shared_subject<Client>>(c, name, o);
+    case kind::semaphore:
+      return std::make_unique<exclusive_subject<redislock::basic_semaphore<Client>>>(c, name, semaphore_permits, o);
+    case kind::election: return std::make_unique<election_subject<Client>>(c, name, o);
     default: return nullptr;
   }
 }
@@ -232,12 +265,17 @@ inline std::unique_ptr<subject> make_subject(kind k, const clients& cs, const st
     case kind::mutex:
     case kind::fair_mutex:
     case kind::reentrant:
-    case kind::shared: return make_public_subject(k, c, name, o);
+    case kind::shared:
+    case kind::semaphore:
+    case kind::election: return make_public_subject(k, c, name, o);
     case kind::redlock: return std::make_unique<exclusive_subject<redislock::redlock>>(cs, name, o);
     case kind::broken_stealing: return std::make_unique<stealing_subject>(c, name, o, seed);
     case kind::broken_optimistic: return std::make_unique<optimistic_subject>(c, name, o);
     case kind::broken_deaf: return std::make_unique<deaf_subject>(c, name, o);
     case kind::broken_redlock_extend: return std::make_unique<redlock_extend_max_subject>(cs, name, o);
+    case kind::broken_semaphore:  // N + 1 permits: with no semaphore of N holding, it seeds N + 1
+      return std::make_unique<exclusive_subject<redislock::semaphore>>(c, name, semaphore_permits + 1, o);
+    case kind::async_mutex: return nullptr;  // async_subject.hpp (an async_client, not these clients)
   }
   return nullptr;
 }
@@ -245,7 +283,8 @@ inline std::unique_ptr<subject> make_subject(kind k, const clients& cs, const st
 inline bool is_redlock(kind k) { return k == kind::redlock || k == kind::broken_redlock_extend; }
 inline bool is_broken(kind k) {
   return k == kind::broken_stealing || k == kind::broken_optimistic || k == kind::broken_deaf ||
-         k == kind::broken_redlock_extend;
+         k == kind::broken_redlock_extend || k == kind::broken_semaphore;
 }
+inline bool is_semaphore(kind k) { return k == kind::semaphore || k == kind::broken_semaphore; }
 
 }  // namespace redislock_model
