@@ -553,6 +553,91 @@ TEST_F(AsyncMutexTest, AStalledServerMakesTheHoldLostWhenItsLeaseEnds) {
   proxy.heal();
 }
 
+// A reply dropped by a black hole: the connection then lost part of its stream, so the proxy
+// resets it once the hole is lifted. The extend whose reply was dropped fails (it did run), and
+// the reply of a later command on that connection is never taken for it.
+TEST_F(AsyncMutexTest, AReplyLostInABlackHoleIsNeverTakenFromALaterCommand) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = seconds(2);  // bounds the stranded call on a proxy that keeps the stream
+  async_client c(runner->io.get_executor(), async_client_options{co});
+  lock_options o;
+  o.lease = seconds(10);
+  async_mutex m(c, "holed", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  // Both scripts cached first: each call below is one EVALSHA with one reply.
+  ASSERT_TRUE(h.async_extend(asio::use_future).get());
+  ASSERT_GT(h.async_remaining_lease(asio::use_future).get(), milliseconds(0));
+  proxy.set_black_hole(true, redislock_test::tcp_proxy::direction::to_client);
+  auto extended = std::make_shared<std::promise<std::pair<std::error_code, bool>>>();
+  h.async_extend(seconds(60), [extended](std::error_code e, bool ok) { extended->set_value({e, ok}); });
+  ASSERT_TRUE(eventually([&] { return proxy.dropped() > 0; }));  // it ran; its reply is gone
+  proxy.set_black_hole(false, redislock_test::tcp_proxy::direction::to_client);
+  auto later = std::make_shared<std::promise<std::pair<std::error_code, milliseconds>>>();
+  h.async_remaining_lease([later](std::error_code e, milliseconds left) { later->set_value({e, left}); });
+  auto outcome_of_extend = extended->get_future();
+  ASSERT_EQ(outcome_of_extend.wait_for(seconds(5)), std::future_status::ready);
+  const auto [e, ok] = outcome_of_extend.get();
+  EXPECT_EQ(e, async_errc::connection_failed);
+  EXPECT_FALSE(ok);
+  EXPECT_FALSE(h.lost());
+  auto outcome_of_later = later->get_future();
+  ASSERT_EQ(outcome_of_later.wait_for(seconds(5)), std::future_status::ready);
+  const auto [later_error, left] = outcome_of_later.get();
+  if (!later_error) {
+    EXPECT_GT(left, seconds(50));  // its own reply, when it passed before the reset
+  }
+  EXPECT_GT(h.async_remaining_lease(asio::use_future).get(), seconds(50));  // the extend ran
+}
+
+// A command sent from the failure callback of a broken connection (a background release does
+// so) opens a new connection; the old connection's other failed commands must not take its
+// place in the command timeout's queue: it still times out when its reply never comes. (With
+// hiredis 1.x; hiredis 0.14 fails such a command at once, on the dying connection.)
+TEST_F(AsyncMutexTest, ACommandSentWhileABrokenConnectionFailsItsCommandsStillTimesOut) {
+  redislock_test::tcp_proxy proxy(server->port());
+  connection_options co = server->options();
+  co.port = proxy.port();
+  co.command_timeout = milliseconds(300);
+  const detail::async_strand strand(runner->io.get_executor());
+  auto redis = std::make_shared<detail::async_redis>(strand, co, false);
+  auto sent_after = std::make_shared<std::promise<bool>>();  // true: got a reply
+  auto first_failed = std::make_shared<std::promise<void>>();
+  asio::post(strand, [&] {
+    redis->command({"PING"}, [](redisReply*) {});  // opens the connection
+  });
+  ASSERT_TRUE(eventually([&] { return proxy.accepted() == 1; }));
+  auto blpops = std::make_shared<std::atomic<int>>(0);
+  proxy.set_request_hook([blpops](const std::string& chunk) {
+    for (auto at = chunk.find("BLPOP"); at != std::string::npos; at = chunk.find("BLPOP", at + 1)) ++*blpops;
+  });
+  proxy.set_stalled(true);  // both ways, new connections included
+  asio::post(strand, [&, redis] {
+    redis->command({"BLPOP", "nothing", "0"}, [redis, sent_after, first_failed](redisReply* r) {
+      if (r != nullptr) return;
+      first_failed->set_value();
+      redis->command({"PING"}, [sent_after](redisReply* r2) { sent_after->set_value(r2 != nullptr); });
+    });
+    redis->command({"BLPOP", "nothing", "0"}, [](redisReply*) {});
+  });
+  ASSERT_TRUE(eventually([&] { return blpops->load() == 2; }));  // both sent on the first connection
+  proxy.cut_all();  // both fail with no reply, the first one's callback sends PING
+  ASSERT_EQ(first_failed->get_future().wait_for(seconds(5)), std::future_status::ready);
+  auto answered = sent_after->get_future();
+  const bool timed_out = answered.wait_for(seconds(3)) == std::future_status::ready;
+  proxy.set_request_hook({});
+  proxy.heal();
+  EXPECT_TRUE(timed_out);  // by command_timeout (300 ms), not by the proxy's heal
+  if (timed_out) EXPECT_FALSE(answered.get());
+  std::promise<void> closed;
+  asio::post(strand, [&] {
+    redis->close();
+    closed.set_value();
+  });
+  closed.get_future().wait();
+}
+
 // Its own server with a password: AUTH goes first on both connections, and a contended wait
 // (the subscriber connection) keeps working past command_timeout.
 TEST(AsyncMutexAuth, AuthenticatesBothConnections) {

@@ -1,6 +1,7 @@
 // The fault-injecting proxy of the test harness (harness/tcp_proxy.hpp), each fault on its own:
 // a raw RESP client talks to a real redis-server through the proxy, and a direct connection
 // looks at what the server did. Negative checks ("no reply") wait a bounded 300 ms.
+#include "eventually.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
 
@@ -158,9 +159,12 @@ TEST_F(TcpProxy, BlackHoledRequestsNeverRun) {
   proxy.set_black_hole(true, direction::to_server);
   c.send("SET dropped yes");
   EXPECT_EQ(c.line(silence), "");
+  ASSERT_TRUE(redislock_test::eventually([&] { return proxy.dropped() > 0; }));
   EXPECT_EQ(get("dropped"), "<nil>");
   proxy.set_black_hole(false, direction::to_server);
-  EXPECT_LT(round_trip(c), patience);  // the dropped request stays dropped: the next reply is its own
+  EXPECT_EQ(c.line(patience), "<closed>");  // its stream has a gap: reset, never resumed
+  raw_client again(proxy.port());
+  EXPECT_LT(round_trip(again), patience);
   EXPECT_EQ(get("dropped"), "<nil>");
 }
 
@@ -172,8 +176,12 @@ TEST_F(TcpProxy, BlackHoledRepliesAreLostButTheCommandRuns) {
   c.send("SET ran yes");
   EXPECT_TRUE(eventually_set("ran", "yes"));
   EXPECT_EQ(c.line(silence), "");
+  ASSERT_TRUE(redislock_test::eventually([&] { return proxy.dropped() > 0; }));
   proxy.set_black_hole(false, direction::to_client);
-  EXPECT_LT(round_trip(c), patience);  // +OK was dropped: the next line is PING's
+  // +OK was dropped: the connection is reset rather than handing PING's reply on in its place.
+  EXPECT_EQ(c.line(patience), "<closed>");
+  raw_client again(proxy.port());
+  EXPECT_LT(round_trip(again), patience);
 }
 
 TEST_F(TcpProxy, CutAfterRequestLosesTheReplyOfACommandThatRan) {
@@ -192,8 +200,9 @@ TEST_F(TcpProxy, CutAfterRequestLosesTheReplyOfACommandThatRan) {
 
 TEST_F(TcpProxy, PartitionSilencesOldAndNewConnectionsUntilHealed) {
   tcp_proxy proxy(server->port());
-  raw_client old(proxy.port());
+  raw_client old(proxy.port()), idle(proxy.port());
   round_trip(old);
+  round_trip(idle);
   proxy.partition(true);
   raw_client fresh(proxy.port());  // accepted, but nothing passes
   old.send("SET a 1");
@@ -202,9 +211,14 @@ TEST_F(TcpProxy, PartitionSilencesOldAndNewConnectionsUntilHealed) {
   EXPECT_EQ(fresh.line(milliseconds(10)), "");
   EXPECT_EQ(get("a"), "<nil>");
   EXPECT_EQ(get("b"), "<nil>");
+  ASSERT_TRUE(redislock_test::eventually([&] { return proxy.dropped() >= 2 * std::string("SET a 1\r\n").size(); }));
   proxy.heal();
-  EXPECT_LT(round_trip(old), patience);
-  EXPECT_LT(round_trip(fresh), patience);
+  // The connections whose requests were dropped are reset; the one that sent nothing carries on.
+  EXPECT_EQ(old.line(patience), "<closed>");
+  EXPECT_EQ(fresh.line(patience), "<closed>");
+  EXPECT_LT(round_trip(idle), patience);
+  raw_client after(proxy.port());
+  EXPECT_LT(round_trip(after), patience);
 }
 
 TEST_F(TcpProxy, TheLibraryTimesOutThroughAPartitionAndRecoversAfter) {

@@ -8,7 +8,10 @@
 //     the server is still delivered, then the connection is closed),
 //   - black-hole: bytes are read and dropped (the sender's TCP sees them acknowledged);
 //     both directions at once is a partition (partition(true)): connections, new ones
-//     included, stay open and silent;
+//     included, stay open and silent. A connection that lost bytes so is reset once its black
+//     hole is lifted: a TCP stream never resumes past a gap, and forwarding what follows the
+//     gap would hand a pipelining client a later command's reply for the lost one. A
+//     connection that sent nothing meanwhile carries on;
 // and on every connection:
 //   - cut all open connections (both sides see a reset),
 //   - cut after the request (set_cut_after_request): each request is forwarded to the server,
@@ -98,7 +101,8 @@ class tcp_proxy {
   void set_stalled(bool stalled, direction dir = direction::both) {
     command([&] { each(dir, [&](rules& r) { r.stalled = stalled; }); });
   }
-  /// Drops (true) every byte read in `dir` from now on, or forwards again (false).
+  /// Drops (true) every byte read in `dir` from now on, or forwards again (false): then the
+  /// connections that lost bytes are reset.
   void set_black_hole(bool on, direction dir = direction::both) {
     command([&] { each(dir, [&](rules& r) { r.black_hole = on; }); });
   }
@@ -146,6 +150,8 @@ class tcp_proxy {
   unsigned long accepted() const { return accepted_.load(); }
   /// Requests forwarded and then cut by set_cut_after_request (each one reached the server).
   unsigned long cut_after_request_count() const { return cut_requests_.load(); }
+  /// Bytes dropped by black holes so far (either way).
+  unsigned long dropped() const { return dropped_.load(); }
 
  private:
   using hook = std::shared_ptr<const std::function<void(const std::string&)>>;
@@ -167,7 +173,8 @@ class tcp_proxy {
     int client = -1, server = -1;
     flow up, down;  // up: client -> server; down: server -> client
     bool dead = false;
-    bool held = false, released = false;  // hold_open(), release_held()
+    bool lost_up = false, lost_down = false;  // bytes dropped by a black hole that way
+    bool held = false, released = false;      // hold_open(), release_held()
   };
 
   static sockaddr_in loopback(int port) {
@@ -269,12 +276,16 @@ class tcp_proxy {
 
   // Reads what is available from `from` into `f` (or drops it: black hole); marks the source
   // closed on EOF. False on a read error.
-  bool pump_in(int from, flow& f, const rules& r) {
+  bool pump_in(int from, flow& f, const rules& r, bool& lost) {
     char buf[16384];
     for (;;) {
       ssize_t n = ::recv(from, buf, sizeof buf, 0);
       if (n > 0) {
-        if (r.black_hole) continue;
+        if (r.black_hole) {
+          lost = true;
+          dropped_ += static_cast<unsigned long>(n);
+          continue;
+        }
         if (r.on_chunk) (*r.on_chunk)(std::string(buf, static_cast<std::size_t>(n)));
         auto due = clock::now() + r.delay;
         if (r.jitter.count() > 0)
@@ -316,9 +327,9 @@ class tcp_proxy {
   static bool due_now(const flow& f) { return !f.queue.empty() && f.queue.front().due <= clock::now(); }
 
   // One way of one connection after poll: read, then forward what is due (unless stalled).
-  bool step(int from, int to, short from_events, flow& f, const rules& r, int& wrote) {
+  bool step(int from, int to, short from_events, flow& f, const rules& r, bool& lost, int& wrote) {
     bool ok = true;
-    if (!f.source_closed && (from_events & (POLLIN | POLLHUP | POLLERR))) ok = pump_in(from, f, r);
+    if (!f.source_closed && (from_events & (POLLIN | POLLHUP | POLLERR))) ok = pump_in(from, f, r, lost);
     if (ok && !r.stalled) ok = pump_out(to, f, wrote);
     return ok;
   }
@@ -361,6 +372,9 @@ class tcp_proxy {
           done_.notify_all();
         }
       }
+      // A black hole lifted (or any change): the connections that lost bytes to it go now.
+      for (auto& p : pairs_)
+        if ((p.lost_up && !up.black_hole) || (p.lost_down && !down.black_hole)) close_pair(p);
       pairs_.erase(std::remove_if(pairs_.begin(), pairs_.end(),
                                   [this](const pair& p) {
                                     if (p.dead && p.held) --held_open_;
@@ -399,8 +413,8 @@ class tcp_proxy {
                             ((sev & (POLLERR | POLLHUP)) && p.down.source_closed);
         rules up_of_pair = up;
         up_of_pair.stalled = up.stalled || holding(p);
-        const bool ok = !broken && step(p.client, p.server, cev, p.up, up_of_pair, requests) &&
-                        step(p.server, p.client, sev, p.down, down, replies);
+        const bool ok = !broken && step(p.client, p.server, cev, p.up, up_of_pair, p.lost_up, requests) &&
+                        step(p.server, p.client, sev, p.down, down, p.lost_down, replies);
         if (!ok) {
           close_pair(p);
         } else if ((cut_after_request || cut_budget > 0) && requests > 0) {
@@ -429,7 +443,7 @@ class tcp_proxy {
   std::thread thread_;
   std::vector<pair> pairs_;  // owned by the proxy thread (and the destructor after join)
   std::mt19937 rng_;         // the jitter's (proxy thread only)
-  std::atomic<unsigned long> accepted_{0}, cut_requests_{0};
+  std::atomic<unsigned long> accepted_{0}, cut_requests_{0}, dropped_{0};
   std::atomic<int> held_open_{0};
 
   std::mutex m_;

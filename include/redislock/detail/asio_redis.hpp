@@ -250,7 +250,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   static void on_reply(redisAsyncContext* ac, void* reply, void* priv) {
     std::unique_ptr<reply_callback> cb(static_cast<reply_callback*>(priv));
     auto* self = static_cast<async_redis*>(ac->data);
-    if (!self->sent_at_.empty()) self->sent_at_.pop_front();
+    // Only the current context's replies are due in sent_at_: hiredis 1.x fails a broken
+    // context's commands after context_gone(), when a command sent from one of those callbacks
+    // may already be due on a new context.
+    if (ac == self->ac_ && !self->sent_at_.empty()) self->sent_at_.pop_front();
     (*cb)(static_cast<redisReply*>(reply));
     if (self->draining_ && self->sent_at_.empty() && self->ac_ == ac) self->close();  // freed after this callback
   }
