@@ -1200,6 +1200,53 @@ struct observing {
   ~observing() { set_observer(nullptr); }
 };
 
+// The harness's slot moves (the model checker's migrate fault) must end in a settled cluster
+// whatever a fault did to the move before: a target that already has a key of the slot, and a
+// move cut short by a failover of its source.
+TEST(Cluster, HarnessSlotMoveReplacesTheTargetsOlderCopyOfAKey) {
+  const std::vector<int> masters = cluster->masters();
+  cluster_client c(cluster->options());
+  const std::string name = name_on(c, masters[0], "busy-");
+  const std::string key = "{" + name + "}";
+  const int slot = detail::key_slot(key);
+  redis_cluster::admin(masters[0]).command({"SET", key, "owners"});
+  // An older copy on the target, as a MIGRATE whose reply was lost leaves one.
+  connection target = redis_cluster::admin(masters[1]);
+  target.command({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", redis_cluster::node_id(masters[0])});
+  target.command({"ASKING"});
+  target.command({"SET", key, "older"});
+
+  const std::string why = cluster->move_slot_to(slot, masters[1], seconds(10));
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(cluster->owner_by_most(slot), masters[1]);
+  EXPECT_EQ(redis_cluster::text(target.command({"GET", key})), "owners");
+  target.command({"DEL", key});
+}
+
+TEST(Cluster, HarnessSlotMoveCutShortByAFailoverOfItsSourceEndsOnTheNewOwner) {
+  const std::vector<int> masters = cluster->masters();
+  const int source = masters[0], to = masters[1];
+  const int replica = cluster->replica_of(source);
+  ASSERT_NE(replica, 0);
+  cluster_client c(cluster->options());
+  const std::string key = "{" + name_on(c, source, "cut-") + "}";
+  const int slot = detail::key_slot(key);
+  const std::string s = std::to_string(slot);
+  redis_cluster::admin(source).command({"SET", key, "v"});
+  ASSERT_TRUE(redis_cluster::replicated(source, seconds(10)));
+  // The move's first steps, then the failover that cuts it short: the target now imports the
+  // slot from a node that is a replica, and keeps counting the slot as unassigned.
+  redis_cluster::admin(to).command({"CLUSTER", "SETSLOT", s, "IMPORTING", redis_cluster::node_id(source)});
+  redis_cluster::admin(source).command({"CLUSTER", "SETSLOT", s, "MIGRATING", redis_cluster::node_id(to)});
+  ASSERT_TRUE(redis_cluster::manual_failover(replica, seconds(15)));
+  const std::string why = cluster->move_slot_to(slot, to, seconds(10));
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(cluster->owner_by_most(slot), to);
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+  EXPECT_EQ(redis_cluster::text(redis_cluster::admin(to).command({"GET", key})), "v");
+  redis_cluster::admin(to).command({"DEL", key});
+}
+
 TEST(Cluster, PrimaryFailoverRecovers) {
   auto failovers = std::make_shared<failover_log>();
   const observing installed(failovers);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -83,10 +84,11 @@ class redis_cluster {
   static std::string node_id(int port) { return text(admin(port).command({"CLUSTER", "MYID"})); }
 
   /// Port of the master that serves `slot`, as node 0 sees it.
-  int master_of(int slot) {
-    redislock::connection c = admin(nodes_.front()->port());
-    redislock::reply_ptr r = c.command({"CLUSTER", "SLOTS"});
-    for (const auto& range : redislock::detail::parse_cluster_slots(*r, "127.0.0.1"))
+  int master_of(int slot) { return owner_seen_by(nodes_.front()->port(), slot); }
+  /// Port of the master that serves `slot` as the node on `port` sees it (0: none).
+  static int owner_seen_by(int port, int slot) {
+    for (const auto& range :
+         redislock::detail::parse_cluster_slots(*admin(port).command({"CLUSTER", "SLOTS"}), "127.0.0.1"))
       if (slot >= range.first && slot <= range.last) return range.port;
     return 0;
   }
@@ -143,6 +145,9 @@ class redis_cluster {
   /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master.
   /// Its commands wait up to 10 s: a node may hold writes back for a while (a manual failover
   /// pauses its old master's clients until the new master is known), and MIGRATE has 5 s.
+  /// MIGRATE replaces a key the target already has: while the source holds a key, every client
+  /// of it is served there, so the target's copy is an older one (a MIGRATE whose reply was
+  /// lost, or a key made through ASK before an earlier move was cut short).
   void migrate_slot(int slot, int src, int dst) {
     const std::string s = std::to_string(slot), dst_id = node_id(dst);
     const std::chrono::seconds patient(10);
@@ -152,7 +157,7 @@ class redis_cluster {
     for (int round = 0; round < 100; ++round) {
       redislock::reply_ptr keys = source.command({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
       if (keys->elements == 0) break;
-      std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(dst), "", "0", "5000", "KEYS"};
+      std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(dst), "", "0", "5000", "REPLACE", "KEYS"};
       for (std::size_t i = 0; i < keys->elements; ++i) argv.emplace_back(keys->element[i]->str, keys->element[i]->len);
       source.command(std::vector<std::string_view>(argv.begin(), argv.end()));
     }
@@ -160,6 +165,151 @@ class redis_cluster {
     source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     for (int port : masters())
       if (port != src && port != dst) admin(port, patient).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+  }
+
+  /// Moves `slot` to the master on `dst` and sees the move through; "" when every node agrees
+  /// that `dst` serves it, else why not (after 3 attempts, each waiting up to `bound` for the
+  /// cluster to settle). Each attempt starts from the slot's owner as most nodes see it then:
+  /// a failover during an attempt leaves the move half done with a source that is now a
+  /// replica, and a target still importing from that replica never takes the new owner's word
+  /// for the slot (it counts the slot as unassigned: cluster_state:fail, for good). Taken up
+  /// again from the new owner (or, when `dst` already owns the slot, with SETSLOT NODE alone),
+  /// the move ends that state: a move left open is first closed (unwind_move()).
+  std::string move_slot_to(int slot, int dst, std::chrono::milliseconds bound) {
+    std::string why;
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      try {
+        unwind_move(slot, bound);
+        wait_until_stable(bound);  // no wait when settled; a move is tried either way
+        const int from = owner_by_most(slot);
+        if (from == 0) throw std::runtime_error("no node names an owner of slot " + std::to_string(slot));
+        if (from != dst) migrate_slot(slot, from, dst);
+        else
+          for (int port : masters_by_role())
+            admin(port, std::chrono::seconds(10))
+                .command({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", node_id(dst)});
+        if (wait_until_stable(bound)) return {};
+        why = "not stable after the move: " + unstable_because_;
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    return "the slot move failed 3 times, last: " + why + describe_slot(slot);
+  }
+
+  /// Closes a move of `slot` left open (CLUSTER SETSLOT STABLE on each master that shows it
+  /// importing or migrating, then SETSLOT NODE <owner>), once the nodes outside the move agree
+  /// on the slot's owner (within `bound`) and no master but that owner holds keys of the slot,
+  /// so closing strands none. A node importing the slot from a node that is not its owner
+  /// counts the slot as unassigned and refuses every command (CLUSTERDOWN) until it is closed,
+  /// and closed, it still waits for a change in the owner's claim that never comes: it is told
+  /// the owner. True when it closed one.
+  bool unwind_move(int slot, std::chrono::milliseconds bound) {
+    const std::string s = std::to_string(slot);
+    std::vector<int> open;
+    for (int port : masters_by_role()) {
+      std::istringstream lines(text(admin(port).command({"CLUSTER", "NODES"})));
+      for (std::string line; std::getline(lines, line);)
+        if (line.find("myself") != std::string::npos &&
+            (line.find("[" + s + "-<-") != std::string::npos || line.find("[" + s + "->-") != std::string::npos))
+          open.push_back(port);
+    }
+    if (open.empty()) return false;
+    int owner = 0;
+    if (!poll_until([&] { return (owner = agreed_owner(slot, open)) != 0; }, std::chrono::steady_clock::now() + bound))
+      return false;
+    for (int port : masters_by_role())
+      if (port != owner && admin(port).command({"CLUSTER", "COUNTKEYSINSLOT", s})->integer > 0) return false;
+    const std::string owner_id = node_id(owner);
+    for (int port : open) {
+      redislock::connection c = admin(port, std::chrono::seconds(10));
+      c.command({"CLUSTER", "SETSLOT", s, "STABLE"});
+      if (port != owner) c.command({"CLUSTER", "SETSLOT", s, "NODE", owner_id});
+    }
+    return true;
+  }
+
+  /// The master every running node but those in `excluded` names as the owner of `slot` in
+  /// CLUSTER SLOTS, and that says it is a master itself; 0 while they disagree.
+  int agreed_owner(int slot, const std::vector<int>& excluded) {
+    int owner = 0;
+    for (auto& n : nodes_) {
+      if (!n->running() || std::find(excluded.begin(), excluded.end(), n->port()) != excluded.end()) continue;
+      const int named = owner_seen_by(n->port(), slot);
+      if (named == 0 || (owner != 0 && named != owner)) return 0;
+      owner = named;
+    }
+    return owner != 0 && is_master(owner) ? owner : 0;
+  }
+
+  /// The port most nodes name as the master of `slot` in CLUSTER SLOTS (0 when none does).
+  int owner_by_most(int slot) {
+    std::map<int, int> votes;
+    for (auto& n : nodes_) {
+      if (!n->running()) continue;
+      try {
+        if (const int named = owner_seen_by(n->port(), slot)) ++votes[named];
+      } catch (const redislock::error&) {  // a node restarting: it has no vote
+      }
+    }
+    int best = 0, most = 0;
+    for (const auto& [port, n] : votes)
+      if (n > most) best = port, most = n;
+    return best;
+  }
+
+  /// Ports of the running nodes whose own INFO says role:master (a stale slot map may still
+  /// name a node just demoted, which refuses writes with READONLY).
+  std::vector<int> masters_by_role() {
+    std::vector<int> out;
+    for (auto& n : nodes_) {
+      if (!n->running()) continue;
+      try {
+        if (is_master(n->port())) out.push_back(n->port());
+      } catch (const redislock::error&) {
+      }
+    }
+    return out;
+  }
+
+  /// Each node's view of `slot`, for a failure message: port, role, keys of the slot it holds
+  /// (with their PTTL), and the slot's state in its own CLUSTER NODES line (importing or
+  /// migrating shows as "[slot-<-id]" / "[slot->-id]").
+  std::string describe_slot(int slot) {
+    std::string out;
+    const std::string s = std::to_string(slot);
+    for (auto& n : nodes_) {
+      out += "\n  node " + std::to_string(n->port()) + ": ";
+      if (!n->running()) {
+        out += "down";
+        continue;
+      }
+      try {
+        redislock::connection c = admin(n->port());
+        const std::string info = text(c.command({"INFO", "replication"}));
+        out += info.find("role:master") != std::string::npos ? "master" : "replica";
+        const redislock::reply_ptr keys = c.command({"CLUSTER", "GETKEYSINSLOT", s, "10"});
+        out += ", keys of the slot:";
+        for (std::size_t i = 0; i < keys->elements; ++i) {
+          const std::string k(keys->element[i]->str, keys->element[i]->len);
+          out += " " + k;
+          try {
+            out += " (pttl " + std::to_string(c.command({"PTTL", k})->integer) + ")";
+          } catch (const redislock::error& e) {  // a key of a slot the node does not serve
+            out += std::string(" (") + e.what() + ")";
+          }
+        }
+        std::istringstream lines(text(c.command({"CLUSTER", "NODES"})));
+        for (std::string line; std::getline(lines, line);)
+          if (line.find("myself") != std::string::npos) {
+            const std::size_t open = line.find('[');
+            out += open == std::string::npos ? ", no slot in a move" : ", moves " + line.substr(open);
+          }
+      } catch (const redislock::error& e) {
+        out += std::string("not answering: ") + e.what();
+      }
+    }
+    return out;
   }
 
   /// Looks at `done` every 20 ms until it returns true (true), or until `end` (false). A
