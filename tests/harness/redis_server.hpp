@@ -144,13 +144,15 @@ class redis_server {
     if (log_reader_.joinable()) log_reader_.join();
   }
 
-  /// Starts a stopped or killed server again on its port (an empty data set and script cache).
+  /// Starts a stopped or killed server again on its port: an empty script cache, and an empty
+  /// data set unless it once synced as a replica (Redis keeps the RDB file a full sync wrote,
+  /// rdb-del-sync-files no, and loads it at start).
   void start_again() {
     if (process_.running()) throw std::runtime_error("redis_server: still running on port " + std::to_string(port_));
     if (!start()) throw std::runtime_error("redis_server: restart on port " + std::to_string(port_) + " failed");
   }
 
-  /// Stops and starts again on the same port (an empty data set and script cache).
+  /// Stops and starts again on the same port (the data set as start_again() says).
   void restart() {
     stop();
     start_again();
