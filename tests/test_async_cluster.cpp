@@ -1,0 +1,180 @@
+// The async client on Redis Cluster (redislock/asio.hpp, detail/asio_cluster.hpp) against a real
+// 3-master cluster on loopback, started once for this binary: routing by slot to every master,
+// hand-offs between async and blocking cluster clients in both directions (sharded notices),
+// a live migration of a held lock's slot while an async waiter waits, and unreachable seeds.
+#include "async_fixture.hpp"
+#include "redis_cluster.hpp"
+
+#include <redislock/asio.hpp>
+#include <redislock/cluster_client.hpp>
+#include <redislock/redislock.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace redislock;
+using redislock_test::loop;
+using redislock_test::outcome;
+using redislock_test::redis_cluster;
+using redislock_test::unlock_now;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+redis_cluster* cluster = nullptr;
+
+struct cluster_environment : ::testing::Environment {
+  void SetUp() override {
+    try {
+      cluster = new redis_cluster(3, 0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cannot start the test cluster: %s\n", e.what());
+      std::exit(1);
+    }
+  }
+  void TearDown() override {
+    delete cluster;
+    cluster = nullptr;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const environment =
+    ::testing::AddGlobalTestEnvironment(new cluster_environment);
+
+long long ms_since(steady::time_point t) { return std::chrono::duration_cast<milliseconds>(steady::now() - t).count(); }
+
+// A name whose lock lives on the master listening on `port`.
+std::string name_on(cluster_client& c, int port, const std::string& base) {
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = base + std::to_string(i);
+    if (c.node_of("{" + name + "}") == "127.0.0.1:" + std::to_string(port)) return name;
+  }
+  return {};
+}
+
+bool exists_on(int port, const std::string& key) {
+  return redis_cluster::admin(port).command({"EXISTS", key})->integer == 1;
+}
+
+struct AsyncClusterTest : ::testing::Test {
+  void SetUp() override {
+    blocking = std::make_unique<cluster_client>(cluster->options());
+    blocking->refresh();
+    runner = std::make_unique<loop>();
+    async_client_options o;
+    o.cluster = cluster->options();
+    client = std::make_unique<async_client>(runner->io.get_executor(), o);
+  }
+  void TearDown() override {
+    client.reset();
+    runner.reset();
+    blocking.reset();
+  }
+  std::pair<std::error_code, async_hold> lock_within(async_mutex& m, milliseconds t) {
+    return outcome<async_hold>([&](auto cb) { m.async_try_lock_for(t, cb); });
+  }
+
+  std::unique_ptr<cluster_client> blocking;
+  std::unique_ptr<loop> runner;
+  std::unique_ptr<async_client> client;
+};
+
+// Each master serves some lock: every async lock's keys go to the master of its slot.
+TEST_F(AsyncClusterTest, LocksOnEveryMasterGoToTheirSlotsOwner) {
+  for (int port : cluster->masters()) {
+    const std::string name = name_on(*blocking, port, "async-route-");
+    ASSERT_FALSE(name.empty());
+    async_mutex m(*client, name);
+    auto [e, hold] = lock_within(m, seconds(2));
+    ASSERT_FALSE(e) << e.message();
+    ASSERT_TRUE(hold.owns_lock());
+    EXPECT_TRUE(exists_on(port, m.key())) << name;
+    auto [fe, fence] = outcome<std::uint64_t>([&](auto cb) { hold.async_fencing_token(cb); });
+    EXPECT_FALSE(fe);
+    EXPECT_GT(fence, 0u);
+    release_status st{};
+    EXPECT_FALSE(unlock_now(hold, &st));
+    EXPECT_EQ(st, release_status::released);
+    EXPECT_FALSE(exists_on(port, m.key()));
+  }
+}
+
+// An async waiter is handed the lock by a blocking cluster_client holder's release (a sharded
+// notice on the slot's master), and the reverse.
+TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
+  const std::vector<int> masters = cluster->masters();
+  const std::string name = name_on(*blocking, masters[1], "async-handoff-");
+  basic_mutex<cluster_client> blocking_mutex(*blocking, name);
+  async_mutex m(*client, name);
+
+  blocking_mutex.lock();
+  std::promise<std::pair<std::error_code, async_hold>> got;
+  m.async_try_lock_for(seconds(5), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  // Wait until the async waiter is queued and subscribed on the slot's master.
+  const std::string channel_prefix = "*{" + name + "}";
+  const auto until = steady::now() + seconds(3);
+  auto channels = [&] {
+    return redis_cluster::admin(masters[1]).command({"PUBSUB", "SHARDCHANNELS", channel_prefix + "*"})->elements;
+  };
+  while (channels() == 0 && steady::now() < until) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_EQ(channels(), 1u);
+  const auto released = steady::now();
+  EXPECT_EQ(blocking_mutex.unlock_and_report(), release_status::released);
+  auto [e, hold] = got.get_future().get();
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(hold.owns_lock());
+  EXPECT_LT(ms_since(released), 500);
+  EXPECT_EQ(client->stats().handed_over, 1u);  // by the notice, not by a timer
+
+  // The reverse: a blocking waiter, handed the lock by the async holder's release. (The async
+  // lock keeps its channel subscribed while the object lives: the waiter's is one more.)
+  const std::size_t before = channels();
+  auto waiter = std::async(std::launch::async, [&] {
+    const bool ok = blocking_mutex.try_lock_for(seconds(5));
+    const auto at = steady::now();
+    if (ok) blocking_mutex.unlock();
+    return std::make_pair(ok, at);
+  });
+  const auto until2 = steady::now() + seconds(3);
+  while (channels() <= before && steady::now() < until2) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_GT(channels(), before);
+  const auto unlocked = steady::now();
+  EXPECT_FALSE(unlock_now(hold));
+  auto [ok, at] = waiter.get();
+  EXPECT_TRUE(ok);
+  EXPECT_LT(std::chrono::duration_cast<milliseconds>(at - unlocked).count(), 500);
+  EXPECT_GE(blocking->wait_stats().wakeups, 1u);
+}
+
+// A seed nobody listens on: the first operation fails with connection_failed, within the
+// connect timeout.
+TEST(AsyncClusterSeeds, UnreachableSeedFailsWithConnectionFailed) {
+  loop runner;
+  async_client_options o;
+  o.cluster.emplace();
+  connection_options seed;
+  seed.host = "127.0.0.1";
+  seed.port = redislock_test::free_port();
+  seed.connect_timeout = milliseconds(500);
+  o.cluster->seeds.push_back(seed);
+  auto client = std::make_unique<async_client>(runner.io.get_executor(), o);
+  async_mutex m(*client, "unreachable");
+  const auto started = steady::now();
+  auto [e, hold] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(seconds(5), cb); });
+  EXPECT_EQ(e, async_errc::connection_failed);
+  EXPECT_FALSE(hold.owns_lock());
+  EXPECT_LT(ms_since(started), 1500);
+  client.reset();
+}
+
+}  // namespace
