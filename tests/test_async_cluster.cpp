@@ -156,6 +156,90 @@ TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
   EXPECT_GE(blocking->wait_stats().wakeups, 1u);
 }
 
+std::size_t shard_channels(int port, const std::string& name) {
+  return redis_cluster::admin(port).command({"PUBSUB", "SHARDCHANNELS", "*{" + name + "}*"})->elements;
+}
+
+template <class Condition>
+bool within(milliseconds bound, Condition&& done) {
+  const auto until = steady::now() + bound;
+  while (!done()) {
+    if (steady::now() >= until) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return true;
+}
+
+// While an async waiter waits (subscribed on the slot's master), the held lock's slot migrates
+// to another master: the old master ends the subscription, the waiter subscribes on the new
+// owner (following MOVED), the holder's extend follows MOVED to where its key now is, and the
+// holder's release hands the lock to the waiter by a notice (it was not stranded).
+TEST_F(AsyncClusterTest, WaiterFollowsALiveMigrationOfTheHeldSlot) {
+  const std::vector<int> masters = cluster->masters();
+  const int from = masters[0], to = masters[1];
+  const std::string name = name_on(*blocking, from, "async-migrate-");
+  const int slot = detail::key_slot("{" + name + "}");
+  async_client_options o;
+  o.cluster = cluster->options();
+  async_client holder_client(runner->io.get_executor(), o);
+  async_mutex held(holder_client, name), waited(*client, name);
+  auto [he, hold] = outcome<async_hold>([&](auto cb) { held.async_try_lock_for(seconds(2), cb); });
+  ASSERT_FALSE(he) << he.message();
+  std::promise<std::pair<std::error_code, async_hold>> got;
+  waited.async_try_lock_for(seconds(8), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(from, name) == 1; }));
+
+  cluster->migrate_slot(slot, from, to);
+  EXPECT_TRUE(exists_on(to, held.key()));
+  ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(to, name) == 1; })) << "the waiter did not follow";
+  EXPECT_EQ(shard_channels(from, name), 0u);
+
+  auto [ee, extended] = outcome<bool>([&](auto cb) { hold.async_extend(cb); });
+  EXPECT_FALSE(ee) << ee.message();
+  EXPECT_TRUE(extended);
+  const auto released = steady::now();
+  EXPECT_FALSE(unlock_now(hold));
+  auto [e, h] = got.get_future().get();
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_LT(ms_since(released), 500);
+  EXPECT_EQ(client->stats().handed_over, 1u);
+  EXPECT_TRUE(exists_on(to, waited.key()));
+  EXPECT_FALSE(unlock_now(h));
+
+  cluster->migrate_slot(slot, to, from);
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+}
+
+// An acquisition on a slot caught mid-migration, its keys not on the source: ASK sends it to
+// the importing master (ASKING first), where the lock is taken; once the slot is moved, the
+// release follows MOVED there.
+TEST_F(AsyncClusterTest, AcquisitionFollowsAskDuringAMigration) {
+  const std::vector<int> masters = cluster->masters();
+  const int from = masters[0], to = masters[2];
+  const std::string name = name_on(*blocking, from, "async-ask-");
+  const std::string s = std::to_string(detail::key_slot("{" + name + "}"));
+  const std::string from_id = redis_cluster::node_id(from), to_id = redis_cluster::node_id(to);
+  redis_cluster::admin(to).command({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id});
+  redis_cluster::admin(from).command({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id});
+  async_mutex m(*client, name);
+  auto [e, hold] = lock_within(m, seconds(2));
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(hold.owns_lock());
+  {
+    connection target = redis_cluster::admin(to);  // the slot is not its own yet: ASKING first
+    target.command({"ASKING"});
+    EXPECT_EQ(target.command({"EXISTS", m.key()})->integer, 1);
+  }
+  for (int port : masters) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  release_status st{};
+  EXPECT_FALSE(unlock_now(hold, &st));
+  EXPECT_EQ(st, release_status::released);
+  EXPECT_FALSE(exists_on(to, m.key()));
+  cluster->migrate_slot(std::stoi(s), to, from);
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+}
+
 // A seed nobody listens on: the first operation fails with connection_failed, within the
 // connect timeout.
 TEST(AsyncClusterSeeds, UnreachableSeedFailsWithConnectionFailed) {
