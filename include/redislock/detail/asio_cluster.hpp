@@ -93,7 +93,10 @@ class async_cluster : public std::enable_shared_from_this<async_cluster> {
             if (auto self = w.lock(); self && self->on_message_) self->on_message_(n, type, channel, payload);
           },
           [w, n](std::uint64_t ended) {
-            if (auto self = w.lock(); self && self->on_broken_) self->on_broken_(n, ended);
+            auto self = w.lock();
+            if (!self) return;
+            self->stale_ = true;  // a failover, maybe: the next command reloads the map first
+            if (self->on_broken_) self->on_broken_(n, ended);
           });
       if (closed_) x.subscriber->shutdown();
     }
@@ -155,8 +158,8 @@ class async_cluster : public std::enable_shared_from_this<async_cluster> {
   }
 
   void send(const std::shared_ptr<call>& c) {
-    if (closed_) return fail(c);
     if (!loaded_ || stale_) {
+      if (closed_) return fail(c);
       stale_ = false;
       return load_map([self = shared_from_this(), c](bool ok) {
         if (!ok && !self->loaded_) return c->cb(nullptr);
@@ -166,8 +169,9 @@ class async_cluster : public std::enable_shared_from_this<async_cluster> {
     route(c);
   }
 
+  // Also once closed: a connection still draining takes a command its callbacks send (a
+  // script's EVAL after NOSCRIPT); a closed node's connection refuses it (nullptr).
   void route(const std::shared_ptr<call>& c) {
-    if (closed_) return fail(c);
     const int asked = std::exchange(c->ask_node, -1);
     const int target = asked >= 0 ? asked : owner_of(c->slot);
     if (target < 0) return retry_later(c, true);  // no master serves the slot: CLUSTERDOWN
