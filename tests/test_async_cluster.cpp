@@ -240,6 +240,69 @@ TEST_F(AsyncClusterTest, AcquisitionFollowsAskDuringAMigration) {
   EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
+// The semaphore and both sides of the read/write lock route like the mutex, each to its
+// name's master.
+TEST_F(AsyncClusterTest, SemaphoreAndSharedMutexGoToTheirSlotsOwner) {
+  const std::vector<int> masters = cluster->masters();
+  const std::string sname = name_on(*blocking, masters[1], "async-sem-");
+  const std::string rname = name_on(*blocking, masters[2], "async-rw-");
+  async_semaphore sem(*client, sname, 2);
+  async_shared_mutex rw(*client, rname);
+  auto [e1, p1] = outcome<async_hold>([&](auto cb) { sem.async_try_acquire_for(seconds(2), cb); });
+  auto [e2, p2] = outcome<async_hold>([&](auto cb) { sem.async_try_acquire_for(seconds(2), cb); });
+  auto [e3, p3] = outcome<async_hold>([&](auto cb) { sem.async_try_acquire_for(milliseconds(50), cb); });
+  ASSERT_FALSE(e1 || e2 || e3);
+  EXPECT_TRUE(p1.owns_lock() && p2.owns_lock());
+  EXPECT_FALSE(p3.owns_lock());  // two permits
+  EXPECT_TRUE(exists_on(masters[1], sem.key()));
+  auto [e4, r1] = outcome<async_hold>([&](auto cb) { rw.async_try_lock_shared_for(seconds(2), cb); });
+  auto [e5, w1] = outcome<async_hold>([&](auto cb) { rw.async_try_lock_for(milliseconds(50), cb); });
+  ASSERT_FALSE(e4 || e5);
+  EXPECT_TRUE(r1.owns_lock());
+  EXPECT_FALSE(w1.owns_lock());  // a reader holds
+  EXPECT_TRUE(exists_on(masters[2], rw.key()));
+  for (async_hold* h : {&p1, &p2, &r1}) {
+    release_status st{};
+    EXPECT_FALSE(unlock_now(*h, &st));
+    EXPECT_EQ(st, release_status::released);
+  }
+}
+
+// The first seed is down: the map comes from the next one.
+TEST(AsyncClusterSeeds, ALaterSeedServesWhenTheFirstIsDown) {
+  loop runner;
+  async_client_options o;
+  o.cluster.emplace();
+  connection_options dead;
+  dead.host = "127.0.0.1";
+  dead.port = redislock_test::free_port();
+  dead.connect_timeout = milliseconds(500);
+  o.cluster->seeds.push_back(dead);
+  o.cluster->seeds.push_back(cluster->options().seeds.front());
+  auto client = std::make_unique<async_client>(runner.io.get_executor(), o);
+  async_mutex m(*client, "later-seed");
+  auto [e, hold] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(seconds(2), cb); });
+  ASSERT_FALSE(e) << e.message();
+  EXPECT_TRUE(hold.owns_lock());
+  EXPECT_FALSE(unlock_now(hold));
+  client.reset();
+}
+
+// Options a cluster cannot take are refused when the client is made.
+TEST(AsyncClusterSeeds, BadClusterOptionsAreRefused) {
+  loop runner;
+  async_client_options o;
+  o.cluster.emplace();
+  EXPECT_THROW(async_client(runner.io.get_executor(), o), invalid_argument);  // no seed
+  connection_options seed;
+  seed.db = 1;
+  o.cluster->seeds.push_back(seed);
+  EXPECT_THROW(async_client(runner.io.get_executor(), o), invalid_argument);  // database 1
+  o.cluster->seeds.front().db = 0;
+  o.cluster->seeds.front().unix_path = "/tmp/redis.sock";
+  EXPECT_THROW(async_client(runner.io.get_executor(), o), invalid_argument);  // a unix socket
+}
+
 // A seed nobody listens on: the first operation fails with connection_failed, within the
 // connect timeout.
 TEST(AsyncClusterSeeds, UnreachableSeedFailsWithConnectionFailed) {
