@@ -303,6 +303,97 @@ TEST(AsyncClusterSeeds, BadClusterOptionsAreRefused) {
   EXPECT_THROW(async_client(runner.io.get_executor(), o), invalid_argument);  // a unix socket
 }
 
+// A replica joins the master on `master` (a node of its own, outside the harness's list): its
+// port once it is linked, 0 when that did not happen within 10 s.
+int add_replica(redislock_test::redis_server& node, int master) {
+  const std::string master_id = redis_cluster::node_id(master);
+  // A full sync starts at once (diskless, Redis 7's default, waits 5 s for more replicas).
+  redis_cluster::admin(master).command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
+  redis_cluster::admin(node.port()).command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(master)});
+  const auto end = steady::now() + seconds(10);
+  auto knows_master = [&] {
+    return redis_cluster::text(redis_cluster::admin(node.port()).command({"CLUSTER", "NODES"})).find(master_id) !=
+           std::string::npos;
+  };
+  if (!redis_cluster::poll_until(knows_master, end)) return 0;
+  redis_cluster::admin(node.port()).command({"CLUSTER", "REPLICATE", master_id});
+  auto linked = [&] {
+    return redis_cluster::text(redis_cluster::admin(node.port()).command({"INFO", "replication"}))
+               .find("master_link_status:up") != std::string::npos;
+  };
+  return redis_cluster::poll_until(linked, end) ? node.port() : 0;
+}
+
+// The value of `field` in an INFO reply ("field:value\r\n" lines); "0" if absent.
+std::string info_value(const std::string& info, const std::string& field) {
+  const std::size_t at = info.find("\n" + field + ":");
+  if (at == std::string::npos) return "0";
+  const std::size_t from = at + field.size() + 2;
+  return info.substr(from, info.find_first_of("\r\n", from) - from);
+}
+
+// Whether the replica on `replica` has applied every write its master on `master` took before
+// this call (its own offset, not the master's view of its acknowledgements, which come once a
+// second); false after 5 s.
+bool caught_up(int master, int replica) {
+  const std::string info = redis_cluster::text(redis_cluster::admin(master).command({"INFO", "replication"}));
+  const long long target = std::atoll(info_value(info, "master_repl_offset").c_str());
+  return redis_cluster::poll_until(
+      [&] {
+        const std::string r = redis_cluster::text(redis_cluster::admin(replica).command({"INFO", "replication"}));
+        return std::atoll(info_value(r, "slave_repl_offset").c_str()) >= target;
+      },
+      steady::now() + seconds(5));
+}
+
+// A master is replaced by its replica (CLUSTER FAILOVER TAKEOVER): the holder's extend reaches
+// the promoted replica through the demoted master's MOVED (the hold was replicated: still
+// ours), and the waiter, subscribed on the demoted master where no release counts it, is not
+// stranded: it wakes by recheck_interval, follows MOVED and takes the released lock. Then the
+// shard fails back and the extra node leaves, for the tests after this one.
+TEST_F(AsyncClusterTest, HoldAndWaiterFollowAFailover) {
+  const int master = cluster->masters()[2];
+  redislock_test::redis_server extra(
+      {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}, true);
+  const int replica = add_replica(extra, master);
+  ASSERT_NE(replica, 0) << "the replica did not join";
+  const std::string name = name_on(*blocking, master, "async-failover-");
+  async_client_options o;
+  o.cluster = cluster->options();
+  async_client holder_client(runner->io.get_executor(), o);
+  lock_options waiting;
+  waiting.recheck_interval = milliseconds(100);
+  async_mutex held(holder_client, name), waited(*client, name, waiting);
+  auto [he, hold] = outcome<async_hold>([&](auto cb) { held.async_try_lock_for(seconds(2), cb); });
+  ASSERT_FALSE(he) << he.message();
+  std::promise<std::pair<std::error_code, async_hold>> got;
+  waited.async_try_lock_for(seconds(8), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(master, name) == 1; }));
+  ASSERT_TRUE(caught_up(master, replica));
+
+  ASSERT_TRUE(redis_cluster::takeover(replica, master, seconds(10)));
+  auto [ee, extended] = outcome<bool>([&](auto cb) { hold.async_extend(cb); });
+  EXPECT_FALSE(ee) << ee.message();
+  EXPECT_TRUE(extended);
+  const auto released = steady::now();
+  EXPECT_FALSE(unlock_now(hold));
+  auto [e, h] = got.get_future().get();
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_LT(ms_since(released), 1500);
+  EXPECT_TRUE(exists_on(replica, waited.key()));
+  EXPECT_FALSE(unlock_now(h));
+
+  // Fail back, and forget the extra node (FORGET keeps it out for a minute) before it stops.
+  EXPECT_TRUE(caught_up(replica, master));
+  EXPECT_TRUE(redis_cluster::takeover(master, replica, seconds(10)));
+  const std::string extra_id = redis_cluster::node_id(replica);
+  for (std::size_t i = 0; i < cluster->size(); ++i)
+    redis_cluster::admin(cluster->node(i).port()).command({"CLUSTER", "FORGET", extra_id});
+  extra.stop();
+  EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+}
+
 // A seed nobody listens on: the first operation fails with connection_failed, within the
 // connect timeout.
 TEST(AsyncClusterSeeds, UnreachableSeedFailsWithConnectionFailed) {
