@@ -118,8 +118,8 @@ TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
   async_mutex m(*client, name);
 
   blocking_mutex.lock();
-  std::promise<std::pair<std::error_code, async_hold>> got;
-  m.async_try_lock_for(seconds(5), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  auto got = std::make_shared<std::promise<std::pair<std::error_code, async_hold>>>();
+  m.async_try_lock_for(seconds(5), [got](std::error_code e, async_hold h) { got->set_value({e, std::move(h)}); });
   // Wait until the async waiter is queued and subscribed on the slot's master.
   const std::string channel_prefix = "*{" + name + "}";
   const auto until = steady::now() + seconds(3);
@@ -130,7 +130,7 @@ TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
   ASSERT_EQ(channels(), 1u);
   const auto released = steady::now();
   EXPECT_EQ(blocking_mutex.unlock_and_report(), release_status::released);
-  auto [e, hold] = got.get_future().get();
+  auto [e, hold] = got->get_future().get();
   ASSERT_FALSE(e) << e.message();
   ASSERT_TRUE(hold.owns_lock());
   EXPECT_LT(ms_since(released), 500);
@@ -185,8 +185,8 @@ TEST_F(AsyncClusterTest, WaiterFollowsALiveMigrationOfTheHeldSlot) {
   async_mutex held(holder_client, name), waited(*client, name);
   auto [he, hold] = outcome<async_hold>([&](auto cb) { held.async_try_lock_for(seconds(2), cb); });
   ASSERT_FALSE(he) << he.message();
-  std::promise<std::pair<std::error_code, async_hold>> got;
-  waited.async_try_lock_for(seconds(8), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  auto got = std::make_shared<std::promise<std::pair<std::error_code, async_hold>>>();
+  waited.async_try_lock_for(seconds(8), [got](std::error_code e, async_hold h) { got->set_value({e, std::move(h)}); });
   ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(from, name) == 1; }));
 
   cluster->migrate_slot(slot, from, to);
@@ -199,7 +199,7 @@ TEST_F(AsyncClusterTest, WaiterFollowsALiveMigrationOfTheHeldSlot) {
   EXPECT_TRUE(extended);
   const auto released = steady::now();
   EXPECT_FALSE(unlock_now(hold));
-  auto [e, h] = got.get_future().get();
+  auto [e, h] = got->get_future().get();
   ASSERT_FALSE(e) << e.message();
   ASSERT_TRUE(h.owns_lock());
   EXPECT_LT(ms_since(released), 500);
@@ -321,7 +321,19 @@ int add_replica(redislock_test::redis_server& node, int master) {
     return redis_cluster::text(redis_cluster::admin(node.port()).command({"INFO", "replication"}))
                .find("master_link_status:up") != std::string::npos;
   };
-  return redis_cluster::poll_until(linked, end) ? node.port() : 0;
+  if (!redis_cluster::poll_until(linked, end)) return 0;
+  // Every node knows it as that master's replica (a takeover claimed before that is lost).
+  const std::string id = redis_cluster::node_id(node.port());
+  auto known = [&] {
+    for (std::size_t i = 0; i < cluster->size(); ++i) {
+      const std::string nodes = redis_cluster::text(cluster->node(i).admin().command({"CLUSTER", "NODES"}));
+      const std::size_t at = nodes.find(id);
+      const std::string line = at == std::string::npos ? std::string() : nodes.substr(at, nodes.find('\n', at) - at);
+      if (line.find("slave " + master_id) == std::string::npos) return false;
+    }
+    return true;
+  };
+  return redis_cluster::poll_until(known, end) ? node.port() : 0;
 }
 
 // The value of `field` in an INFO reply ("field:value\r\n" lines); "0" if absent.
@@ -366,18 +378,21 @@ TEST_F(AsyncClusterTest, HoldAndWaiterFollowAFailover) {
   async_mutex held(holder_client, name), waited(*client, name, waiting);
   auto [he, hold] = outcome<async_hold>([&](auto cb) { held.async_try_lock_for(seconds(2), cb); });
   ASSERT_FALSE(he) << he.message();
-  std::promise<std::pair<std::error_code, async_hold>> got;
-  waited.async_try_lock_for(seconds(8), [&](std::error_code e, async_hold h) { got.set_value({e, std::move(h)}); });
+  auto got = std::make_shared<std::promise<std::pair<std::error_code, async_hold>>>();
+  waited.async_try_lock_for(seconds(8), [got](std::error_code e, async_hold h) { got->set_value({e, std::move(h)}); });
   ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(master, name) == 1; }));
   ASSERT_TRUE(caught_up(master, replica));
 
-  ASSERT_TRUE(redis_cluster::takeover(replica, master, seconds(10)));
+  ASSERT_TRUE(redis_cluster::takeover(replica, master, seconds(10)))
+      << redis_cluster::text(redis_cluster::admin(replica).command({"INFO", "replication"})) << "\n"
+      << redis_cluster::text(redis_cluster::admin(master).command({"INFO", "replication"})) << "\n"
+      << redis_cluster::text(redis_cluster::admin(replica).command({"CLUSTER", "NODES"}));
   auto [ee, extended] = outcome<bool>([&](auto cb) { hold.async_extend(cb); });
   EXPECT_FALSE(ee) << ee.message();
   EXPECT_TRUE(extended);
   const auto released = steady::now();
   EXPECT_FALSE(unlock_now(hold));
-  auto [e, h] = got.get_future().get();
+  auto [e, h] = got->get_future().get();
   ASSERT_FALSE(e) << e.message();
   ASSERT_TRUE(h.owns_lock());
   EXPECT_LT(ms_since(released), 1500);

@@ -1009,7 +1009,6 @@ void async_client_core::on_sharded(std::size_t node, std::string_view type, std:
   // waiters subscribe again, by a reloaded map, or poll (as after a broken subscriber).
   if (type == "sunsubscribe") cluster_->reload_in_background();
   entry.redirects = 0;
-  const std::string name(it->first);
   auto m = entry.owner.lock();
   channels_.erase(it);
   if (m) m->on_subscribed(false);

@@ -131,6 +131,27 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     return true;
   }
 
+  /// Changes when a context opens and when it ends (synchronously, before on_broken is told).
+  std::uint64_t generation() const noexcept { return generation_; }
+
+  /// Closes for good: no reconnection after this. `graceful`: commands already sent are
+  /// written and their replies awaited first (with what their callbacks send on this
+  /// connection, e.g. a script's EVAL after NOSCRIPT); command_timeout still breaks the
+  /// connection should a reply not come. At once when no reply is due.
+  void shutdown(bool graceful = false) noexcept {
+    shut_ = true;
+    draining_ = graceful;
+    if (!graceful || sent_at_.empty()) close();
+  }
+
+  /// Frees the context: pending callbacks get nullptr. On the strand (or with nothing else left).
+  void close() noexcept {
+    if (ac_ == nullptr) return;
+    redisAsyncContext* ac = std::exchange(ac_, nullptr);
+    redisAsyncFree(ac);  // deferred by hiredis when called from one of its callbacks
+  }
+
+ private:
   // hiredis's async pub/sub knows no sharded messages: the first request goes as a command
   // whose callback (on_sharded) puts the context in monitor mode, where hiredis hands it every
   // later reply; later requests are appended with no callback of their own. pending_ holds the
@@ -174,10 +195,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     };
     if (r->type == REDIS_REPLY_ERROR) {
       if (self->pending_.empty()) return;
-      const auto [subscribe, channel] = std::move(self->pending_.front());
-      answered(subscribe, {});
+      const std::pair<bool, std::string> request = std::move(self->pending_.front());
+      answered(request.first, {});
       self->pending_.pop_front();
-      if (subscribe) tell("refused", channel, std::string_view(r->str, r->len));
+      if (request.first) tell("refused", request.second, std::string_view(r->str, r->len));
       return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
@@ -193,27 +214,6 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     tell("sunsubscribe", channel, {});
   }
 
-  /// Changes when a context opens and when it ends (synchronously, before on_broken is told).
-  std::uint64_t generation() const noexcept { return generation_; }
-
-  /// Closes for good: no reconnection after this. `graceful`: commands already sent are
-  /// written and their replies awaited first (with what their callbacks send on this
-  /// connection, e.g. a script's EVAL after NOSCRIPT); command_timeout still breaks the
-  /// connection should a reply not come. At once when no reply is due.
-  void shutdown(bool graceful = false) noexcept {
-    shut_ = true;
-    draining_ = graceful;
-    if (!graceful || sent_at_.empty()) close();
-  }
-
-  /// Frees the context: pending callbacks get nullptr. On the strand (or with nothing else left).
-  void close() noexcept {
-    if (ac_ == nullptr) return;
-    redisAsyncContext* ac = std::exchange(ac_, nullptr);
-    redisAsyncFree(ac);  // deferred by hiredis when called from one of its callbacks
-  }
-
- private:
   bool send(const std::vector<std::string_view>& argv, redisCallbackFn* fn, void* priv) {
     std::vector<const char*> ptrs;
     std::vector<std::size_t> lens;
