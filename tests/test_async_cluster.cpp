@@ -3,6 +3,7 @@
 // hand-offs between async and blocking cluster clients in both directions (sharded notices),
 // a live migration of a held lock's slot while an async waiter waits, and unreachable seeds.
 #include "async_fixture.hpp"
+#include "eventually.hpp"
 #include "redis_cluster.hpp"
 
 #include <redislock/asio.hpp>
@@ -11,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -407,6 +411,102 @@ TEST_F(AsyncClusterTest, HoldAndWaiterFollowAFailover) {
     redis_cluster::admin(cluster->node(i).port()).command({"CLUSTER", "FORGET", extra_id});
   extra.stop();
   EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
+}
+
+// A sharded subscriber connection (detail::async_redis) on one master, as the client uses it:
+// what it hears, in order, and whether it broke. Channels are picked by the master of their slot.
+struct AsyncClusterShardedSubscriber : ::testing::Test {
+  void SetUp() override {
+    blocking = std::make_unique<cluster_client>(cluster->options());
+    blocking->refresh();
+    port = cluster->master_of(0);
+    for (int i = 0; i < 10000 && (mine.size() < 4 || foreign.empty()); ++i) {
+      const std::string c = "sharded-test-" + std::to_string(i);
+      (blocking->node_of(c) == "127.0.0.1:" + std::to_string(port) ? mine : foreign).push_back(c);
+    }
+    connection_options o = cluster->options().seeds.front();
+    o.port = port;
+    subscriber = std::make_shared<detail::async_redis>(strand, o, true, nullptr, true);
+    subscriber->set_sinks(
+        [this](std::string_view type, std::string_view channel, std::string_view payload) {
+          std::lock_guard<std::mutex> g(m);
+          heard.push_back(std::string(type) + " " + std::string(channel) + " " +
+                          std::string(payload.substr(0, std::min<std::size_t>(payload.size(), 5))));
+        },
+        [this](std::uint64_t) { broken = true; });
+  }
+  void TearDown() override {
+    std::promise<void> closed;
+    asio::post(strand, [&] {
+      subscriber->close();
+      closed.set_value();
+    });
+    closed.get_future().wait();
+  }
+  // Runs `f` on the strand and waits for it.
+  template <class F>
+  void on_strand(F&& f) {
+    std::promise<void> done;
+    asio::post(strand, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  std::vector<std::string> heard_now() {
+    std::lock_guard<std::mutex> g(m);
+    return heard;
+  }
+  bool heard_count(std::size_t n) {
+    return redislock_test::eventually([&] { return heard_now().size() >= n; }, seconds(3));
+  }
+
+  std::unique_ptr<cluster_client> blocking;
+  loop runner;
+  const detail::async_strand strand{asio::make_strand(runner.io.get_executor())};
+  int port = 0;
+  std::vector<std::string> mine, foreign;
+  std::shared_ptr<detail::async_redis> subscriber;
+  std::mutex m;
+  std::vector<std::string> heard;
+  std::atomic<bool> broken{false};
+};
+
+// A refusal (MOVED) answered between confirmations, in one read: the refused channel is told,
+// the others confirmed, and the connection stays (it keeps hearing its channels).
+TEST_F(AsyncClusterShardedSubscriber, RefusalBetweenConfirmationsKeepsTheConnection) {
+  on_strand([&] { EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", mine[0])); });
+  ASSERT_TRUE(heard_count(1));
+  on_strand([&] {
+    EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", mine[1]));
+    EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", foreign[0]));  // MOVED
+    EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", mine[2]));
+  });
+  ASSERT_TRUE(heard_count(4)) << ::testing::PrintToString(heard_now());
+  redis_cluster::admin(port).command({"SPUBLISH", mine[0], "after"});
+  ASSERT_TRUE(heard_count(5)) << ::testing::PrintToString(heard_now());
+  const std::vector<std::string> expected{"subscribe " + mine[0] + " ", "subscribe " + mine[1] + " ",
+                                          "refused " + foreign[0] + " MOVED", "subscribe " + mine[2] + " ",
+                                          "message " + mine[0] + " after"};
+  EXPECT_EQ(heard_now(), expected);
+  EXPECT_FALSE(broken.load());
+}
+
+// A message that takes several reads to arrive (a large payload): the messages after it are
+// still heard.
+TEST_F(AsyncClusterShardedSubscriber, MessageSpreadOverReadsLosesNothingAfter) {
+  on_strand([&] { EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", mine[0])); });
+  ASSERT_TRUE(heard_count(1));
+  redis_cluster::admin(port).command({"SPUBLISH", mine[0], std::string(1 << 20, 'x')});
+  ASSERT_TRUE(heard_count(2));
+  for (int i = 0; i < 3; ++i) redis_cluster::admin(port).command({"SPUBLISH", mine[0], "n" + std::to_string(i)});
+  on_strand([&] { EXPECT_TRUE(subscriber->pubsub("SSUBSCRIBE", mine[1])); });
+  ASSERT_TRUE(heard_count(6)) << ::testing::PrintToString(heard_now());
+  const std::vector<std::string> expected{"subscribe " + mine[0] + " ", "message " + mine[0] + " xxxxx",
+                                          "message " + mine[0] + " n0", "message " + mine[0] + " n1",
+                                          "message " + mine[0] + " n2", "subscribe " + mine[1] + " "};
+  EXPECT_EQ(heard_now(), expected);
+  EXPECT_FALSE(broken.load());
 }
 
 // A seed nobody listens on: the first operation fails with connection_failed, within the

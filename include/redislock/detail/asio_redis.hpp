@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -179,6 +180,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     auto* r = static_cast<redisReply*>(reply);
     if (r == nullptr || ac != self->ac_) return;  // the context ends: on_broken tells
     ac->c.flags |= REDIS_MONITORING;              // hiredis keeps this callback for every later reply
+    self->keep_one_sink(*ac);
     auto str = [&](std::size_t i) {
       const redisReply* e = r->element[i];
       return e->type == REDIS_REPLY_STRING ? std::string_view(e->str, e->len) : std::string_view();
@@ -212,6 +214,52 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     if (kind != "sunsubscribe") return;
     if (answered(false, channel)) return self->pending_.pop_front();
     tell("sunsubscribe", channel, {});
+  }
+
+  // How hiredis keeps a monitoring context's callback differs: 1.2 queues it again after each
+  // reply; 0.14 (and 1.0) only at the end of a read, as the callback it last ran or, when the
+  // read completed no reply (a large message arriving in parts), as an empty one that then
+  // swallows the next reply. Between, the queue is empty, and an error reply (a MOVED to an
+  // SSUBSCRIBE) meeting an empty queue drops the connection. So each call leaves exactly one
+  // callback queued, this one: empty ones and extra copies are removed (hiredis's list and
+  // callback layout are public in async.h; entries are freed as hiredis frees them).
+  void keep_one_sink(redisAsyncContext& ac) noexcept {
+    redisCallback* kept = nullptr;
+    redisCallback** link = &ac.replies.head;
+    ac.replies.tail = nullptr;
+    while (redisCallback* cb = *link) {
+      const bool sink = cb->fn == nullptr || (cb->fn == &async_redis::on_sharded && cb->privdata == this);
+      if (sink && kept != nullptr) {
+        *link = cb->next;
+        free_callback(cb);
+        continue;
+      }
+      if (sink) {
+        kept = cb;
+        cb->fn = &async_redis::on_sharded;
+        cb->privdata = this;
+      }
+      ac.replies.tail = cb;
+      link = &cb->next;
+    }
+    if (kept != nullptr) return;
+#if HIREDIS_MAJOR >= 1
+    auto* cb = static_cast<redisCallback*>(hi_calloc(1, sizeof(redisCallback)));
+#else
+    auto* cb = static_cast<redisCallback*>(std::calloc(1, sizeof(redisCallback)));
+#endif
+    if (cb == nullptr) return;
+    cb->fn = &async_redis::on_sharded;
+    cb->privdata = this;
+    *link = cb;
+    ac.replies.tail = cb;
+  }
+  static void free_callback(redisCallback* cb) noexcept {
+#if HIREDIS_MAJOR >= 1
+    hi_free(cb);
+#else
+    std::free(cb);
+#endif
   }
 
   bool send(const std::vector<std::string_view>& argv, redisCallbackFn* fn, void* priv) {
