@@ -116,13 +116,13 @@ lua_free="^Servers/LuaFree[.]|^(SetIfeqRenewal|ServerFeatures)[.]"
 server_protocols+="|$lua_free"
 server_protocols+="|^torture_(no_faults|waiting_all_faults|fair_all_faults|shared_mixed_all_faults|redlock3_faults"
 server_protocols+="|cluster_faults)$"
-# test_cluster needs sharded pub/sub (Redis 7): on Redis 6 a cluster's waiters back off instead,
+# test_cluster and test_async_cluster need sharded pub/sub (Redis 7): on Redis 6 a cluster's waiters back off instead,
 # and torture_cluster_faults is its cluster test.
 server_subset() {  # <variant>
   case "$1" in
     redis6) echo "$server_protocols" ;;
     valkey9-nolua) echo "$lua_free" ;;
-    *) echo "$server_protocols|^test_cluster$" ;;
+    *) echo "$server_protocols|^test_cluster$|^test_async_cluster$" ;;
   esac
 }
 
@@ -193,7 +193,7 @@ for v in "${variants[@]}"; do
       cmake --build build/hiredis1-build -j "$jobs" > /dev/null
       cmake --install build/hiredis1-build > /dev/null
       hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
-      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls"
+      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls;test_async_cluster"
       cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
         -DCMAKE_PREFIX_PATH="$prefix" -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON \
         -DREDISLOCK_BUILD_EXAMPLES=OFF -DREDISLOCK_TEST_ONLY="$hiredis_tests"

@@ -20,6 +20,7 @@
 /// until the releases you want sent have been sent (a hold destroyed while the loop is stopped
 /// is released when it runs again, or its lease runs out).
 
+#include <redislock/detail/asio_cluster.hpp>
 #include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
 #include <redislock/detail/lock_core.hpp>
@@ -92,6 +93,12 @@ namespace redislock {
 
 struct async_client_options {
   connection_options connection;
+  /// Redis Cluster (detail/asio_cluster.hpp): when set, `connection` is unused and the client
+  /// routes each lock's scripts to the master that owns its {hash tag}'s slot, learned from
+  /// these seeds (parse_cluster_uri("redis-cluster://...") makes them). Used: seeds (their
+  /// credentials, TLS settings and timeouts apply to every node), max_redirects and
+  /// retry_timeout; the blocking pool's settings (pool_size, pool_wait_timeout) are not.
+  std::optional<cluster_options> cluster{};
   /// Where the outcome of a release sent by an async_hold's destructor goes (it runs on the
   /// client's strand: it must not block). Also counted in async_client::stats().
   std::function<void(const std::string& name, release_status)> on_background_release{};
@@ -146,12 +153,22 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
       : executor_(ex),
         strand_(asio::make_strand(ex)),
         options_(std::move(o)),
-        tls_context_(make_async_tls_context(options_.connection)),
+        tls_context_(make_async_tls_context(server_options())),
         commands_(std::make_shared<async_redis>(strand_, options_.connection, false, tls_context_)),
-        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {}
+        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {
+    if (options_.cluster) cluster_ = std::make_shared<async_cluster>(strand_, *options_.cluster, tls_context_);
+  }
 
   void start() {
     std::weak_ptr<async_client_core> w = weak_from_this();
+    if (cluster_)
+      cluster_->set_sinks(
+          [w](std::size_t node, std::string_view type, std::string_view channel, std::string_view payload) {
+            if (auto self = w.lock()) self->on_sharded(node, type, channel, payload);
+          },
+          [w](std::size_t node, std::uint64_t ended) {
+            if (auto self = w.lock()) self->on_subscriber_broken(ended, static_cast<int>(node));
+          });
     subscriber_->set_sinks(
         [w](std::string_view type, std::string_view channel, std::string_view payload) {
           if (auto self = w.lock()) self->on_pubsub(type, channel, payload);
@@ -163,7 +180,13 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
 
   const async_strand& strand() const noexcept { return strand_; }
   const asio::any_io_executor& executor() const noexcept { return executor_; }
-  async_redis& commands() noexcept { return *commands_; }
+
+  /// Sends a command (on a cluster: to the master of `key`'s slot); cb gets its reply or
+  /// nullptr. On the strand.
+  void command(std::string_view key, const std::vector<std::string_view>& argv, reply_callback cb) {
+    if (cluster_) return cluster_->command(key, argv, std::move(cb));
+    commands_->command(argv, std::move(cb));
+  }
 
   /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). `by_source`:
   /// EVAL at once (a best-effort command whose reply may be lost, NOSCRIPT included). On the strand.
@@ -179,33 +202,51 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     argv.insert(argv.end(), args.begin(), args.end());
     // The retry needs the arguments after this call returned: kept as strings.
     auto kept = std::make_shared<std::vector<std::string>>(argv.begin(), argv.end());
-    commands_->command(argv, [this, self = shared_from_this(), &s, kept, cb = std::move(cb)](redisReply* r) {
+    const std::string_view key = keys.empty() ? std::string_view() : keys.front();  // a lock's keys share a slot
+    command(key, argv, [this, self = shared_from_this(), &s, kept, cb = std::move(cb)](redisReply* r) {
       if (r == nullptr || !script::is_noscript(*r)) return cb(r);
       (*kept)[0] = "EVAL";
       (*kept)[1] = s.source();
       std::vector<std::string_view> again(kept->begin(), kept->end());
-      commands_->command(again, cb);
+      command(kept->size() > 3 ? std::string_view((*kept)[3]) : std::string_view(), again, cb);
     });
   }
 
   /// Subscribes `channel` for `m`; m->on_subscribed(ok) once confirmed or refused. Returns the
   /// subscriber connection's generation the subscription lives on. On the strand.
+  /// On a cluster: SSUBSCRIBE on the master that owns the channel's slot (the lock's), leaving
+  /// the one it was subscribed on before, if another.
   std::uint64_t subscribe(const std::string& channel, const std::shared_ptr<async_lock_core>& m) {
     auto& entry = channels_[channel];
     entry.owner = m;
+    if (cluster_) return entry.generation = subscribe_sharded(channel, entry);
     if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
       asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
     }
     return entry.generation = subscriber_->generation();
   }
 
-  /// The subscriber connection's current generation: a subscription made on another one is gone.
-  std::uint64_t subscriber_generation() const noexcept { return subscriber_->generation(); }
+  /// Whether a subscription made on connection `generation` can still hear a notice: that
+  /// connection is still up (on a cluster: and its node still owns the channel's slot, as far
+  /// as the slot map knows; a MOVED an attempt followed tells it otherwise).
+  bool subscription_alive(const std::string& channel, std::uint64_t generation) const noexcept {
+    if (!cluster_) return subscriber_->generation() == generation;
+    auto it = channels_.find(channel);
+    if (it == channels_.end() || it->second.node < 0) return false;
+    const auto node = static_cast<std::size_t>(it->second.node);
+    return cluster_->subscriber_generation(node) == generation &&
+           cluster_->owner_of(key_slot(channel)) == it->second.node;
+  }
 
   /// The lock of `channel` is gone: stop listening (a release then skips its stale places).
   /// Only a channel subscribed on the current connection (a lost connection forgot them all).
   void forget(const std::string& channel) {
-    if (channels_.erase(channel) != 0) subscriber_->pubsub("UNSUBSCRIBE", channel);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    const int node = it->second.node;
+    channels_.erase(it);
+    if (!cluster_) subscriber_->pubsub("UNSUBSCRIBE", channel);
+    else if (node >= 0) cluster_->subscriber(static_cast<std::size_t>(node)).pubsub("SUNSUBSCRIBE", channel);
   }
 
   /// For good: later operations fail with connection_failed. Commands already sent (a release
@@ -214,10 +255,11 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     closed_ = true;
     commands_->shutdown(true);
     subscriber_->shutdown();
+    if (cluster_) cluster_->shutdown();
   }
 
   bool closed() const noexcept { return closed_; }
-  std::chrono::milliseconds connect_timeout() const noexcept { return options_.connection.connect_timeout; }
+  std::chrono::milliseconds connect_timeout() const noexcept { return server_options().connect_timeout; }
 
   void count(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
   void report_background(const std::string& name, release_status s) {
@@ -246,16 +288,27 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
  private:
   inline void on_pubsub(std::string_view type, std::string_view channel, std::string_view payload);
   inline void confirm(const std::string& channel, bool ok);
-  inline void on_subscriber_broken(std::uint64_t ended);
+  inline void on_subscriber_broken(std::uint64_t ended, int node = -1);
+  inline void on_sharded(std::size_t node, std::string_view type, std::string_view channel, std::string_view payload);
+  struct channel_entry;
+  inline std::uint64_t subscribe_sharded(const std::string& channel, channel_entry& entry);
+
+  // What every connection is made with: the one server's, or the first seed's.
+  const connection_options& server_options() const noexcept {
+    return options_.cluster ? options_.cluster->seeds.front() : options_.connection;
+  }
 
   asio::any_io_executor executor_;
   async_strand strand_;
   async_client_options options_;
   std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
+  std::shared_ptr<async_cluster> cluster_;  // on a cluster; commands_ and subscriber_ stay unused then
   struct channel_entry {
     std::weak_ptr<async_lock_core> owner;
     std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
+    int node = -1;                 // on a cluster: the node subscribed on (-1: none)
+    int redirects = 0;             // on a cluster: SSUBSCRIBEs answered MOVED in a row
   };
   std::unordered_map<std::string, channel_entry> channels_;
   bool closed_ = false;
@@ -370,9 +423,12 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   }
   /// Our channel is subscribed on the live subscriber connection (a notice can reach us).
   bool subscription_alive() const noexcept {
-    return subscribed_ == sub_state::active && client_->subscriber_generation() == sub_generation_;
+    return subscribed_ == sub_state::active && client_->subscription_alive(channel_, sub_generation_);
   }
   inline void on_subscribed(bool ok);
+  /// Our channel's subscription was sent again, on connection `generation` (a cluster's SSUBSCRIBE
+  /// answered MOVED, sent to the slot's new owner): its confirmation is still to come.
+  void resubscribed(std::uint64_t generation) { sub_generation_ = generation; }
 
   inline void on_notice(std::string_view notice);
 
@@ -549,8 +605,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       self->on_attempt(unknown_pttl, sent);
     };
     const std::string& lease = core->lease_ms();
-    if (with_get) client.commands().command({"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
-    else client.commands().command({"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
+    if (with_get) client.command(k.lock, {"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
+    else client.command(k.lock, {"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
   }
 
   // The kind's attempt script (the mutex's queue_attempt, the semaphore's acquire) in mode
@@ -915,12 +971,55 @@ void async_client_core::confirm(const std::string& channel, bool ok) {
   if (m) m->on_subscribed(ok);
 }
 
-void async_client_core::on_subscriber_broken(std::uint64_t ended) {
+std::uint64_t async_client_core::subscribe_sharded(const std::string& channel, channel_entry& entry) {
+  const int owner = cluster_->owner_of(key_slot(channel));
+  if (entry.node >= 0 && entry.node != owner)
+    cluster_->subscriber(static_cast<std::size_t>(entry.node)).pubsub("SUNSUBSCRIBE", channel);
+  entry.node = owner;
+  if (owner < 0 || !cluster_->subscriber(static_cast<std::size_t>(owner)).pubsub("SSUBSCRIBE", channel)) {
+    entry.node = -1;
+    asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
+    return 0;
+  }
+  return cluster_->subscriber_generation(static_cast<std::size_t>(owner));
+}
+
+void async_client_core::on_sharded(std::size_t node, std::string_view type, std::string_view channel,
+                                   std::string_view payload) {
+  // A notice counts wherever it comes from: a script publishes only to the listeners it
+  // counted on its own node (detail/notify_lua.hpp).
+  if (type == "message") return on_pubsub(type, channel, payload);
+  auto it = channels_.find(std::string(channel));
+  if (it == channels_.end() || it->second.node != static_cast<int>(node)) return;  // not (or no longer) there
+  channel_entry& entry = it->second;
+  if (type == "subscribe") {
+    entry.redirects = 0;
+    return confirm(it->first, true);
+  }
+  if (type == "refused" && detail::starts_with(payload, "MOVED ") &&
+      ++entry.redirects <= options_.cluster->max_redirects) {
+    // The slot is another master's: subscribe there (the map now says so).
+    cluster_->redirected(std::string(payload), node);
+    entry.node = -1;
+    const std::uint64_t generation = entry.generation = subscribe_sharded(it->first, entry);
+    if (auto m = entry.owner.lock()) m->resubscribed(generation);
+    return;
+  }
+  // Refused otherwise, or ended by the server (the slot moved: "sunsubscribe"): the lock's
+  // waiters subscribe again, by a reloaded map, or poll (as after a broken subscriber).
+  if (type == "sunsubscribe") cluster_->reload_in_background();
+  entry.redirects = 0;
+  auto m = entry.owner.lock();
+  channels_.erase(it);
+  if (m) m->on_subscribed(false);
+}
+
+void async_client_core::on_subscriber_broken(std::uint64_t ended, int node) {
   // Every channel of that connection is gone with it: each lock subscribes again on its next
   // wait. A channel subscribed again meanwhile (on a newer connection) stays.
   std::vector<std::shared_ptr<async_lock_core>> gone;
   for (auto it = channels_.begin(); it != channels_.end();) {
-    if (it->second.generation > ended) {
+    if (it->second.generation > ended || it->second.node != node) {
       ++it;
       continue;
     }
@@ -1129,7 +1228,21 @@ class async_client {
  public:
   /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
   explicit async_client(asio::any_io_executor executor, async_client_options options = {}) {
-    detail::check_connection_options(options.connection, "async_client");
+    if (options.cluster) {
+      // As cluster_client's: TCP seeds, database 0.
+      const cluster_options& c = *options.cluster;
+      if (c.seeds.empty()) throw invalid_argument("async_client: a cluster needs at least one seed");
+      if (c.max_redirects < 0) throw invalid_argument("async_client: max_redirects must not be negative");
+      if (c.retry_timeout.count() < 0) throw invalid_argument("async_client: retry_timeout must not be negative");
+      for (const connection_options& s : c.seeds) {
+        if (!s.unix_path.empty()) throw invalid_argument("async_client: seeds must be TCP endpoints, not unix sockets");
+        if (s.db != 0) throw invalid_argument("async_client: a cluster has only database 0");
+        if (s.host.empty()) throw invalid_argument("async_client: bad seed endpoint");
+        detail::check_connection_options(s, "async_client");
+      }
+    } else {
+      detail::check_connection_options(options.connection, "async_client");
+    }
     core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options));
     core_->start();
   }

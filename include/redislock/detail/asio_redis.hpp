@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -75,10 +76,13 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   using message_sink = std::function<void(std::string_view type, std::string_view channel, std::string_view payload)>;
 
   /// `tls_context`: make_async_tls_context(options) (shared by a client's connections).
-  async_redis(async_strand strand, connection_options options, bool subscriber, std::shared_ptr<void> tls_context = {})
+  /// `sharded`: a subscriber that takes SSUBSCRIBE and SUNSUBSCRIBE (Redis Cluster; see pubsub()).
+  async_redis(async_strand strand, connection_options options, bool subscriber, std::shared_ptr<void> tls_context = {},
+              bool sharded = false)
       : strand_(std::move(strand)),
         options_(std::move(options)),
         subscriber_(subscriber),
+        sharded_(sharded),
         tls_context_(std::move(tls_context)),
         socket_(strand_),
         connect_timer_(strand_),
@@ -114,7 +118,11 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
 
   /// Subscriber connections: SUBSCRIBE or UNSUBSCRIBE one channel; the confirmation comes to
   /// on_message (type "subscribe"). Returns false when it could not be sent (no connection).
+  /// Sharded subscribers: SSUBSCRIBE or SUNSUBSCRIBE; the confirmation comes as "subscribe",
+  /// a refusal (MOVED...) as "refused" with the error as payload, a message as "message", and
+  /// a SUNSUBSCRIBE the server sent on its own (the channel's slot moved) as "sunsubscribe".
   bool pubsub(std::string_view verb, std::string_view channel) {
+    if (sharded_) return sharded_pubsub(verb, channel);
     if (verb == "SUBSCRIBE" && !ensure_open()) return false;
     if (ac_ == nullptr) return false;
     if (!send({verb, channel}, &async_redis::on_pubsub, this)) return false;
@@ -145,6 +153,115 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   }
 
  private:
+  // hiredis's async pub/sub knows no sharded messages: the first request goes as a command
+  // whose callback (on_sharded) puts the context in monitor mode, where hiredis hands it every
+  // later reply; later requests are appended with no callback of their own. pending_ holds the
+  // requests not yet answered, oldest first: replies come in their order, messages between.
+  bool sharded_pubsub(std::string_view verb, std::string_view channel) {
+    const bool subscribe = verb == "SSUBSCRIBE";
+    if (subscribe && !ensure_open()) return false;
+    if (ac_ == nullptr) return false;
+    if (!sink_sent_) {
+      if (!send({verb, channel}, &async_redis::on_sharded, this)) return false;
+      sink_sent_ = true;
+    } else {
+      const char* argv[] = {verb.data(), channel.data()};
+      const std::size_t lens[] = {verb.size(), channel.size()};
+      if (redisAppendCommandArgv(&ac_->c, 2, argv, lens) != REDIS_OK) return false;
+      want(false, true);  // hiredis asks for write readiness only for what it queued itself
+    }
+    pending_.emplace_back(subscribe, std::string(channel));
+    if (subscribe) expect_reply();
+    return true;
+  }
+
+  static void on_sharded(redisAsyncContext* ac, void* reply, void* priv) {
+    auto* self = static_cast<async_redis*>(priv);
+    auto* r = static_cast<redisReply*>(reply);
+    if (r == nullptr || ac != self->ac_) return;  // the context ends: on_broken tells
+    ac->c.flags |= REDIS_MONITORING;              // hiredis keeps this callback for every later reply
+    self->keep_one_sink(*ac);
+    auto str = [&](std::size_t i) {
+      const redisReply* e = r->element[i];
+      return e->type == REDIS_REPLY_STRING ? std::string_view(e->str, e->len) : std::string_view();
+    };
+    auto answered = [self](bool subscribe, std::string_view channel) {
+      if (self->pending_.empty() || self->pending_.front().first != subscribe ||
+          (!channel.empty() && self->pending_.front().second != channel))
+        return false;
+      if (subscribe && !self->sent_at_.empty()) self->sent_at_.pop_front();
+      return true;
+    };
+    auto tell = [self](std::string_view type, std::string_view channel, std::string_view payload) {
+      if (self->on_message_) self->on_message_(type, channel, payload);
+    };
+    if (r->type == REDIS_REPLY_ERROR) {
+      if (self->pending_.empty()) return;
+      const std::pair<bool, std::string> request = std::move(self->pending_.front());
+      answered(request.first, {});
+      self->pending_.pop_front();
+      if (request.first) tell("refused", request.second, std::string_view(r->str, r->len));
+      return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    const std::string_view kind = str(0), channel = str(1);
+    if (kind == "smessage") return tell("message", channel, str(2));
+    if (kind == "ssubscribe") {
+      if (!answered(true, channel)) return;
+      self->pending_.pop_front();
+      return tell("subscribe", channel, {});
+    }
+    if (kind != "sunsubscribe") return;
+    if (answered(false, channel)) return self->pending_.pop_front();
+    tell("sunsubscribe", channel, {});
+  }
+
+  // How hiredis keeps a monitoring context's callback differs: 1.2 queues it again after each
+  // reply; 0.14 (and 1.0) only at the end of a read, as the callback it last ran or, when the
+  // read completed no reply (a large message arriving in parts), as an empty one that then
+  // swallows the next reply. Between, the queue is empty, and an error reply (a MOVED to an
+  // SSUBSCRIBE) meeting an empty queue drops the connection. So each call leaves exactly one
+  // callback queued, this one: empty ones and extra copies are removed (hiredis's list and
+  // callback layout are public in async.h; entries are freed as hiredis frees them).
+  void keep_one_sink(redisAsyncContext& ac) noexcept {
+    redisCallback* kept = nullptr;
+    redisCallback** link = &ac.replies.head;
+    ac.replies.tail = nullptr;
+    while (redisCallback* cb = *link) {
+      const bool sink = cb->fn == nullptr || (cb->fn == &async_redis::on_sharded && cb->privdata == this);
+      if (sink && kept != nullptr) {
+        *link = cb->next;
+        free_callback(cb);
+        continue;
+      }
+      if (sink) {
+        kept = cb;
+        cb->fn = &async_redis::on_sharded;
+        cb->privdata = this;
+      }
+      ac.replies.tail = cb;
+      link = &cb->next;
+    }
+    if (kept != nullptr) return;
+#if HIREDIS_MAJOR >= 1
+    auto* cb = static_cast<redisCallback*>(hi_calloc(1, sizeof(redisCallback)));
+#else
+    auto* cb = static_cast<redisCallback*>(std::calloc(1, sizeof(redisCallback)));
+#endif
+    if (cb == nullptr) return;
+    cb->fn = &async_redis::on_sharded;
+    cb->privdata = this;
+    *link = cb;
+    ac.replies.tail = cb;
+  }
+  static void free_callback(redisCallback* cb) noexcept {
+#if HIREDIS_MAJOR >= 1
+    hi_free(cb);
+#else
+    std::free(cb);
+#endif
+  }
+
   bool send(const std::vector<std::string_view>& argv, redisCallbackFn* fn, void* priv) {
     std::vector<const char*> ptrs;
     std::vector<std::size_t> lens;
@@ -183,6 +300,8 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     }
     ac_ = ac;
     ++generation_;
+    sink_sent_ = false;
+    pending_.clear();
     want_read_ = want_write_ = read_armed_ = write_armed_ = false;
     ac->data = this;
     ac->ev.data = this;
@@ -336,8 +455,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
 
   async_strand strand_;
   connection_options options_;
-  bool subscriber_;
-  std::shared_ptr<void> tls_context_;  // SSL_CTX, shared by the client's connections; empty without tls
+  bool subscriber_, sharded_;
+  bool sink_sent_ = false;                            // sharded: on_sharded is this context's callback
+  std::deque<std::pair<bool, std::string>> pending_;  // sharded: (subscribe?, channel) unanswered
+  std::shared_ptr<void> tls_context_;                 // SSL_CTX, shared by the client's connections; empty without tls
 #if defined(REDISLOCK_WITH_TLS) && HIREDIS_MAJOR >= 1
   SSL* ssl_ = nullptr;  // the current context's, owned by hiredis
 #endif
