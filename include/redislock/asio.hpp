@@ -22,6 +22,7 @@
 
 #include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
+#include <redislock/detail/asio_sentinel.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
@@ -31,6 +32,7 @@
 #include <redislock/observe.hpp>
 #include <redislock/options.hpp>
 #include <redislock/script.hpp>
+#include <redislock/sentinel_client.hpp>
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
@@ -142,13 +144,19 @@ std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_
 /// channels subscribed for its locks. Everything but the counters is used on the strand.
 class async_client_core : public std::enable_shared_from_this<async_client_core> {
  public:
-  async_client_core(asio::any_io_executor ex, async_client_options o)
+  /// `sentinel`: the master is the one Sentinel names (detail/asio_sentinel.hpp); options'
+  /// connection then carries only the data nodes' credentials, TLS settings and timeouts.
+  async_client_core(asio::any_io_executor ex, async_client_options o, std::optional<sentinel_options> sentinel = {})
       : executor_(ex),
         strand_(asio::make_strand(ex)),
         options_(std::move(o)),
         tls_context_(make_async_tls_context(options_.connection)),
         commands_(std::make_shared<async_redis>(strand_, options_.connection, false, tls_context_)),
-        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {}
+        subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {
+    if (sentinel)
+      route_ =
+          std::make_shared<async_sentinel_route>(strand_, std::move(*sentinel), tls_context_, commands_, subscriber_);
+  }
 
   void start() {
     std::weak_ptr<async_client_core> w = weak_from_this();
@@ -163,7 +171,19 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
 
   const async_strand& strand() const noexcept { return strand_; }
   const asio::any_io_executor& executor() const noexcept { return executor_; }
-  async_redis& commands() noexcept { return *commands_; }
+
+  /// Sends a command to the master (with Sentinel: once a checked master is known; one refused
+  /// as by a non-master is sent again, on the master looked up anew, up to
+  /// sentinel_options::retries times); cb gets its reply or nullptr. On the strand.
+  void command(const std::vector<std::string_view>& argv, reply_callback cb) {
+    if (!route_) return commands_->command(argv, std::move(cb));
+    routed(std::make_shared<const std::vector<std::string>>(argv.begin(), argv.end()), std::move(cb),
+           route_->retries());
+  }
+
+  /// With Sentinel: "host:port" of the master last checked, and how often it changed. Any thread.
+  std::string master_endpoint() const { return route_ ? route_->master_endpoint() : std::string(); }
+  std::uint64_t master_changes() const { return route_ ? route_->master_changes() : 0; }
 
   /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). `by_source`:
   /// EVAL at once (a best-effort command whose reply may be lost, NOSCRIPT included). On the strand.
@@ -179,12 +199,12 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     argv.insert(argv.end(), args.begin(), args.end());
     // The retry needs the arguments after this call returned: kept as strings.
     auto kept = std::make_shared<std::vector<std::string>>(argv.begin(), argv.end());
-    commands_->command(argv, [this, self = shared_from_this(), &s, kept, cb = std::move(cb)](redisReply* r) {
+    command(argv, [this, self = shared_from_this(), &s, kept, cb = std::move(cb)](redisReply* r) {
       if (r == nullptr || !script::is_noscript(*r)) return cb(r);
       (*kept)[0] = "EVAL";
       (*kept)[1] = s.source();
       std::vector<std::string_view> again(kept->begin(), kept->end());
-      commands_->command(again, cb);
+      command(again, cb);
     });
   }
 
@@ -193,7 +213,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   std::uint64_t subscribe(const std::string& channel, const std::shared_ptr<async_lock_core>& m) {
     auto& entry = channels_[channel];
     entry.owner = m;
-    if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
+    // With Sentinel, only on a checked master (the subscriber follows the command connection's
+    // address). Without one, refused: the waiter polls, and its attempts look the master up.
+    if ((route_ && !route_->ready()) || !subscriber_->pubsub("SUBSCRIBE", channel)) {
       asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
     }
     return entry.generation = subscriber_->generation();
@@ -212,6 +234,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   /// posted by a hold destroyed just before its client) are still written and answered.
   void close() {
     closed_ = true;
+    if (route_) route_->close();
     commands_->shutdown(true);
     subscriber_->shutdown();
   }
@@ -248,11 +271,34 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   inline void confirm(const std::string& channel, bool ok);
   inline void on_subscriber_broken(std::uint64_t ended);
 
+  // command() with Sentinel: waits for a checked master, then sends.
+  void routed(std::shared_ptr<const std::vector<std::string>> argv, reply_callback cb, int retries) {
+    route_->when_master([this, self = shared_from_this(), argv, cb = std::move(cb), retries](bool ok) mutable {
+      if (!ok) return cb(nullptr);
+      const std::uint64_t generation = commands_->generation();
+      const std::vector<std::string_view> send(argv->begin(), argv->end());
+      commands_->command(send, [this, self, argv, cb = std::move(cb), retries, generation](redisReply* r) mutable {
+        if (r == nullptr) {
+          route_->master_gone(generation);
+          return cb(nullptr);
+        }
+        // Refused without running: the node is a replica now (or loading). Sent again on the
+        // master looked up anew; the refusal itself when out of retries.
+        if (r->type == REDIS_REPLY_ERROR && is_not_master_reply(std::string_view(r->str, r->len))) {
+          route_->master_gone(generation);
+          if (retries > 0) return routed(std::move(argv), std::move(cb), retries - 1);
+        }
+        cb(r);
+      });
+    });
+  }
+
   asio::any_io_executor executor_;
   async_strand strand_;
   async_client_options options_;
   std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
+  std::shared_ptr<async_sentinel_route> route_;  // with Sentinel only
   struct channel_entry {
     std::weak_ptr<async_lock_core> owner;
     std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
@@ -317,10 +363,17 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
         kind_(std::move(kind)),
         name_(std::move(name)),
         options_(std::move(options)),
-        keys_((validate(name_, options_), kind_->keys(name_, options_))),
+        keys_((validate(name_, options_), refuse_min_replicas(options_), kind_->keys(name_, options_))),
         channel_(keys_.waiter_prefix + tokens_.id()),
         lease_ms_(std::to_string(options_.lease.count())),
         wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
+
+  // WAIT after an acquisition is the blocking kinds' (detail/lease_keeper.hpp): refused here
+  // rather than ignored, so no caller believes a hold replicated.
+  static void refuse_min_replicas(const lock_options& o) {
+    if (o.min_replicas > 0)
+      throw invalid_argument("async locks: min_replicas is not supported (no WAIT after an async acquisition)");
+  }
 
   ~async_lock_core() {
     if (subscribed_ != sub_state::none) asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
@@ -549,8 +602,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       self->on_attempt(unknown_pttl, sent);
     };
     const std::string& lease = core->lease_ms();
-    if (with_get) client.commands().command({"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
-    else client.commands().command({"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
+    if (with_get) client.command({"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
+    else client.command({"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
   }
 
   // The kind's attempt script (the mutex's queue_attempt, the semaphore's acquire) in mode
@@ -1133,6 +1186,18 @@ class async_client {
     core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options));
     core_->start();
   }
+  /// A client of the master that Redis Sentinel names (as sentinel_client: the same options;
+  /// options.connection is replaced by sentinel.connection, and pool_size, pool_wait_timeout
+  /// and recheck_interval do not apply). Sends nothing; the first operation asks the
+  /// sentinels, without blocking the loop (detail/asio_sentinel.hpp). Throws invalid_argument
+  /// for bad options.
+  async_client(asio::any_io_executor executor, sentinel_options sentinel, async_client_options options = {}) {
+    detail::check_sentinel_options(sentinel, "async_client");
+    options.connection = sentinel.connection;
+    options.connection.unix_path.clear();
+    core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options), std::move(sentinel));
+    core_->start();
+  }
   async_client(const async_client&) = delete;
   async_client& operator=(const async_client&) = delete;
   /// Closes the connections (posted): commands already sent are still answered (within
@@ -1144,6 +1209,10 @@ class async_client {
 
   asio::any_io_executor get_executor() const noexcept { return core_->executor(); }
   async_stats stats() const noexcept { return core_->stats(); }
+  /// With sentinel_options: "host:port" of the master last checked ("" before the first
+  /// operation, and without Sentinel), and how many times it changed since.
+  std::string master_endpoint() const { return core_->master_endpoint(); }
+  std::uint64_t master_changes() const { return core_->master_changes(); }
 
  private:
   friend class detail::async_lock_object;

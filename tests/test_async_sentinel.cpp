@@ -1,0 +1,295 @@
+// redislock::async_client with sentinel_options (asio.hpp, detail/asio_sentinel.hpp) against a
+// real Sentinel set-up: a master, one replica and three sentinels, started once for this binary
+// (a gtest Environment). The tests run in the order written and share the set-up: each waits
+// (bounded) for it to be healthy, whichever node is master by then; the failover test comes last.
+
+#include "async_fixture.hpp"
+#include "eventually.hpp"
+#include "sentinel_environment.hpp"
+#include "sentinel_topology.hpp"
+
+#include <redislock/asio.hpp>
+#include <redislock/redislock.hpp>
+#include <redislock/sentinel_client.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+using namespace std::chrono_literals;
+using redislock::async_errc;
+using redislock::async_hold;
+using redislock::async_mutex;
+using redislock_test::outcome;
+using redislock_test::sentinel_topology;
+using redislock_test::unlock_now;
+
+namespace {
+
+using redislock_test::topology;
+
+redislock::sentinel_options options() { return redislock_test::sentinel_test_options(); }
+
+long long ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string endpoint(int node) { return "127.0.0.1:" + std::to_string(topology->node(node).port()); }
+
+std::pair<std::error_code, async_hold> try_lock_for(async_mutex& m, std::chrono::milliseconds timeout) {
+  return outcome<async_hold>([&](auto done) { m.async_try_lock_for(timeout, done); });
+}
+
+struct async_sentinel_test : ::testing::Test {
+  void SetUp() override {
+    ASSERT_TRUE(topology->wait_healthy(20s)) << "the Sentinel set-up did not become healthy";
+    master = topology->master();
+    ASSERT_GE(master, 0);
+    admin = std::make_unique<redislock::connection>(topology->node_options(master));
+    admin->command({"FLUSHALL"});
+    runner = std::make_unique<redislock_test::loop>();
+    client = std::make_unique<redislock::async_client>(runner->io.get_executor(), options());
+  }
+  void TearDown() override {
+    client.reset();
+    runner.reset();
+  }
+  long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":queue"})->integer; }
+
+  // A contended hand-off on the current master, woken by its notice: the client's subscriber
+  // is that master's. A name of its own per call (a release lost with a killed master must not
+  // keep a later call's name held).
+  void expect_notified_handoff() {
+    static int calls = 0;
+    const std::string name = "handoff-" + std::to_string(++calls);
+    redislock::connection on_master(topology->node_options(topology->master()));
+    async_mutex m(*client, name);
+    auto [e, h] = try_lock_for(m, 5s);
+    ASSERT_FALSE(e) << e.message();
+    ASSERT_TRUE(h.owns_lock());
+    const auto handed_before = client->stats().handed_over;
+    std::promise<std::pair<std::error_code, async_hold>> waited;
+    m.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
+    EXPECT_TRUE(redislock_test::eventually(
+        [&] { return on_master.command({"ZCARD", m.key() + ":queue"})->integer == 1; }, 5s));
+    EXPECT_FALSE(unlock_now(h));
+    auto [e2, h2] = waited.get_future().get();
+    EXPECT_FALSE(e2) << e2.message();
+    EXPECT_TRUE(h2.owns_lock());
+    EXPECT_GT(client->stats().handed_over, handed_before) << "the waiter was not woken by the master's notice";
+    EXPECT_FALSE(unlock_now(h2));
+  }
+
+  int master = -1;
+  std::unique_ptr<redislock::connection> admin;
+  std::unique_ptr<redislock_test::loop> runner;
+  std::unique_ptr<redislock::async_client> client;
+};
+
+}  // namespace
+
+TEST(async_sentinel_options, bad_options_are_invalid_argument) {
+  asio::io_context io;
+  redislock::sentinel_options o;
+  EXPECT_THROW(redislock::async_client(io.get_executor(), o), redislock::invalid_argument);  // no sentinel
+  o.sentinels.push_back({});
+  EXPECT_THROW(redislock::async_client(io.get_executor(), o), redislock::invalid_argument);  // no service name
+  o.service_name = "m";
+  o.retries = -1;
+  EXPECT_THROW(redislock::async_client(io.get_executor(), o), redislock::invalid_argument);
+  o.retries = 0;
+  redislock::async_client ok(io.get_executor(), o);  // sends nothing
+  EXPECT_EQ(ok.master_endpoint(), "");
+}
+
+TEST_F(async_sentinel_test, locks_on_the_master_and_excludes_a_blocking_sentinel_client) {
+  async_mutex m(*client, "shared");
+  auto [e, h] = try_lock_for(m, 2s);
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_EQ(client->master_endpoint(), endpoint(master));
+  EXPECT_EQ(admin->command({"GET", m.key()})->str, h.token());
+
+  redislock::sentinel_client blocking(options());
+  redislock::basic_mutex<redislock::sentinel_client> b(blocking, "shared");
+  EXPECT_FALSE(b.try_lock());
+  // The blocking waiter gets it from the async release, then the async waiter from the blocking one.
+  std::atomic<bool> got{false};
+  std::thread waiter([&] { got = b.try_lock_for(10s); });
+  EXPECT_TRUE(redislock_test::eventually([&] { return queued(m.key()) == 1; }, 5s));
+  EXPECT_FALSE(unlock_now(h));
+  waiter.join();
+  ASSERT_TRUE(got);
+  std::promise<std::pair<std::error_code, async_hold>> waited;
+  m.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
+  EXPECT_TRUE(redislock_test::eventually([&] { return queued(m.key()) == 1; }, 5s));
+  b.unlock();
+  auto [e2, h2] = waited.get_future().get();
+  EXPECT_FALSE(e2) << e2.message();
+  ASSERT_TRUE(h2.owns_lock());
+  EXPECT_GE(client->stats().handed_over, 1u) << "woken by the blocking release's notice";
+  EXPECT_FALSE(unlock_now(h2));
+}
+
+TEST_F(async_sentinel_test, a_dead_first_sentinel_is_skipped) {
+  auto o = options();
+  o.sentinels.insert(o.sentinels.begin(), redislock::sentinel_endpoint{"127.0.0.1", redislock_test::free_port()});
+  redislock::async_client c(runner->io.get_executor(), o);
+  async_mutex m(c, "skip");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [e, h] = try_lock_for(m, 0ms);
+  EXPECT_FALSE(e) << e.message();
+  EXPECT_TRUE(h.owns_lock());
+  EXPECT_LT(ms_since(t0), 1000);
+  EXPECT_EQ(c.master_endpoint(), endpoint(master));
+  EXPECT_FALSE(unlock_now(h));
+}
+
+TEST_F(async_sentinel_test, no_live_sentinel_is_connection_failed_within_the_timeouts) {
+  auto o = options();
+  o.sentinels = {{"127.0.0.1", redislock_test::free_port()}, {"127.0.0.1", redislock_test::free_port()}};
+  o.connection.connect_timeout = 200ms;
+  o.connection.command_timeout = 200ms;
+  o.retries = 1;
+  o.retry_backoff = 10ms;
+  redislock::async_client c(runner->io.get_executor(), o);
+  async_mutex m(c, "nobody");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [e, h] = try_lock_for(m, 10s);
+  EXPECT_EQ(e, async_errc::connection_failed) << e.message();
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_LT(ms_since(t0), 1000);
+  // An unknown service name: the sentinels answer, none names a master.
+  o = options();
+  o.service_name = "nosuchmaster";
+  o.retries = 0;
+  redislock::async_client unknown(runner->io.get_executor(), o);
+  async_mutex u(unknown, "nobody");
+  auto [e2, h2] = try_lock_for(u, 10s);
+  EXPECT_EQ(e2, async_errc::connection_failed) << e2.message();
+  EXPECT_LT(ms_since(t0), 2000);
+}
+
+TEST_F(async_sentinel_test, sentinel_credentials_are_separate_from_the_data_nodes) {
+  auto o = options();
+  o.connection.password = sentinel_topology::sentinel_password;  // does not open the data nodes
+  o.retries = 0;
+  redislock::async_client c(runner->io.get_executor(), o);
+  async_mutex m(c, "auth");
+  auto [e, h] = try_lock_for(m, 1s);
+  EXPECT_EQ(e, async_errc::connection_failed) << e.message();
+  EXPECT_FALSE(h.owns_lock());
+  EXPECT_EQ(c.master_endpoint(), "") << "a node that refused the credentials was not checked as master";
+}
+
+// SENTINEL FAILOVER: the old master stays up (Sentinel demotes it and kills its clients a few
+// seconds later). Through it: a waiter queued before is served on the new master (not left
+// subscribed on the old one), new acquisitions land on the new master, and a hold taken
+// before either renews there or is reported lost; never believed held while the new master
+// says otherwise.
+TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_to_the_new_master) {
+  expect_notified_handoff();
+  const std::string new_endpoint = endpoint(1 - master);
+  redislock::lock_options renewed;
+  renewed.lease = 1s;
+  renewed.auto_renew = true;
+  async_mutex held(*client, "held", renewed);
+  auto [he, hold] = try_lock_for(held, 2s);
+  ASSERT_FALSE(he) << he.message();
+  ASSERT_TRUE(hold.owns_lock());
+  // A waiter behind a holder that renews through the failover and releases after it: the
+  // release on the new master serves the waiter (a waiter left subscribed on the old master
+  // would hear nothing until its recheck).
+  redislock::lock_options short_lease = renewed;
+  async_mutex across(*client, "across", short_lease);
+  auto [ae, holder] = try_lock_for(across, 2s);
+  ASSERT_TRUE(holder.owns_lock());
+  std::atomic<bool> waiter_got{false};
+  std::atomic<int> waiter_errors{0};
+  std::thread waiter([&] {
+    async_mutex w(*client, "across", short_lease);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < until) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      auto [e, h] = try_lock_for(w, std::max(left, 0ms));
+      if (h.owns_lock()) {
+        waiter_got = true;
+        unlock_now(h);
+        return;
+      }
+      if (!e) return;  // the deadline passed
+      ++waiter_errors;  // a call during the failover: try again
+    }
+  });
+  EXPECT_TRUE(redislock_test::eventually([&] { return queued(across.key()) == 1; }, 5s)) << "the waiter never queued";
+
+  redislock::connection sentinel(topology->sentinel_options(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool asked = redislock_test::eventually(
+      [&] {
+        try {
+          sentinel.command({"SENTINEL", "FAILOVER", sentinel_topology::service});
+          return true;
+        } catch (const redislock::reply_error&) {  // INPROG: the last failover is being wrapped up
+          return false;
+        }
+      },
+      20s);
+  ASSERT_TRUE(asked);
+  // New acquisitions reach the new master (the recheck finds it within recheck_interval of the
+  // sentinels naming it).
+  async_mutex fresh(*client, "fresh");
+  long long recovery = -1;
+  int errors = 0;
+  while (ms_since(t0) < 20000) {
+    auto [e, h] = try_lock_for(fresh, 0ms);
+    if (e) ++errors;
+    const bool on_new = h.owns_lock() && client->master_endpoint() == new_endpoint;
+    if (h.owns_lock()) unlock_now(h);
+    if (on_new) {
+      recovery = ms_since(t0);
+      break;
+    }
+    std::this_thread::sleep_for(5ms);  // one attempt per 5 ms: the measure's resolution
+  }
+  if (recovery < 0) topology->describe();
+  ASSERT_GE(recovery, 0) << "no acquisition on the new master within 20 s";
+  const auto moved = std::chrono::steady_clock::now();  // commands go to the new master from here
+  std::printf("[ async sentinel ] SENTINEL FAILOVER: first acquisition on the new master after %lld ms (%d failed)\n",
+              recovery, errors);
+  EXPECT_EQ(client->master_changes(), 1u);
+  unlock_now(holder);  // on the new master: hands the lock to the waiter, or finds the lease gone
+  waiter.join();
+  EXPECT_TRUE(waiter_got) << "the waiter queued before the failover was never served";
+  std::printf("[ async sentinel ] the waiter across the failover: %d calls failed\n", waiter_errors.load());
+
+  // The hold taken before the failover: renewed on the new master, or reported lost. Until
+  // the client moved, its renewals went to the old master (still a master, for seconds), and
+  // the new master's copy may have run out meanwhile (the failover may lose a lock): what
+  // counts is a renewal sent after the move.
+  redislock::connection on_new(topology->node_options(1 - master));
+  EXPECT_TRUE(redislock_test::eventually(
+      [&] {
+        if (hold.lost()) return true;
+        auto until = hold.lease_confirmed_until();
+        return until && *until > moved + renewed.lease;
+      },
+      5s));
+  if (!hold.lost()) {
+    redislock::reply_ptr v = on_new.command({"GET", held.key()});
+    ASSERT_EQ(v->type, REDIS_REPLY_STRING) << "held, says the client; absent, says the new master";
+    EXPECT_EQ(std::string(v->str, v->len), hold.token());
+  }
+  std::printf("[ async sentinel ] the hold taken before the failover: lost() %d\n", hold.lost() ? 1 : 0);
+  unlock_now(hold);
+  // The subscriber moved too: a release on the new master wakes a waiter by its notice (the
+  // old master need not be reconfigured yet, which Sentinel does seconds later).
+  expect_notified_handoff();
+}
