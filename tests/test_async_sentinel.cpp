@@ -78,7 +78,10 @@ struct async_sentinel_test : ::testing::Test {
     std::promise<std::pair<std::error_code, async_hold>> waited;
     m.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
     EXPECT_TRUE(redislock_test::eventually(
-        [&] { return on_master.command({"ZCARD", m.key() + ":queue"})->integer == 1; }, 5s));
+        [&] {
+          return on_master.command({"ZCARD", m.key() + ":queue"})->integer == 1;
+        },
+        5s));
     EXPECT_FALSE(unlock_now(h));
     auto [e2, h2] = waited.get_future().get();
     EXPECT_FALSE(e2) << e2.message();
@@ -224,7 +227,7 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
         unlock_now(h);
         return;
       }
-      if (!e) return;  // the deadline passed
+      if (!e) return;   // the deadline passed
       ++waiter_errors;  // a call during the failover: try again
     }
   });

@@ -1309,8 +1309,42 @@ class async_semaphore : public detail::async_lock_object {
   /// Throws invalid_argument for permits outside [1, max_permits], an empty name or bad
   /// options. Sends nothing. on_lost (with auto_renew) runs on the client's strand: it must not block.
   async_semaphore(async_client& client, std::string name, std::int64_t permits, lock_options options = {})
-      : async_lock_object(client, std::move(name), std::move(options),
-                          std::make_shared<const detail::async_semaphore_kind>(permits)) {}
+      : async_semaphore(client, std::move(name), std::make_shared<detail::async_semaphore_kind>(permits),
+                        std::move(options)) {}
+
+  /// The permit count: the one stored with the holders while anyone holds, else this object's
+  /// own: void(std::error_code, std::int64_t).
+  template <class Token>
+  auto async_permits(Token&& token) {
+    return counted(false, std::forward<Token>(token));
+  }
+  /// Permits free right now: async_permits() minus the valid holds (0 while shrunk below them):
+  /// void(std::error_code, std::int64_t).
+  template <class Token>
+  auto async_available(Token&& token) {
+    return counted(true, std::forward<Token>(token));
+  }
+  /// As semaphore::set_permits(): sets the count for every client of this name while anyone
+  /// holds (and this object's own, which seeds the semaphore when it is idle); growing hands
+  /// the new permits to the longest-waiting live waiters at once, shrinking revokes nothing.
+  /// void(std::error_code). Throws invalid_argument for permits outside [1, max_permits]
+  /// (sending nothing).
+  template <class Token>
+  auto async_set_permits(std::int64_t permits, Token&& token) {
+    const std::int64_t n = detail::semaphore_scripts::checked_permits(permits, "async_set_permits");
+    return asio::async_initiate<Token, void(std::error_code)>(
+        [core = core_, kind = kind_, n](auto handler) {
+          auto done = detail::make_completion<std::error_code>(std::move(handler), core->client().executor());
+          asio::post(core->strand(), [core, kind, n, done] {
+            kind->set_own_permits(n);
+            core->run(detail::async_semaphore_kind::set_permits(core->keys(), kind->permits()), [done](redisReply* r) {
+              if (r == nullptr) return done(async_errc::connection_failed);
+              done(r->type == REDIS_REPLY_INTEGER ? std::error_code() : async_errc::server_error);
+            });
+          });
+        },
+        token);
+  }
 
   /// Waits until a permit is ours: void(std::error_code, async_hold). Cancellable (asio
   /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
@@ -1325,6 +1359,36 @@ class async_semaphore : public detail::async_lock_object {
   auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
     return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
   }
+
+ private:
+  async_semaphore(async_client& client, std::string name, std::shared_ptr<detail::async_semaphore_kind> kind,
+                  lock_options options)
+      : async_lock_object(client, std::move(name), std::move(options), kind), kind_(std::move(kind)) {}
+
+  // The count script: the permit count, or (`available`) the permits free.
+  template <class Token>
+  auto counted(bool available, Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code, std::int64_t)>(
+        [core = core_, kind = kind_, available](auto handler) {
+          auto done =
+              detail::make_completion<std::error_code, std::int64_t>(std::move(handler), core->client().executor());
+          asio::post(core->strand(), [core, kind, available, done] {
+            const std::int64_t own = kind->own_permits();
+            core->run(kind->count(core->keys()), [done, available, own](redisReply* r) {
+              if (r == nullptr) return done(async_errc::connection_failed, 0);
+              if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+                  r->element[1]->type != REDIS_REPLY_INTEGER)
+                return done(async_errc::server_error, 0);
+              const std::int64_t stored = r->element[0]->integer, held = r->element[1]->integer;
+              const std::int64_t n = stored > 0 ? stored : own;
+              done({}, available ? std::max<std::int64_t>(n - held, 0) : n);
+            });
+          });
+        },
+        token);
+  }
+
+  std::shared_ptr<detail::async_semaphore_kind> kind_;  // its count changes on the strand
 };
 
 /// A read/write lock named `name` for async acquisitions: one writer, or any number of

@@ -20,10 +20,10 @@ struct sentinel_environment : ::testing::Environment {
   void SetUp() override {
     const auto t0 = std::chrono::steady_clock::now();
     topology = new sentinel_topology();
-    std::printf("[ sentinel ] set-up ready in %lld ms\n",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::steady_clock::now() - t0)
-                                           .count()));
+    std::printf(
+        "[ sentinel ] set-up ready in %lld ms\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
   }
   void TearDown() override {
     delete topology;
