@@ -192,6 +192,50 @@ TEST_F(async_sentinel_test, sentinel_credentials_are_separate_from_the_data_node
   EXPECT_EQ(c.master_endpoint(), "") << "a node that refused the credentials was not checked as master";
 }
 
+// The master drops the client's connections (as Sentinel's CLIENT KILL does on demotion,
+// here by ID, sparing the sentinels' own): the next command looks the master up again and
+// goes on; a waiter whose subscription went with them subscribes again and is served.
+TEST_F(async_sentinel_test, killed_connections_are_replaced_and_a_waiter_is_still_served) {
+  async_mutex m(*client, "killed");
+  auto [e, h] = try_lock_for(m, 2s);
+  ASSERT_TRUE(h.owns_lock()) << e.message();
+  std::promise<std::pair<std::error_code, async_hold>> waited;
+  m.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(m.key()) == 1; }, 5s));
+  const long long own = admin->command({"CLIENT", "ID"})->integer;
+  int killed = 0;
+  for (const char* type : {"normal", "pubsub"}) {
+    redislock::reply_ptr list = admin->command({"CLIENT", "LIST", "TYPE", type});
+    const std::string text(list->str, list->len);
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, end - at);
+      at = end + 1;
+      const std::size_t id_at = line.find("id="), name_at = line.find(" name=");
+      if (id_at != 0 || name_at == std::string::npos) continue;
+      const std::string id = line.substr(3, line.find(' ') - 3);
+      if (line.compare(name_at + 6, 9, "sentinel-") == 0 || std::stoll(id) == own) continue;
+      admin->command({"CLIENT", "KILL", "ID", id});
+      ++killed;
+    }
+  }
+  EXPECT_GE(killed, 2) << "the client's command and subscriber connections";
+  // A command sent before the client saw its connection end fails (connection_failed); the
+  // next one looks the master up again.
+  bool extended = false;
+  for (int i = 0; i < 5 && !extended; ++i) {
+    auto [xe, ok] = outcome<bool>([&](auto done) { h.async_extend(done); });
+    extended = !xe && ok;
+  }
+  EXPECT_TRUE(extended) << "no command went through after the kill";
+  EXPECT_FALSE(unlock_now(h));
+  auto [e2, h2] = waited.get_future().get();
+  EXPECT_FALSE(e2) << e2.message();
+  EXPECT_TRUE(h2.owns_lock()) << "the waiter whose subscription was killed was never served";
+  EXPECT_FALSE(unlock_now(h2));
+  EXPECT_EQ(client->master_changes(), 0u);
+}
+
 // SENTINEL FAILOVER: the old master stays up (Sentinel demotes it and kills its clients a few
 // seconds later). Through it: a waiter queued before is served on the new master (not left
 // subscribed on the old one), new acquisitions land on the new master, and a hold taken
