@@ -1176,8 +1176,8 @@ class async_hold {
 };
 
 /// A client for async locks: one command connection and one subscriber connection (opened on
-/// the first contended wait) to one server, driven by `executor`'s io_context through a strand.
-/// Thread-safe: its locks may be used from any thread.
+/// the first contended wait) to one server (or the master Sentinel names), driven by `executor`'s io_context through a
+/// strand. Thread-safe: its locks may be used from any thread.
 class async_client {
  public:
   /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
@@ -1187,10 +1187,10 @@ class async_client {
     core_->start();
   }
   /// A client of the master that Redis Sentinel names (as sentinel_client: the same options;
-  /// options.connection is replaced by sentinel.connection, and pool_size, pool_wait_timeout
-  /// and recheck_interval do not apply). Sends nothing; the first operation asks the
-  /// sentinels, without blocking the loop (detail/asio_sentinel.hpp). Throws invalid_argument
-  /// for bad options.
+  /// options.connection is replaced by sentinel.connection; pool_size and pool_wait_timeout do
+  /// not apply). Sends nothing; the first operation asks the sentinels, without blocking the
+  /// loop, and so does the first after the master was found gone, or once recheck_interval
+  /// has passed (detail/asio_sentinel.hpp). Throws invalid_argument for bad options.
   async_client(asio::any_io_executor executor, sentinel_options sentinel, async_client_options options = {}) {
     detail::check_sentinel_options(sentinel, "async_client");
     options.connection = sentinel.connection;
