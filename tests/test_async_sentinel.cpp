@@ -277,6 +277,25 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   });
   EXPECT_TRUE(redislock_test::eventually([&] { return queued(across.key()) == 1; }, 5s)) << "the waiter never queued";
 
+  // A client that learns of the failover only from the old master's READONLY (no recheck),
+  // subscribed on the old master by a wait served before the failover.
+  redislock::sentinel_options stale_options = options();
+  stale_options.recheck_interval = 1h;
+  redislock::async_client stale(runner->io.get_executor(), stale_options);
+  async_mutex stranded(stale, "stranded");
+  {
+    async_mutex first(*client, "stranded");
+    auto [fe, before] = try_lock_for(first, 2s);
+    ASSERT_TRUE(before.owns_lock()) << fe.message();
+    std::promise<std::pair<std::error_code, async_hold>> served;
+    stranded.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { served.set_value({e2, std::move(h2)}); });
+    ASSERT_TRUE(redislock_test::eventually([&] { return queued(stranded.key()) == 1; }, 5s));
+    EXPECT_FALSE(unlock_now(before));
+    auto [se, h] = served.get_future().get();
+    ASSERT_TRUE(h.owns_lock()) << se.message();
+    EXPECT_FALSE(unlock_now(h));
+  }
+
   redislock::connection sentinel(topology->sentinel_options(0));
   const auto t0 = std::chrono::steady_clock::now();
   const bool asked = redislock_test::eventually(
@@ -336,6 +355,37 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   }
   std::printf("[ async sentinel ] the hold taken before the failover: lost() %d\n", hold.lost() ? 1 : 0);
   unlock_now(hold);
+
+  // The old master demoted as Sentinel will demote it seconds later, but without its CLIENT
+  // KILL: the stale client's connections stay, and the old master refuses their writes with
+  // READONLY. Its next wait moves to the new master (the refused attempt is sent again there)
+  // and listens there: a release on the new master hands it the lock by notice, not left to
+  // a subscription on a replica that hears nothing.
+  ASSERT_EQ(topology->master(), 1 - master);
+  redislock::connection old_master(topology->node_options(master));
+  old_master.command({"REPLICAOF", "127.0.0.1", std::to_string(topology->node(1 - master).port())});
+  async_mutex holder_on_new(*client, "stranded");
+  auto [ne, on_new_hold] = try_lock_for(holder_on_new, 2s);
+  ASSERT_TRUE(on_new_hold.owns_lock()) << ne.message();
+  const auto handed_before = stale.stats().handed_over;
+  std::promise<std::pair<std::error_code, async_hold>> stale_waited;
+  stranded.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) {
+    stale_waited.set_value({e2, std::move(h2)});
+  });
+  EXPECT_TRUE(redislock_test::eventually(
+      [&] {
+        return on_new.command({"ZCARD", stranded.key() + ":queue"})->integer == 1;
+      },
+      5s))
+      << "the stale client's waiter never queued on the new master";
+  EXPECT_FALSE(unlock_now(on_new_hold));
+  auto [swe, stale_hold] = stale_waited.get_future().get();
+  EXPECT_FALSE(swe) << swe.message();
+  EXPECT_TRUE(stale_hold.owns_lock());
+  EXPECT_GT(stale.stats().handed_over, handed_before) << "the waiter was not woken by the new master's notice";
+  EXPECT_EQ(stale.master_changes(), 1u);
+  unlock_now(stale_hold);
+
   // The subscriber moved too: a release on the new master wakes a waiter by its notice (the
   // old master need not be reconfigured yet, which Sentinel does seconds later).
   expect_notified_handoff();
