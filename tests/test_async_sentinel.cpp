@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,6 +28,7 @@ using namespace std::chrono_literals;
 using redislock::async_errc;
 using redislock::async_hold;
 using redislock::async_mutex;
+using redislock_test::failover_seen;
 using redislock_test::outcome;
 using redislock_test::sentinel_topology;
 using redislock_test::unlock_now;
@@ -242,6 +244,8 @@ TEST_F(async_sentinel_test, killed_connections_are_replaced_and_a_waiter_is_stil
 // before either renews there or is reported lost; never believed held while the new master
 // says otherwise.
 TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_to_the_new_master) {
+  auto seen = std::make_shared<failover_seen>();
+  redislock::set_observer(seen);
   expect_notified_handoff();
   const std::string new_endpoint = endpoint(1 - master);
   redislock::lock_options renewed;
@@ -331,6 +335,12 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   std::printf("[ async sentinel ] SENTINEL FAILOVER: first acquisition on the new master after %lld ms (%d failed)\n",
               recovery, errors);
   EXPECT_EQ(client->master_changes(), 1u);
+  {
+    std::lock_guard<std::mutex> g(seen->m);
+    EXPECT_EQ(seen->count, 1) << "one move, told once";
+    EXPECT_EQ(seen->from, endpoint(master));
+    EXPECT_EQ(seen->to, new_endpoint);
+  }
   unlock_now(holder);  // on the new master: hands the lock to the waiter, or finds the lease gone
   waiter.join();
   EXPECT_TRUE(waiter_got) << "the waiter queued before the failover was never served";
@@ -385,6 +395,12 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   EXPECT_GT(stale.stats().handed_over, handed_before) << "the waiter was not woken by the new master's notice";
   EXPECT_EQ(stale.master_changes(), 1u);
   unlock_now(stale_hold);
+  redislock::set_observer(nullptr);
+  {
+    std::lock_guard<std::mutex> g(seen->m);
+    EXPECT_EQ(seen->count, 2) << "the stale client's move, told too";
+    EXPECT_GT(seen->recovered_in, std::chrono::nanoseconds(0)) << "it found the old master gone (READONLY) first";
+  }
 
   // The subscriber moved too: a release on the new master wakes a waiter by its notice (the
   // old master need not be reconfigured yet, which Sentinel does seconds later).

@@ -25,6 +25,7 @@
 #include <vector>
 
 using namespace std::chrono_literals;
+using redislock_test::failover_seen;
 using redislock_test::sentinel_topology;
 
 namespace {
@@ -514,19 +515,6 @@ void expect_notified_handoff(redislock::sentinel_client& c) {
   EXPECT_TRUE(got);
   EXPECT_GT(c.wait_stats().wakeups, before) << "the waiter was not woken by the new master's notice";
 }
-
-// Counts the failovers reported to the observer (observe.hpp) and keeps the last one's ends.
-struct failover_seen : redislock::lock_observer {
-  void on_failover(const redislock::failover_event& e) override {
-    std::lock_guard<std::mutex> g(m);
-    ++count;
-    from = std::string(e.from);
-    to = std::string(e.to);
-  }
-  std::mutex m;
-  int count = 0;
-  std::string from, to;
-};
 
 }  // namespace
 

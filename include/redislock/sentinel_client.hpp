@@ -204,6 +204,21 @@ inline void check_sentinel_options(const sentinel_options& o, const char* who) {
   check_connection_options(data, who);
 }
 
+/// Tells the observer (observe.hpp) that a Sentinel client moved to a new master; `lost_at`:
+/// when it first found the old one gone (a default time point: it did not).
+inline void report_sentinel_failover(const std::string& from, const std::string& to,
+                                     std::chrono::steady_clock::time_point lost_at,
+                                     std::chrono::steady_clock::time_point now) {
+  notify([&](lock_observer& o) {
+    failover_event e;
+    e.topology = "sentinel";
+    e.from = from;
+    e.to = to;
+    if (lost_at != std::chrono::steady_clock::time_point{}) e.recovered_in = now - lost_at;
+    o.on_failover(e);
+  });
+}
+
 }  // namespace detail
 
 class sentinel_client {
@@ -460,22 +475,8 @@ class sentinel_client {
     const std::uint64_t generation = generation_;
     const std::chrono::steady_clock::time_point lost_at = std::exchange(master_lost_at_, {});
     g.unlock();
-    if (moved_from) report_failover(moved_from->endpoint(), a.endpoint(), lost_at, now);
+    if (moved_from) detail::report_sentinel_failover(moved_from->endpoint(), a.endpoint(), lost_at, now);
     return {a, generation};
-  }
-
-  // Tells the observer (observe.hpp) that the client moved to a new master.
-  static void report_failover(const std::string& from, const std::string& to,
-                              std::chrono::steady_clock::time_point lost_at,
-                              std::chrono::steady_clock::time_point now) {
-    detail::notify([&](lock_observer& o) {
-      failover_event e;
-      e.topology = "sentinel";
-      e.from = from;
-      e.to = to;
-      if (lost_at != std::chrono::steady_clock::time_point{}) e.recovered_in = now - lost_at;
-      o.on_failover(e);
-    });
   }
 
   // A connection of `generation` found its node not (or no longer) the master.

@@ -5,12 +5,15 @@
 
 #include "sentinel_topology.hpp"
 
+#include <redislock/observe.hpp>
 #include <redislock/sentinel_client.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <string>
 
 namespace redislock_test {
 
@@ -42,5 +45,20 @@ inline redislock::sentinel_options sentinel_test_options() {
   o.connection.command_timeout = 500ms;
   return o;
 }
+
+// Counts the failovers told to the observer (observe.hpp) and keeps the last one's details.
+struct failover_seen : redislock::lock_observer {
+  void on_failover(const redislock::failover_event& e) override {
+    std::lock_guard<std::mutex> g(m);
+    ++count;
+    from = std::string(e.from);
+    to = std::string(e.to);
+    recovered_in = e.recovered_in;
+  }
+  std::mutex m;
+  int count = 0;
+  std::string from, to;
+  std::chrono::nanoseconds recovered_in{0};
+};
 
 }  // namespace redislock_test

@@ -17,7 +17,8 @@
 /// clients until Sentinel reconfigures it, this bounds how long the client writes there.
 /// Moving to another address closes both connections: a subscriber left on a demoted master
 /// would strand its waiters (their subscriptions end with it, and they subscribe again on the
-/// new master).
+/// new master). A move is told to the observer (on_failover, on the strand), as
+/// sentinel_client tells it.
 
 #include <redislock/detail/asio_redis.hpp>
 #include <redislock/detail/sentinel_discovery.hpp>
@@ -106,6 +107,7 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
   void master_gone(std::uint64_t generation) {
     if (!verified_ || generation != verified_generation_) return;
     verified_ = false;
+    if (lost_at_ == steady_clock::time_point{}) lost_at_ = steady_clock::now();
     preferred_ = (preferred_ + 1) % options_.sentinels.size();
   }
 
@@ -139,6 +141,8 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
     pause_ = options_.retry_backoff;
     recheck_at_ = steady_clock::now() + options_.recheck_interval;
     if (!recheck) verified_ = false;
+    // The connection ended (or the first look-up): recovery counts from here.
+    if (!recheck && lost_at_ == steady_clock::time_point{} && current_.port != 0) lost_at_ = steady_clock::now();
     ask(0);
   }
 
@@ -180,12 +184,18 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
       self->verified_ = true;
       self->verified_generation_ = self->commands_->generation();
       self->preferred_ = index;
+      const std::string endpoint = a.endpoint();
+      std::string from;
       {
         std::lock_guard<std::mutex> g(self->seen_mutex_);
-        const std::string endpoint = a.endpoint();
-        if (!self->seen_endpoint_.empty() && self->seen_endpoint_ != endpoint) ++self->changes_;
+        if (!self->seen_endpoint_.empty() && self->seen_endpoint_ != endpoint) {
+          ++self->changes_;
+          from = self->seen_endpoint_;
+        }
         self->seen_endpoint_ = endpoint;
       }
+      const steady_clock::time_point lost_at = std::exchange(self->lost_at_, {});
+      if (!from.empty()) report_sentinel_failover(from, endpoint, lost_at, steady_clock::now());
       self->finish(true);
     });
   }
@@ -220,6 +230,7 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
   std::size_t preferred_ = 0;              // the sentinel asked first
   master_address current_;                 // where the connections point
   steady_clock::time_point recheck_at_{};  // the next look-up while the master is known
+  steady_clock::time_point lost_at_{};     // when the master in use was first found gone
   int round_ = 0;
   std::chrono::milliseconds pause_{0};
   mutable std::mutex seen_mutex_;
