@@ -5,6 +5,7 @@
 
 #include "async_fixture.hpp"
 #include "eventually.hpp"
+#include "fake_sentinel.hpp"
 #include "sentinel_environment.hpp"
 #include "sentinel_topology.hpp"
 
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -192,6 +194,67 @@ TEST_F(async_sentinel_test, sentinel_credentials_are_separate_from_the_data_node
   EXPECT_EQ(e, async_errc::connection_failed) << e.message();
   EXPECT_FALSE(h.owns_lock());
   EXPECT_EQ(c.master_endpoint(), "") << "a node that refused the credentials was not checked as master";
+}
+
+// Fake sentinels (tests/harness/fake_sentinel.hpp) in front of two standalone servers: which
+// node "Sentinel" names is the test's choice, without Sentinel demoting the other one.
+struct async_fake_sentinel_test : ::testing::Test {
+  redislock::sentinel_options options_for(std::initializer_list<const redislock_test::fake_sentinel*> fakes) {
+    redislock::sentinel_options o;
+    for (const auto* f : fakes) o.sentinels.push_back({"127.0.0.1", f->port()});
+    o.service_name = "fake";
+    o.connection.connect_timeout = 300ms;
+    o.connection.command_timeout = 300ms;
+    o.retries = 0;
+    return o;
+  }
+  redislock_test::redis_server a, b;
+  redislock_test::loop runner;
+};
+
+// A sentinel that never answers is given up after command_timeout; one that names a replica
+// is not believed (ROLE); the next one's master is used.
+TEST_F(async_fake_sentinel_test, a_silent_sentinel_and_one_naming_a_replica_are_passed_over) {
+  redislock::connection(b.options()).command({"REPLICAOF", "127.0.0.1", std::to_string(a.port())});
+  redislock_test::fake_sentinel silent, names_replica, names_master;
+  silent.go_silent();
+  names_replica.name_master(b.port());
+  names_master.name_master(a.port());
+  redislock::async_client c(runner.io.get_executor(), options_for({&silent, &names_replica, &names_master}));
+  async_mutex m(c, "passed-over");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [e, h] = try_lock_for(m, 2s);
+  ASSERT_FALSE(e) << e.message();
+  EXPECT_TRUE(h.owns_lock());
+  EXPECT_LT(ms_since(t0), 1000);
+  EXPECT_EQ(c.master_endpoint(), "127.0.0.1:" + std::to_string(a.port()));
+  EXPECT_FALSE(unlock_now(h));
+}
+
+// Once recheck_interval has passed, the command that finds the recheck due goes to the master
+// the sentinels name now, as sentinel_client's does: a renewal confirmed by a node they no
+// longer name (a master cut off from them, or not yet demoted) would make the client believe
+// a hold the master in charge does not back.
+TEST_F(async_fake_sentinel_test, a_renewal_due_for_a_recheck_is_sent_to_the_master_named_now) {
+  redislock_test::fake_sentinel sentinel;
+  sentinel.name_master(a.port());
+  auto o = options_for({&sentinel});
+  o.recheck_interval = 50ms;
+  redislock::async_client c(runner.io.get_executor(), o);
+  redislock::lock_options lease;
+  lease.lease = 10s;
+  async_mutex m(c, "recheck", lease);
+  auto [e, h] = try_lock_for(m, 0ms);
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(h.owns_lock());
+  sentinel.name_master(b.port());  // b is a master too, without the lock
+  // The recheck's answer comes after a's reply would: the renewal must wait for it.
+  sentinel.delay_answers(100ms);
+  std::this_thread::sleep_for(60ms);  // recheck_interval passes: the next command rechecks
+  auto [xe, renewed] = outcome<bool>([&](auto done) { h.async_extend(done); });
+  EXPECT_FALSE(!xe && renewed) << "renewed, says the client; no such lock, says the master the sentinels name";
+  EXPECT_EQ(c.master_endpoint(), "127.0.0.1:" + std::to_string(b.port()));
+  EXPECT_FALSE(redislock::connection(b.options()).command({"EXISTS", m.key()})->integer);
 }
 
 // The master drops the client's connections (as Sentinel's CLIENT KILL does on demotion,

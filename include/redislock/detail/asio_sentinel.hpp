@@ -12,8 +12,9 @@
 /// refused as by a non-master (READONLY, LOADING, MASTERDOWN), the next command looks again.
 /// A look-up that finds nothing is repeated sentinel_options::retries times, pausing
 /// retry_backoff (doubling, up to max(retry_backoff, 1 s)); then the waiting commands fail.
-/// While commands are sent, the sentinels are asked again every recheck_interval (commands go
-/// on to the known master meanwhile): after a failover whose old master stays up and keeps its
+/// While commands are sent, the sentinels are asked again every recheck_interval (the command
+/// that finds the recheck due waits for it; others go on to the known master meanwhile; a
+/// recheck that finds nothing keeps that master): after a failover whose old master stays up and keeps its
 /// clients until Sentinel reconfigures it, this bounds how long the client writes there.
 /// Moving to another address closes both connections: a subscriber left on a demoted master
 /// would strand its waiters (their subscriptions end with it, and they subscribe again on the
@@ -88,10 +89,13 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
   /// EVAL after NOSCRIPT); nothing opens a new one.
   void when_master(std::function<void(bool)> ready_cb) {
     if (ready()) {
-      if (!looking_ && !closed_ && options_.recheck_interval.count() > 0 && steady_clock::now() >= recheck_at_) {
-        start(true);  // in the background: this command goes to the known master
-      }
-      return ready_cb(true);
+      // Due for a recheck: this command waits for the sentinels' answer (as sentinel_client's
+      // command that rechecks): sent to the known master, a renewal could be confirmed by a
+      // node they no longer name. Commands meanwhile go on to the known master.
+      if (looking_ || closed_ || options_.recheck_interval.count() <= 0 || steady_clock::now() < recheck_at_)
+        return ready_cb(true);
+      waiting_.push_back(std::move(ready_cb));
+      return start(true);
     }
     if (closed_) {
       asio::post(strand_, [cb = std::move(ready_cb)] { cb(false); });
@@ -137,6 +141,7 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
   // `recheck`: the known master stays in use until the sentinels name another one.
   void start(bool recheck) {
     looking_ = true;
+    rechecking_ = recheck;
     round_ = 0;
     pause_ = options_.retry_backoff;
     recheck_at_ = steady_clock::now() + options_.recheck_interval;
@@ -200,8 +205,10 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
     });
   }
 
-  // No sentinel named a master that answers as one: again after a pause, or give up.
+  // No sentinel named a master that answers as one: again after a pause, or give up. A
+  // recheck that found nothing keeps the master in use (as sentinel_client's).
   void round_failed() {
+    if (rechecking_ && ready()) return finish(true);
     if (round_ >= options_.retries) return finish(false);
     ++round_;
     pause_timer_.expires_after(pause_);
@@ -226,6 +233,7 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
   asio::steady_timer pause_timer_;
   std::vector<std::function<void(bool)>> waiting_;
   bool looking_ = false, verified_ = false, closed_ = false;
+  bool rechecking_ = false;                // the look-up under way started with a checked master known
   std::uint64_t verified_generation_ = 0;  // the command connection's, when ROLE said master
   std::size_t preferred_ = 0;              // the sentinel asked first
   master_address current_;                 // where the connections point
