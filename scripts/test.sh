@@ -193,7 +193,7 @@ for v in "${variants[@]}"; do
       cmake --build build/hiredis1-build -j "$jobs" > /dev/null
       cmake --install build/hiredis1-build > /dev/null
       hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
-      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls"
+      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls;test_async_sentinel"
       cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
         -DCMAKE_PREFIX_PATH="$prefix" -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON \
         -DREDISLOCK_BUILD_EXAMPLES=OFF -DREDISLOCK_TEST_ONLY="$hiredis_tests"
