@@ -1,9 +1,10 @@
 #pragma once
 // A stand-in for a sentinel on a free 127.0.0.1 port: every request read on a connection is
-// answered (after delay_answers(), if set) with the master address set by name_master() (a SENTINEL GET-MASTER-ADDR-BY-NAME
-// reply), or never answered after go_silent() (a sentinel that accepts TCP but hangs). It lets
-// a test say which node "Sentinel" names, without Sentinel's own reconfiguration of the nodes.
-// One thread polls every socket; the destructor stops it and closes them.
+// answered (after delay_answers(), if set) with the master address set by name_master() (a
+// SENTINEL GET-MASTER-ADDR-BY-NAME reply), or never answered after go_silent() (a sentinel
+// that accepts TCP but hangs). It lets a test say which node "Sentinel" names, without
+// Sentinel's own reconfiguration of the nodes. One thread polls every socket; the destructor
+// stops it and closes them.
 
 #include "redis_server.hpp"
 
