@@ -231,6 +231,59 @@ TEST_F(async_fake_sentinel_test, a_silent_sentinel_and_one_naming_a_replica_are_
   EXPECT_FALSE(unlock_now(h));
 }
 
+// A client destroyed while its first look-up waits on a silent sentinel: the waiting
+// acquisition completes once, at once, with an error; the look-up's late end (the sentinel's
+// command_timeout, after the client is gone) touches nothing freed.
+TEST_F(async_fake_sentinel_test, a_client_closed_during_a_look_up_fails_the_waiting_acquisition_once) {
+  redislock_test::fake_sentinel silent;
+  silent.go_silent();
+  auto c = std::make_unique<redislock::async_client>(runner.io.get_executor(), options_for({&silent}));
+  auto m = std::make_unique<async_mutex>(*c, "closed");
+  std::atomic<int> completions{0};
+  std::promise<std::error_code> first;
+  m->async_try_lock_for(10s, [&](std::error_code e, async_hold) {
+    if (completions++ == 0) first.set_value(e);
+  });
+  ASSERT_TRUE(redislock_test::eventually([&] { return silent.requests() >= 1; }, 2s)) << "no look-up started";
+  const auto t0 = std::chrono::steady_clock::now();
+  m.reset();
+  c.reset();
+  auto done = first.get_future();
+  ASSERT_EQ(done.wait_for(2s), std::future_status::ready) << "the acquisition was left waiting";
+  EXPECT_TRUE(done.get()) << "completed without an error";
+  EXPECT_LT(ms_since(t0), 250) << "it waited for the sentinel's timeout";
+  // Past the sentinel's command_timeout: the look-up ends with nobody left.
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(completions.load(), 1);
+}
+
+// A recheck asks the sentinel that answered last first: once the first one hangs, the next
+// to answer (naming the same master) is asked first from then on, not the hung one again at
+// every recheck (each would hold the command that found it due for command_timeout).
+TEST_F(async_fake_sentinel_test, a_recheck_starts_with_the_sentinel_that_answered_last) {
+  redislock_test::fake_sentinel first, second;
+  first.name_master(a.port());
+  second.name_master(a.port());
+  auto o = options_for({&first, &second});
+  o.recheck_interval = 50ms;
+  redislock::async_client c(runner.io.get_executor(), o);
+  redislock::lock_options lease;
+  lease.lease = 10s;
+  async_mutex m(c, "preferred", lease);
+  auto [e, h] = try_lock_for(m, 2s);
+  ASSERT_TRUE(h.owns_lock()) << e.message();
+  ASSERT_EQ(first.requests(), 1);
+  first.go_silent();
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(60ms);  // recheck_interval passes: the next command rechecks
+    auto [xe, renewed] = outcome<bool>([&](auto done) { h.async_extend(done); });
+    EXPECT_TRUE(!xe && renewed) << xe.message();
+  }
+  EXPECT_EQ(first.requests(), 2) << "the hung sentinel was asked first again";
+  EXPECT_EQ(second.requests(), 3);
+  EXPECT_FALSE(unlock_now(h));
+}
+
 // Once recheck_interval has passed, the command that finds the recheck due goes to the master
 // the sentinels name now, as sentinel_client's does: a renewal confirmed by a node they no
 // longer name (a master cut off from them, or not yet demoted) would make the client believe

@@ -166,8 +166,12 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
                         // Closed once this callback is done (hiredis frees its context then).
                         asio::post(self->strand_, [sentinel] { sentinel->close(); });
                         if (!a) return self->ask(k + 1);
-                        // A recheck that names the master in use: nothing to do.
-                        if (self->ready() && *a == self->current_) return self->finish(true);
+                        // A recheck that names the master in use: nothing to do but ask this
+                        // sentinel first next time (the ones before it did not answer).
+                        if (self->ready() && *a == self->current_) {
+                          self->preferred_ = i;
+                          return self->finish(true);
+                        }
                         self->check(*a, i, k);
                       });
   }
