@@ -431,10 +431,12 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   ASSERT_TRUE(asked);
   // New acquisitions reach the new master (the recheck finds it within recheck_interval of the
   // sentinels naming it).
-  async_mutex fresh(*client, "fresh");
+  // A name per attempt: a release lost in the failover (sent to the old master after the
+  // promotion) leaves its name held on the new master for the lease.
   long long recovery = -1;
   int errors = 0;
-  while (ms_since(t0) < 20000) {
+  for (int attempt = 0; ms_since(t0) < 20000; ++attempt) {
+    async_mutex fresh(*client, "fresh-" + std::to_string(attempt));
     auto [e, h] = try_lock_for(fresh, 0ms);
     if (e) ++errors;
     const bool on_new = h.owns_lock() && client->master_endpoint() == new_endpoint;
