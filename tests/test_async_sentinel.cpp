@@ -310,6 +310,41 @@ TEST_F(async_fake_sentinel_test, a_renewal_due_for_a_recheck_is_sent_to_the_mast
   EXPECT_FALSE(redislock::connection(b.options()).command({"EXISTS", m.key()})->integer);
 }
 
+// A hand-off notice heard on the subscriber of a master the sentinels no longer name (once
+// a recheck is due) is not believed by itself: the wait is decided by an attempt, which goes
+// to the master named now. The client never believes a hold that master does not back.
+TEST_F(async_fake_sentinel_test, a_notice_heard_once_a_recheck_is_due_is_confirmed_on_the_master_named_now) {
+  redislock_test::fake_sentinel sentinel;
+  sentinel.name_master(a.port());
+  auto o = options_for({&sentinel});
+  o.recheck_interval = 50ms;
+  redislock::async_client c(runner.io.get_executor(), o);
+  redislock::lock_options lease;
+  lease.lease = 10s;
+  async_mutex m(c, "noticed", lease);
+  redislock::client on_a(redislock::client_options{a.options()});
+  redislock::mutex holder(on_a, "noticed", lease);
+  ASSERT_TRUE(holder.try_lock());
+  std::promise<std::pair<std::error_code, async_hold>> waited;
+  m.async_try_lock_for(5s, [&](std::error_code e, async_hold h) { waited.set_value({e, std::move(h)}); });
+  redislock::connection admin_a(a.options());
+  ASSERT_TRUE(redislock_test::eventually(
+      [&] {
+        return admin_a.command({"ZCARD", m.key() + ":queue"})->integer == 1;
+      },
+      2s));
+  sentinel.name_master(b.port());     // b is a master too, without the lock
+  std::this_thread::sleep_for(60ms);  // recheck_interval passes
+  holder.unlock();                    // on a: hands the lock to the waiter, told by notice
+  auto [e, h] = waited.get_future().get();
+  ASSERT_FALSE(e) << e.message();
+  ASSERT_TRUE(h.owns_lock()) << "b is free: the wait takes it there";
+  redislock::reply_ptr v = redislock::connection(b.options()).command({"GET", m.key()});
+  ASSERT_EQ(v->type, REDIS_REPLY_STRING) << "held, says the client; absent, says the master the sentinels name";
+  EXPECT_EQ(std::string(v->str, v->len), h.token());
+  EXPECT_FALSE(unlock_now(h));
+}
+
 // The master drops the client's connections (as Sentinel's CLIENT KILL does on demotion,
 // here by ID, sparing the sentinels' own): the next command looks the master up again and
 // goes on; a waiter whose subscription went with them subscribes again and is served.

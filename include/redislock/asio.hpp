@@ -181,6 +181,10 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
            route_->retries());
   }
 
+  /// With Sentinel, while the master in use is in doubt (detail/asio_sentinel.hpp): a notice
+  /// heard on its subscriber is not believed by itself. On the strand.
+  bool master_in_doubt() const noexcept { return route_ && route_->in_doubt(); }
+
   /// With Sentinel: "host:port" of the master last checked, and how often it changed. Any thread.
   std::string master_endpoint() const { return route_ ? route_->master_endpoint() : std::string(); }
   std::uint64_t master_changes() const { return route_ ? route_->master_changes() : 0; }
@@ -572,8 +576,11 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     // lease counts from there. Nothing orders the notice with the attempts' replies: it may be
     // stale (that lease ran out, someone else took the lock). With little of that lease left,
     // a "wait" decides: it returns the lock (with a lease from its own send) only when ours.
+    // With Sentinel, a grant heard from a master the sentinels may no longer name (a recheck
+    // due) is decided the same way, by a "wait" sent to the master they name.
     const auto& lease = core->options().lease;
-    if (steady::now() >= first_wait_sent + lease - lease / 3) return attempt("wait");
+    if (steady::now() >= first_wait_sent + lease - lease / 3 || core->client().master_in_doubt())
+      return attempt("wait");
     core->client().count(core->client().handed_over_);
     handoff = true;
     acquired(first_wait_sent);

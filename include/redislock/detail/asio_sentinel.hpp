@@ -115,6 +115,12 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
     preferred_ = (preferred_ + 1) % options_.sentinels.size();
   }
 
+  /// The master in use is not to be trusted without asking: no checked one, or a recheck
+  /// due (the next command waits for it). A notice heard meanwhile is confirmed by a command.
+  bool in_doubt() const noexcept {
+    return !ready() || (options_.recheck_interval.count() > 0 && steady_clock::now() >= recheck_at_);
+  }
+
   /// Re-sends a command refused as by a non-master at most this often.
   int retries() const noexcept { return options_.retries; }
 
