@@ -58,7 +58,7 @@ struct async_sentinel_test : ::testing::Test {
     ASSERT_GE(master, 0);
     admin = std::make_unique<redislock::connection>(topology->node_options(master));
     admin->command({"FLUSHALL"});
-    runner = std::make_unique<redislock_test::loop>();
+    runner = std::make_unique<redislock_test::loop>(2);
     client = std::make_unique<redislock::async_client>(runner->io.get_executor(), options());
   }
   void TearDown() override {
@@ -209,7 +209,7 @@ struct async_fake_sentinel_test : ::testing::Test {
     return o;
   }
   redislock_test::redis_server a, b;
-  redislock_test::loop runner;
+  redislock_test::loop runner{2};  // two threads: the strand, not the loop, orders the client
 };
 
 // A sentinel that never answers is given up after command_timeout; one that names a replica
