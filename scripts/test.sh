@@ -109,7 +109,7 @@ plain_configure() {
 server_protocols="^(LockContract|QueuedHandOff|KindsTest|MutexTest|MutexRestart|WakeupTest|Subscriber|FairTest"
 server_protocols+="|WatchdogTest|LeaseLoss|Fencing|FenceCounter|ReentrantTest|ReentrantServerLoss|SharedTest"
 server_protocols+="|SharedServerLoss|Semaphore|Latch|Election|Redlock|RedlockN|cli_test|Security|DelayedRelease|HashTags|Eviction|AsyncMutexTest|AsyncSemaphoreTest|AsyncSharedMutexTest)[/.]"
-server_protocols+="|^test_sentinel$"
+server_protocols+="|^test_sentinel$|^test_async_sentinel$"
 # The Lua-free path (an ACL user without @scripting, Valkey's lua module unloaded) and SET IFEQ
 # renewals: each test skips, saying so, where its server has no such thing.
 lua_free="^Servers/LuaFree[.]|^(SetIfeqRenewal|ServerFeatures)[.]"
