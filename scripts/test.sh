@@ -109,7 +109,7 @@ plain_configure() {
 server_protocols="^(LockContract|QueuedHandOff|KindsTest|MutexTest|MutexRestart|WakeupTest|Subscriber|FairTest"
 server_protocols+="|WatchdogTest|LeaseLoss|Fencing|FenceCounter|ReentrantTest|ReentrantServerLoss|SharedTest"
 server_protocols+="|SharedServerLoss|Semaphore|Latch|Election|Redlock|RedlockN|cli_test|Security|DelayedRelease|HashTags|Eviction|AsyncMutexTest|AsyncSemaphoreTest|AsyncSharedMutexTest)[/.]"
-server_protocols+="|^test_sentinel$"
+server_protocols+="|^test_sentinel$|^test_async_sentinel$"
 # The Lua-free path (an ACL user without @scripting, Valkey's lua module unloaded) and SET IFEQ
 # renewals: each test skips, saying so, where its server has no such thing.
 lua_free="^Servers/LuaFree[.]|^(SetIfeqRenewal|ServerFeatures)[.]"
@@ -193,7 +193,7 @@ for v in "${variants[@]}"; do
       cmake --build build/hiredis1-build -j "$jobs" > /dev/null
       cmake --install build/hiredis1-build > /dev/null
       hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
-      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls;test_async_cluster"
+      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls;test_async_cluster;test_async_sentinel"
       cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
         -DCMAKE_PREFIX_PATH="$prefix" -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON \
         -DREDISLOCK_BUILD_EXAMPLES=OFF -DREDISLOCK_TEST_ONLY="$hiredis_tests"

@@ -1045,3 +1045,20 @@ TEST_F(AsyncObservedTest, RenewalsAndALossAreReportedOnceAndTheKindsAreNamed) {
 }
 
 }  // namespace
+
+// The async kinds send no WAIT after an acquisition: min_replicas is refused at construction
+// (naming the option), never ignored.
+TEST(AsyncOptions, MinReplicasIsRefusedAtConstruction) {
+  asio::io_context io;
+  async_client c(io.get_executor());  // sends nothing
+  lock_options o;
+  o.min_replicas = 1;
+  try {
+    async_mutex m(c, "replicated", o);
+    ADD_FAILURE() << "min_replicas accepted by async_mutex";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("min_replicas"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(async_semaphore(c, "replicated", 2, o), invalid_argument);
+  EXPECT_THROW(async_shared_mutex(c, "replicated", o), invalid_argument);
+}

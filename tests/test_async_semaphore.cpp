@@ -643,3 +643,65 @@ TEST_F(AsyncSharedMutexTest, RacingCancellationsKeepWritersAlone) {
 }
 
 }  // namespace
+
+namespace {
+
+std::int64_t counted(redislock::async_semaphore& s, bool available) {
+  auto [e, n] = outcome<std::int64_t>([&](auto done) {
+    if (available) s.async_available(done);
+    else s.async_permits(done);
+  });
+  EXPECT_FALSE(e) << e.message();
+  return n;
+}
+
+std::error_code set_permits(redislock::async_semaphore& s, std::int64_t n) {
+  std::promise<std::error_code> p;
+  s.async_set_permits(n, [&](std::error_code e) { p.set_value(e); });
+  return p.get_future().get();
+}
+
+}  // namespace
+
+// async_permits / async_available / async_set_permits: the blocking semaphore's permits(),
+// available() and set_permits(), on the same scripts: the stored count rules while anyone
+// holds (async or blocking), growing hands the new permits to the waiters at once, shrinking
+// revokes nothing.
+TEST_F(AsyncSemaphoreTest, PermitsAvailableAndSetPermitsAsTheBlockingSemaphore) {
+  async_semaphore s(*client, "counted", 1);
+  EXPECT_EQ(counted(s, false), 1);  // idle: this object's own count
+  EXPECT_EQ(counted(s, true), 1);
+  auto [e, first] = outcome<async_hold>([&](auto done) { s.async_try_acquire_for(milliseconds(0), done); });
+  ASSERT_TRUE(first.owns_lock());
+  EXPECT_EQ(counted(s, true), 0);
+  redislock::client blocking_client(redislock::client_options{server->options()});
+  redislock::semaphore blocking(blocking_client, "counted", 5);
+  EXPECT_EQ(blocking.permits(), 1) << "the stored count rules while anyone holds";
+  // A waiter, then growing to 2: it gets the new permit at once (handed on by the script).
+  std::promise<std::pair<std::error_code, async_hold>> waited;
+  s.async_acquire([&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
+  EXPECT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  EXPECT_FALSE(set_permits(s, 2));
+  auto [e2, second] = waited.get_future().get();
+  EXPECT_FALSE(e2) << e2.message();
+  ASSERT_TRUE(second.owns_lock());
+  EXPECT_EQ(blocking.permits(), 2);
+  EXPECT_EQ(counted(s, true), 0);
+  // Shrinking revokes nothing: two holders stay over a count of 1, nobody else gets in.
+  EXPECT_FALSE(set_permits(s, 1));
+  EXPECT_EQ(counted(s, false), 1);
+  EXPECT_EQ(counted(s, true), 0);
+  EXPECT_FALSE(blocking.try_acquire());
+  EXPECT_FALSE(first.lost());
+  EXPECT_FALSE(unlock_now(first));
+  EXPECT_EQ(counted(s, true), 0) << "still one holder for one permit";
+  EXPECT_FALSE(unlock_now(second));
+  EXPECT_EQ(counted(s, true), 1);
+  // Bad counts are refused before anything is sent.
+  EXPECT_THROW(s.async_set_permits(0, [](std::error_code) {}), redislock::invalid_argument);
+  EXPECT_THROW(s.async_set_permits(max_permits + 1, [](std::error_code) {}), redislock::invalid_argument);
+  // Idle: nothing stored; the object's own count is the last one it set.
+  EXPECT_FALSE(set_permits(s, 3));
+  EXPECT_EQ(counted(s, false), 3);
+  EXPECT_EQ(blocking.permits(), 5) << "the blocking object's own count: the idle semaphore stores none";
+}

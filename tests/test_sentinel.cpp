@@ -4,6 +4,7 @@
 // to be healthy, whichever node is master by then; the failover tests come last.
 
 #include "eventually.hpp"
+#include "sentinel_environment.hpp"
 #include "sentinel_topology.hpp"
 #include "steady_contention.hpp"
 
@@ -24,35 +25,14 @@
 #include <vector>
 
 using namespace std::chrono_literals;
+using redislock_test::failover_seen;
 using redislock_test::sentinel_topology;
 
 namespace {
 
-sentinel_topology* topology = nullptr;
+using redislock_test::topology;
 
-struct topology_environment : ::testing::Environment {
-  void SetUp() override {
-    const auto t0 = std::chrono::steady_clock::now();
-    topology = new sentinel_topology();
-    std::printf(
-        "[ sentinel ] set-up ready in %lld ms\n",
-        static_cast<long long>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
-  }
-  void TearDown() override {
-    delete topology;
-    topology = nullptr;
-  }
-};
-
-const auto* const registered = ::testing::AddGlobalTestEnvironment(new topology_environment);
-
-redislock::sentinel_options options() {
-  redislock::sentinel_options o = redislock::parse_sentinel_uri(topology->uri());
-  o.connection.connect_timeout = 500ms;
-  o.connection.command_timeout = 500ms;
-  return o;
-}
+redislock::sentinel_options options() { return redislock_test::sentinel_test_options(); }
 
 struct sentinel_test : ::testing::Test {
   void SetUp() override {
@@ -535,19 +515,6 @@ void expect_notified_handoff(redislock::sentinel_client& c) {
   EXPECT_TRUE(got);
   EXPECT_GT(c.wait_stats().wakeups, before) << "the waiter was not woken by the new master's notice";
 }
-
-// Counts the failovers reported to the observer (observe.hpp) and keeps the last one's ends.
-struct failover_seen : redislock::lock_observer {
-  void on_failover(const redislock::failover_event& e) override {
-    std::lock_guard<std::mutex> g(m);
-    ++count;
-    from = std::string(e.from);
-    to = std::string(e.to);
-  }
-  std::mutex m;
-  int count = 0;
-  std::string from, to;
-};
 
 }  // namespace
 

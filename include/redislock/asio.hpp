@@ -23,6 +23,7 @@
 #include <redislock/detail/asio_cluster.hpp>
 #include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
+#include <redislock/detail/asio_sentinel.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
@@ -32,6 +33,7 @@
 #include <redislock/observe.hpp>
 #include <redislock/options.hpp>
 #include <redislock/script.hpp>
+#include <redislock/sentinel_client.hpp>
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
@@ -149,7 +151,9 @@ std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_
 /// channels subscribed for its locks. Everything but the counters is used on the strand.
 class async_client_core : public std::enable_shared_from_this<async_client_core> {
  public:
-  async_client_core(asio::any_io_executor ex, async_client_options o)
+  /// `sentinel`: the master is the one Sentinel names (detail/asio_sentinel.hpp); options'
+  /// connection then carries only the data nodes' credentials, TLS settings and timeouts.
+  async_client_core(asio::any_io_executor ex, async_client_options o, std::optional<sentinel_options> sentinel = {})
       : executor_(ex),
         strand_(asio::make_strand(ex)),
         options_(std::move(o)),
@@ -157,6 +161,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
         commands_(std::make_shared<async_redis>(strand_, options_.connection, false, tls_context_)),
         subscriber_(std::make_shared<async_redis>(strand_, options_.connection, true, tls_context_)) {
     if (options_.cluster) cluster_ = std::make_shared<async_cluster>(strand_, *options_.cluster, tls_context_);
+    if (sentinel)
+      route_ =
+          std::make_shared<async_sentinel_route>(strand_, std::move(*sentinel), tls_context_, commands_, subscriber_);
   }
 
   void start() {
@@ -181,12 +188,24 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   const async_strand& strand() const noexcept { return strand_; }
   const asio::any_io_executor& executor() const noexcept { return executor_; }
 
-  /// Sends a command (on a cluster: to the master of `key`'s slot); cb gets its reply or
-  /// nullptr. On the strand.
+  /// Sends a command: on a cluster to the master of `key`'s slot; with Sentinel to the master
+  /// once a checked master is known (one refused as by a non-master is sent again, on the
+  /// master looked up anew, up to sentinel_options::retries times); else to the one server. cb
+  /// gets its reply or nullptr. On the strand.
   void command(std::string_view key, const std::vector<std::string_view>& argv, reply_callback cb) {
     if (cluster_) return cluster_->command(key, argv, std::move(cb));
-    commands_->command(argv, std::move(cb));
+    if (!route_) return commands_->command(argv, std::move(cb));
+    routed(std::make_shared<const std::vector<std::string>>(argv.begin(), argv.end()), std::move(cb),
+           route_->retries());
   }
+
+  /// With Sentinel, while the master in use is in doubt (detail/asio_sentinel.hpp): a notice
+  /// heard on its subscriber is not believed by itself. On the strand.
+  bool master_in_doubt() const noexcept { return route_ && route_->in_doubt(); }
+
+  /// With Sentinel: "host:port" of the master last checked, and how often it changed. Any thread.
+  std::string master_endpoint() const { return route_ ? route_->master_endpoint() : std::string(); }
+  std::uint64_t master_changes() const { return route_ ? route_->master_changes() : 0; }
 
   /// Runs a script by EVALSHA; on NOSCRIPT sends it again as EVAL (which caches it). `by_source`:
   /// EVAL at once (a best-effort command whose reply may be lost, NOSCRIPT included). On the strand.
@@ -220,7 +239,9 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     auto& entry = channels_[channel];
     entry.owner = m;
     if (cluster_) return entry.generation = subscribe_sharded(channel, entry);
-    if (!subscriber_->pubsub("SUBSCRIBE", channel)) {
+    // With Sentinel, only on a checked master (the subscriber follows the command connection's
+    // address). Without one, refused: the waiter polls, and its attempts look the master up.
+    if ((route_ && !route_->ready()) || !subscriber_->pubsub("SUBSCRIBE", channel)) {
       asio::post(strand_, [self = shared_from_this(), channel] { self->confirm(channel, false); });
     }
     return entry.generation = subscriber_->generation();
@@ -253,6 +274,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   /// posted by a hold destroyed just before its client) are still written and answered.
   void close() {
     closed_ = true;
+    if (route_) route_->close();
     commands_->shutdown(true);
     subscriber_->shutdown();
     if (cluster_) cluster_->shutdown();
@@ -298,12 +320,35 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
     return options_.cluster ? options_.cluster->seeds.front() : options_.connection;
   }
 
+  // command() with Sentinel: waits for a checked master, then sends.
+  void routed(std::shared_ptr<const std::vector<std::string>> argv, reply_callback cb, int retries) {
+    route_->when_master([this, self = shared_from_this(), argv, cb = std::move(cb), retries](bool ok) mutable {
+      if (!ok) return cb(nullptr);
+      const std::uint64_t generation = commands_->generation();
+      const std::vector<std::string_view> send(argv->begin(), argv->end());
+      commands_->command(send, [this, self, argv, cb = std::move(cb), retries, generation](redisReply* r) mutable {
+        if (r == nullptr) {
+          route_->master_gone(generation);
+          return cb(nullptr);
+        }
+        // Refused without running: the node is a replica now (or loading). Sent again on the
+        // master looked up anew; the refusal itself when out of retries.
+        if (r->type == REDIS_REPLY_ERROR && is_not_master_reply(std::string_view(r->str, r->len))) {
+          route_->master_gone(generation);
+          if (retries > 0) return routed(std::move(argv), std::move(cb), retries - 1);
+        }
+        cb(r);
+      });
+    });
+  }
+
   asio::any_io_executor executor_;
   async_strand strand_;
   async_client_options options_;
   std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
   std::shared_ptr<async_cluster> cluster_;  // on a cluster; commands_ and subscriber_ stay unused then
+  std::shared_ptr<async_sentinel_route> route_;  // with Sentinel only
   struct channel_entry {
     std::weak_ptr<async_lock_core> owner;
     std::uint64_t generation = 0;  // of the subscriber connection it was subscribed on
@@ -370,10 +415,17 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
         kind_(std::move(kind)),
         name_(std::move(name)),
         options_(std::move(options)),
-        keys_((validate(name_, options_), kind_->keys(name_, options_))),
+        keys_((validate(name_, options_), refuse_min_replicas(options_), kind_->keys(name_, options_))),
         channel_(keys_.waiter_prefix + tokens_.id()),
         lease_ms_(std::to_string(options_.lease.count())),
         wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
+
+  // WAIT after an acquisition is the blocking kinds' (detail/lease_keeper.hpp): refused here
+  // rather than ignored, so no caller believes a hold replicated.
+  static void refuse_min_replicas(const lock_options& o) {
+    if (o.min_replicas > 0)
+      throw invalid_argument("async locks: min_replicas is not supported (no WAIT after an async acquisition)");
+  }
 
   ~async_lock_core() {
     if (subscribed_ != sub_state::none) asio::post(client_->strand(), [c = client_, ch = channel_] { c->forget(ch); });
@@ -575,8 +627,11 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     // lease counts from there. Nothing orders the notice with the attempts' replies: it may be
     // stale (that lease ran out, someone else took the lock). With little of that lease left,
     // a "wait" decides: it returns the lock (with a lease from its own send) only when ours.
+    // With Sentinel, a grant heard from a master the sentinels may no longer name (a recheck
+    // due) is decided the same way, by a "wait" sent to the master they name.
     const auto& lease = core->options().lease;
-    if (steady::now() >= first_wait_sent + lease - lease / 3) return attempt("wait");
+    if (steady::now() >= first_wait_sent + lease - lease / 3 || core->client().master_in_doubt())
+      return attempt("wait");
     core->client().count(core->client().handed_over_);
     handoff = true;
     acquired(first_wait_sent);
@@ -1222,8 +1277,8 @@ class async_hold {
 };
 
 /// A client for async locks: one command connection and one subscriber connection (opened on
-/// the first contended wait) to one server, driven by `executor`'s io_context through a strand.
-/// Thread-safe: its locks may be used from any thread.
+/// the first contended wait) to one server (or the master Sentinel names), driven by `executor`'s io_context through a
+/// strand. Thread-safe: its locks may be used from any thread.
 class async_client {
  public:
   /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
@@ -1246,6 +1301,19 @@ class async_client {
     core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options));
     core_->start();
   }
+  /// A client of the master that Redis Sentinel names (as sentinel_client: the same options;
+  /// options.connection is replaced by sentinel.connection; pool_size and pool_wait_timeout do
+  /// not apply). Sends nothing; the first operation asks the sentinels, without blocking the
+  /// loop, and so does the first after the master was found gone, or once recheck_interval
+  /// has passed (detail/asio_sentinel.hpp). Throws invalid_argument for bad options.
+  async_client(asio::any_io_executor executor, sentinel_options sentinel, async_client_options options = {}) {
+    detail::check_sentinel_options(sentinel, "async_client");
+    if (options.cluster) throw invalid_argument("async_client: a cluster and Sentinel cannot both be given");
+    options.connection = sentinel.connection;
+    options.connection.unix_path.clear();
+    core_ = std::make_shared<detail::async_client_core>(std::move(executor), std::move(options), std::move(sentinel));
+    core_->start();
+  }
   async_client(const async_client&) = delete;
   async_client& operator=(const async_client&) = delete;
   /// Closes the connections (posted): commands already sent are still answered (within
@@ -1257,6 +1325,10 @@ class async_client {
 
   asio::any_io_executor get_executor() const noexcept { return core_->executor(); }
   async_stats stats() const noexcept { return core_->stats(); }
+  /// With sentinel_options: "host:port" of the master last checked ("" before the first
+  /// operation, and without Sentinel), and how many times it changed since.
+  std::string master_endpoint() const { return core_->master_endpoint(); }
+  std::uint64_t master_changes() const { return core_->master_changes(); }
 
  private:
   friend class detail::async_lock_object;
@@ -1353,8 +1425,42 @@ class async_semaphore : public detail::async_lock_object {
   /// Throws invalid_argument for permits outside [1, max_permits], an empty name or bad
   /// options. Sends nothing. on_lost (with auto_renew) runs on the client's strand: it must not block.
   async_semaphore(async_client& client, std::string name, std::int64_t permits, lock_options options = {})
-      : async_lock_object(client, std::move(name), std::move(options),
-                          std::make_shared<const detail::async_semaphore_kind>(permits)) {}
+      : async_semaphore(client, std::move(name), std::make_shared<detail::async_semaphore_kind>(permits),
+                        std::move(options)) {}
+
+  /// The permit count: the one stored with the holders while anyone holds, else this object's
+  /// own: void(std::error_code, std::int64_t).
+  template <class Token>
+  auto async_permits(Token&& token) {
+    return counted(false, std::forward<Token>(token));
+  }
+  /// Permits free right now: async_permits() minus the valid holds (0 while shrunk below them):
+  /// void(std::error_code, std::int64_t).
+  template <class Token>
+  auto async_available(Token&& token) {
+    return counted(true, std::forward<Token>(token));
+  }
+  /// As semaphore::set_permits(): sets the count for every client of this name while anyone
+  /// holds (and this object's own, which seeds the semaphore when it is idle); growing hands
+  /// the new permits to the longest-waiting live waiters at once, shrinking revokes nothing.
+  /// void(std::error_code). Throws invalid_argument for permits outside [1, max_permits]
+  /// (sending nothing).
+  template <class Token>
+  auto async_set_permits(std::int64_t permits, Token&& token) {
+    const std::int64_t n = detail::semaphore_scripts::checked_permits(permits, "async_set_permits");
+    return asio::async_initiate<Token, void(std::error_code)>(
+        [core = core_, kind = kind_, n](auto handler) {
+          auto done = detail::make_completion<std::error_code>(std::move(handler), core->client().executor());
+          asio::post(core->strand(), [core, kind, n, done] {
+            kind->set_own_permits(n);
+            core->run(detail::async_semaphore_kind::set_permits(core->keys(), kind->permits()), [done](redisReply* r) {
+              if (r == nullptr) return done(async_errc::connection_failed);
+              done(r->type == REDIS_REPLY_INTEGER ? std::error_code() : async_errc::server_error);
+            });
+          });
+        },
+        token);
+  }
 
   /// Waits until a permit is ours: void(std::error_code, async_hold). Cancellable (asio
   /// cancellation slot): a cancelled wait leaves the queue and holds nothing afterwards
@@ -1369,6 +1475,36 @@ class async_semaphore : public detail::async_lock_object {
   auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
     return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
   }
+
+ private:
+  async_semaphore(async_client& client, std::string name, std::shared_ptr<detail::async_semaphore_kind> kind,
+                  lock_options options)
+      : async_lock_object(client, std::move(name), std::move(options), kind), kind_(std::move(kind)) {}
+
+  // The count script: the permit count, or (`available`) the permits free.
+  template <class Token>
+  auto counted(bool available, Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code, std::int64_t)>(
+        [core = core_, kind = kind_, available](auto handler) {
+          auto done =
+              detail::make_completion<std::error_code, std::int64_t>(std::move(handler), core->client().executor());
+          asio::post(core->strand(), [core, kind, available, done] {
+            const std::int64_t own = kind->own_permits();
+            core->run(kind->count(core->keys()), [done, available, own](redisReply* r) {
+              if (r == nullptr) return done(async_errc::connection_failed, 0);
+              if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+                  r->element[1]->type != REDIS_REPLY_INTEGER)
+                return done(async_errc::server_error, 0);
+              const std::int64_t stored = r->element[0]->integer, held = r->element[1]->integer;
+              const std::int64_t n = stored > 0 ? stored : own;
+              done({}, available ? std::max<std::int64_t>(n - held, 0) : n);
+            });
+          });
+        },
+        token);
+  }
+
+  std::shared_ptr<detail::async_semaphore_kind> kind_;  // its count changes on the strand
 };
 
 /// A read/write lock named `name` for async acquisitions: one writer, or any number of

@@ -182,27 +182,49 @@ inline sentinel_options parse_sentinel_uri(std::string_view uri, sentinel_option
   return o;
 }
 
+namespace detail {
+
+/// Throws invalid_argument (naming `who` and the option) for sentinel_options no client can use.
+inline void check_sentinel_options(const sentinel_options& o, const char* who) {
+  const std::string w(who);
+  if (o.sentinels.empty()) throw invalid_argument(w + ": at least one sentinel is needed");
+  if (o.service_name.empty()) throw invalid_argument(w + ": service_name must not be empty");
+  if (o.pool_size == 0) throw invalid_argument(w + ": pool_size must be at least 1");
+  if (o.retries < 0 || o.retries > 100) throw invalid_argument(w + ": retries must be in [0, 100]");
+  if (o.retry_backoff.count() < 0 || o.retry_backoff > std::chrono::minutes(1))
+    throw invalid_argument(w + ": retry_backoff must be in [0, 1 min]");
+  if (o.recheck_interval.count() < 0 || o.recheck_interval > std::chrono::hours(24))
+    throw invalid_argument(w + ": recheck_interval must be in [0, 24 h]");
+  for (const auto& s : o.sentinels)
+    if (s.host.empty() || s.port <= 0 || s.port > 65535) throw invalid_argument(w + ": bad sentinel address");
+  if (o.pool_wait_timeout.count() < 0) throw invalid_argument(w + ": pool_wait_timeout must not be negative");
+  connection_options data = o.connection;  // host and port are Sentinel's to name
+  data.unix_path.clear();
+  data.port = 1;
+  check_connection_options(data, who);
+}
+
+/// Tells the observer (observe.hpp) that a Sentinel client moved to a new master; `lost_at`:
+/// when it first found the old one gone (a default time point: it did not).
+inline void report_sentinel_failover(const std::string& from, const std::string& to,
+                                     std::chrono::steady_clock::time_point lost_at,
+                                     std::chrono::steady_clock::time_point now) {
+  notify([&](lock_observer& o) {
+    failover_event e;
+    e.topology = "sentinel";
+    e.from = from;
+    e.to = to;
+    if (lost_at != std::chrono::steady_clock::time_point{}) e.recovered_in = now - lost_at;
+    o.on_failover(e);
+  });
+}
+
+}  // namespace detail
+
 class sentinel_client {
  public:
   explicit sentinel_client(sentinel_options options) : options_(std::move(options)) {
-    if (options_.sentinels.empty()) throw invalid_argument("sentinel_client: at least one sentinel is needed");
-    if (options_.service_name.empty()) throw invalid_argument("sentinel_client: service_name must not be empty");
-    if (options_.pool_size == 0) throw invalid_argument("sentinel_client: pool_size must be at least 1");
-    if (options_.retries < 0 || options_.retries > 100)
-      throw invalid_argument("sentinel_client: retries must be in [0, 100]");
-    if (options_.retry_backoff.count() < 0 || options_.retry_backoff > std::chrono::minutes(1))
-      throw invalid_argument("sentinel_client: retry_backoff must be in [0, 1 min]");
-    if (options_.recheck_interval.count() < 0 || options_.recheck_interval > std::chrono::hours(24))
-      throw invalid_argument("sentinel_client: recheck_interval must be in [0, 24 h]");
-    for (const auto& s : options_.sentinels)
-      if (s.host.empty() || s.port <= 0 || s.port > 65535)
-        throw invalid_argument("sentinel_client: bad sentinel address");
-    if (options_.pool_wait_timeout.count() < 0)
-      throw invalid_argument("sentinel_client: pool_wait_timeout must not be negative");
-    connection_options data = options_.connection;  // host and port are Sentinel's to name
-    data.unix_path.clear();
-    data.port = 1;
-    detail::check_connection_options(data, "sentinel_client");
+    detail::check_sentinel_options(options_, "sentinel_client");
     idle_.reserve(options_.pool_size);
   }
   /// Same as sentinel_client(parse_sentinel_uri(uri)).
@@ -453,22 +475,8 @@ class sentinel_client {
     const std::uint64_t generation = generation_;
     const std::chrono::steady_clock::time_point lost_at = std::exchange(master_lost_at_, {});
     g.unlock();
-    if (moved_from) report_failover(moved_from->endpoint(), a.endpoint(), lost_at, now);
+    if (moved_from) detail::report_sentinel_failover(moved_from->endpoint(), a.endpoint(), lost_at, now);
     return {a, generation};
-  }
-
-  // Tells the observer (observe.hpp) that the client moved to a new master.
-  static void report_failover(const std::string& from, const std::string& to,
-                              std::chrono::steady_clock::time_point lost_at,
-                              std::chrono::steady_clock::time_point now) {
-    detail::notify([&](lock_observer& o) {
-      failover_event e;
-      e.topology = "sentinel";
-      e.from = from;
-      e.to = to;
-      if (lost_at != std::chrono::steady_clock::time_point{}) e.recovered_in = now - lost_at;
-      o.on_failover(e);
-    });
   }
 
   // A connection of `generation` found its node not (or no longer) the master.

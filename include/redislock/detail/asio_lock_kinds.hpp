@@ -110,7 +110,7 @@ class async_mutex_kind final : public async_lock_kind {
 class async_semaphore_kind final : public async_lock_kind {
  public:
   explicit async_semaphore_kind(std::int64_t permits)
-      : permits_(std::to_string(semaphore_scripts::checked_permits(permits, "async_semaphore"))) {}
+      : own_(semaphore_scripts::checked_permits(permits, "async_semaphore")), permits_(std::to_string(own_)) {}
   async_keys keys(std::string_view name, const lock_options& o) const override {
     return async_keys::of(semaphore_scripts::keys(name, o));
   }
@@ -135,8 +135,25 @@ class async_semaphore_kind final : public async_lock_kind {
   const std::string& permits() const noexcept { return permits_; }
   lock_type observed_type(const lock_options&) const noexcept override { return lock_type::semaphore; }
 
+  /// The object's own count (as semaphore::set_permits() stores its own). On the strand.
+  void set_own_permits(std::int64_t permits) {
+    own_ = permits;
+    permits_ = std::to_string(permits);
+  }
+  std::int64_t own_permits() const noexcept { return own_; }
+  /// set_permits(): `count` stored with the holders, the permits it frees handed on; "#" is no
+  /// waiter's token. Reply: the valid holders afterwards.
+  static script_call set_permits(const async_keys& k, const std::string& count) {
+    return {semaphore_scripts::set_permits(), {k.lock, k.fence, k.queue, k.waiters}, {"#", k.waiter_prefix, count}};
+  }
+  /// count(): [the stored count (0: idle), the valid holders].
+  script_call count(const async_keys& k) const {
+    return {semaphore_scripts::count(), {k.lock}, {"#", k.waiter_prefix, permits_}};
+  }
+
  private:
-  std::string permits_;
+  std::int64_t own_;     // changed by set_own_permits, on the strand
+  std::string permits_;  // own_, as the scripts take it
 };
 
 /// redislock::shared_mutex's scripts (detail/shared_scripts.hpp), for one side (writers or

@@ -145,6 +145,16 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
     if (!graceful || sent_at_.empty()) close();
   }
 
+  /// Points later contexts at host:port (Sentinel named a new master): a context open to
+  /// another address is closed (its pending commands fail). On the strand.
+  void retarget(const std::string& host, int port) {
+    if (options_.unix_path.empty() && options_.host == host && options_.port == port) return;
+    options_.unix_path.clear();
+    options_.host = host;
+    options_.port = port;
+    close();
+  }
+
   /// Frees the context: pending callbacks get nullptr. On the strand (or with nothing else left).
   void close() noexcept {
     if (ac_ == nullptr) return;
