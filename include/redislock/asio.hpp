@@ -347,7 +347,7 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
   async_client_options options_;
   std::shared_ptr<void> tls_context_;  // before the connections, which share it
   std::shared_ptr<async_redis> commands_, subscriber_;
-  std::shared_ptr<async_cluster> cluster_;  // on a cluster; commands_ and subscriber_ stay unused then
+  std::shared_ptr<async_cluster> cluster_;       // on a cluster; commands_ and subscriber_ stay unused then
   std::shared_ptr<async_sentinel_route> route_;  // with Sentinel only
   struct channel_entry {
     std::weak_ptr<async_lock_core> owner;
