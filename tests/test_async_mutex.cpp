@@ -629,7 +629,9 @@ TEST_F(AsyncMutexTest, ACommandSentWhileABrokenConnectionFailsItsCommandsStillTi
   proxy.set_request_hook({});
   proxy.heal();
   EXPECT_TRUE(timed_out);  // by command_timeout (300 ms), not by the proxy's heal
-  if (timed_out) EXPECT_FALSE(answered.get());
+  if (timed_out) {
+    EXPECT_FALSE(answered.get());
+  }
   std::promise<void> closed;
   asio::post(strand, [&] {
     redis->close();
