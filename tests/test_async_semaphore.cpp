@@ -29,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -704,4 +705,136 @@ TEST_F(AsyncSemaphoreTest, PermitsAvailableAndSetPermitsAsTheBlockingSemaphore) 
   EXPECT_FALSE(set_permits(s, 3));
   EXPECT_EQ(counted(s, false), 3);
   EXPECT_EQ(blocking.permits(), 5) << "the blocking object's own count: the idle semaphore stores none";
+}
+
+// ---- the lease clock of every async kind (detail/lease_clock.hpp, the blocking kinds' rule) ----
+
+namespace {
+
+// One async kind: how to take a hold of `name`, and whether a blocking rival that needs what the
+// hold has could take it now.
+struct async_kind_case {
+  const char* kind;
+  std::function<async_hold(async_client&, const std::string&, const lock_options&)> take;
+  std::function<bool(redislock::client&, const std::string&)> rival_gets_in;
+};
+
+std::vector<async_kind_case> async_kind_cases() {
+  auto mutex_take = [](async_client& c, const std::string& n, const lock_options& o) {
+    return async_mutex(c, n, o).async_lock(asio::use_future).get();
+  };
+  auto semaphore_take = [](async_client& c, const std::string& n, const lock_options& o) {
+    return async_semaphore(c, n, 1, o).async_acquire(asio::use_future).get();
+  };
+  auto write_take = [](async_client& c, const std::string& n, const lock_options& o) {
+    return async_shared_mutex(c, n, o).async_lock(asio::use_future).get();
+  };
+  auto read_take = [](async_client& c, const std::string& n, const lock_options& o) {
+    return async_shared_mutex(c, n, o).async_lock_shared(asio::use_future).get();
+  };
+  auto try_once = [](auto&& lock) {
+    const bool got = lock.try_lock();
+    if (got) lock.unlock();
+    return got;
+  };
+  return {
+      {"mutex", mutex_take, [=](redislock::client& c, const std::string& n) { return try_once(redislock::mutex(c, n)); }},
+      {"semaphore", semaphore_take,
+       [=](redislock::client& c, const std::string& n) { return try_once(redislock::semaphore(c, n, 1)); }},
+      {"shared write", write_take,
+       [=](redislock::client& c, const std::string& n) { return try_once(redislock::shared_mutex(c, n)); }},
+      {"shared read", read_take,
+       [=](redislock::client& c, const std::string& n) { return try_once(redislock::shared_mutex(c, n)); }},
+  };
+}
+
+}  // namespace
+
+// A confirmed async_extend() counts from its own send with the lease it sent, shorter ones too,
+// and the renewals go on from there (safety review 4, item 1): an auto_renew hold extended to
+// 20 s and back to the options' 300 ms, with a renewal of the 20 s between, used to count on
+// 19.7 s while the server dropped the key 300 ms later, and renewed only 6.7 s later.
+TEST_F(AsyncSemaphoreTest, EveryAsyncKindCountsAShorterExtendAndRenewsFromIt) {
+  for (const async_kind_case& k : async_kind_cases()) {
+    SCOPED_TRACE(k.kind);
+    const std::string name = std::string("extend-back-") + k.kind;
+    lock_options o;
+    o.lease = milliseconds(300);
+    o.auto_renew = true;
+    async_hold h = k.take(*client, name, o);
+    ASSERT_TRUE(h.async_extend(seconds(20), asio::use_future).get());
+    // Past the first renewal the acquisition scheduled (100 ms in): it sent the extend's 20 s.
+    std::this_thread::sleep_for(milliseconds(250));
+    ASSERT_TRUE(h.async_extend(asio::use_future).get());  // back to options().lease
+    const milliseconds server_left = h.async_remaining_lease(asio::use_future).get();
+    const std::optional<steady::time_point> counted = h.lease_confirmed_until();
+    ASSERT_TRUE(counted.has_value());
+    EXPECT_LE(*counted, steady::now() + server_left + milliseconds(5))
+        << "counts on " << std::chrono::duration_cast<milliseconds>(*counted - steady::now()).count()
+        << " ms; the server keeps it " << server_left.count() << " ms";
+    // Over two leases the renewals (every 100 ms now) have kept it: nobody else got in.
+    const steady::time_point later = steady::now() + milliseconds(700);
+    while (steady::now() < later) {
+      EXPECT_FALSE(k.rival_gets_in(*pool, name)) << "the server dropped a hold the client renews";
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    EXPECT_FALSE(h.lost());
+    release_status s{};
+    EXPECT_FALSE(unlock_now(h, &s));
+    EXPECT_EQ(s, release_status::released);
+  }
+}
+
+// Without auto_renew an async hold still counts its lease: the acquisition's send plus the lease,
+// moved by each confirmed async_extend() (earlier too); lost() turns true then and on_lost runs
+// then (safety review 4, item 2). With auto_renew, a confirmed extend moves it the same way.
+TEST_F(AsyncSemaphoreTest, EveryAsyncKindCountsItsLeaseRenewedOrNotAndTellsWhenItEnds) {
+  for (const async_kind_case& k : async_kind_cases()) {
+    for (const bool renew : {false, true}) {
+      SCOPED_TRACE(std::string(k.kind) + (renew ? ", auto_renew" : ", not renewed"));
+      const std::string name = std::string("counted-") + k.kind + (renew ? "-renewed" : "");
+      std::promise<steady::time_point> lost_at;
+      std::atomic<int> lost_calls{0};
+      lock_options o;
+      o.lease = milliseconds(200);
+      o.auto_renew = renew;
+      o.on_lost = [&](const std::string&) {
+        if (lost_calls.fetch_add(1) == 0) lost_at.set_value(steady::now());
+      };
+      const steady::time_point before = steady::now();
+      async_hold h = k.take(*client, name, o);
+      const steady::time_point after = steady::now();
+      std::optional<steady::time_point> counted = h.lease_confirmed_until();
+      ASSERT_TRUE(counted.has_value()) << "the lease sent is forgotten";
+      EXPECT_GE(*counted, before + milliseconds(200));
+      EXPECT_LE(*counted, after + milliseconds(renew ? 300 : 200));  // a renewal may have come
+      for (const milliseconds lease : {milliseconds(900), milliseconds(250)}) {
+        SCOPED_TRACE(lease.count());
+        const steady::time_point sent = steady::now();
+        ASSERT_TRUE(h.async_extend(lease, asio::use_future).get());
+        const steady::time_point answered = steady::now();
+        counted = h.lease_confirmed_until();
+        ASSERT_TRUE(counted.has_value());
+        EXPECT_GE(*counted, sent + lease);
+        if (!renew) {
+          EXPECT_LE(*counted, answered + lease);
+        }
+      }
+      if (renew) {
+        EXPECT_FALSE(h.lost());
+        (void)unlock_now(h);
+        EXPECT_EQ(lost_calls.load(), 0);
+        continue;
+      }
+      auto seen = lost_at.get_future();
+      ASSERT_EQ(seen.wait_for(seconds(5)), std::future_status::ready) << "on_lost never ran";
+      EXPECT_GE(seen.get(), *counted);
+      EXPECT_TRUE(h.lost());
+      release_status s{};
+      (void)unlock_now(h, &s);
+      EXPECT_EQ(s, release_status::lease_expired);
+      EXPECT_EQ(lost_calls.load(), 1);
+      EXPECT_FALSE(h.lease_confirmed_until().has_value());
+    }
+  }
 }

@@ -346,6 +346,53 @@ TYPED_TEST(LockContract, AutoRenewReportsADeletedOrTakenOverHoldLostOnce) {
   }
 }
 
+// Without auto_renew the holder still knows when its lease may be gone: the acquisition's send
+// time plus the lease, moved by each confirmed extend (shorter leases too). lost() turns true
+// then, and on_lost runs then (the client's watchdog thread watches it), never after the
+// server could have handed the lock to someone else.
+TYPED_TEST(LockContract, AHoldWithoutRenewalIsLostByTheClockWhenItsLeaseRunsOut) {
+  using K = TypeParam;
+  for (const bool with_on_lost : {true, false}) {
+    SCOPED_TRACE(with_on_lost ? "on_lost set" : "no on_lost");
+    redislock_test::lost_signal signal;
+    lock_options o = this->opts(milliseconds(200));
+    if (with_on_lost) o = signal.options(o, false);
+    typename K::lock_type l(*this->pool, "unrenewed", o);
+    const steady::time_point before = steady::now();
+    K::take(l);
+    const steady::time_point after = steady::now();
+    std::optional<steady::time_point> counted = K::confirmed_until(l);
+    ASSERT_TRUE(counted.has_value()) << "the lease sent is forgotten";
+    EXPECT_GE(*counted, before + milliseconds(200));
+    EXPECT_LE(*counted, after + milliseconds(200));
+    EXPECT_FALSE(K::lost(l));
+    // A longer extend moves the end later, a shorter one earlier, each from its own send.
+    for (const milliseconds lease : {milliseconds(600), milliseconds(250)}) {
+      SCOPED_TRACE(lease.count());
+      const steady::time_point sent = steady::now();
+      ASSERT_TRUE(K::extend(l, lease));
+      const steady::time_point answered = steady::now();
+      counted = K::confirmed_until(l);
+      ASSERT_TRUE(counted.has_value());
+      EXPECT_GE(*counted, sent + lease);
+      EXPECT_LE(*counted, answered + lease);
+      const long long pttl = this->admin->command({"PTTL", l.key()})->integer;
+      EXPECT_LE(*counted, steady::now() + milliseconds(pttl) + milliseconds(5)) << "more optimistic than the server";
+    }
+    if (with_on_lost) {
+      ASSERT_TRUE(signal.wait()) << "on_lost never ran";
+      EXPECT_GE(signal.at, *counted);
+      EXPECT_EQ(signal.name, "unrenewed");
+    } else {
+      std::this_thread::sleep_until(*counted);
+    }
+    EXPECT_TRUE(K::lost(l));
+    EXPECT_EQ(K::report(l), release_status::lease_expired);
+    EXPECT_EQ(signal.calls.load(), with_on_lost ? 1 : 0);
+    EXPECT_FALSE(K::confirmed_until(l).has_value());  // nothing held
+  }
+}
+
 // --- extend ---------------------------------------------------------------------------------
 
 TYPED_TEST(LockContract, ExtendRules) {

@@ -24,6 +24,7 @@
 #include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
 #include <redislock/detail/asio_sentinel.hpp>
+#include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
@@ -385,7 +386,7 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   const std::string token;
   const steady::time_point acquired_at;
   mutable std::atomic<bool> lost{false};
-  std::atomic<ticks> valid_until{never};  // with auto_renew: send time of the last confirmed renewal + lease
+  std::atomic<ticks> valid_until{never};  // clock's end while held (lost() reads it on any thread); never once released
   std::atomic<bool> release_requested{false};
   mutable std::atomic<bool> loss_observed{false};
   // Set at the acquisition, while an observer is installed (0: none was).
@@ -394,9 +395,7 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   // Strand only:
   bool released = false, lost_reported = false;
   std::chrono::milliseconds renew_lease{0};  // what renewals send: the last async_extend()'s (0: options().lease)
-  // The shortest lease among this hold's renewals and extends that got no reply: one may still
-  // run after a later confirmed one, so confirmed ones count with it.
-  std::chrono::milliseconds shortest_unanswered = std::chrono::milliseconds::max();
+  lease_clock clock;                         // how long the lease certainly lasts (detail/lease_clock.hpp)
   std::uint64_t fence = 0;
   std::optional<asio::steady_timer> renew_timer;
 };
@@ -520,19 +519,31 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   }
 
   inline void release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done);
-  inline void start_renewal(const hold_ptr& h);
+  /// A hold began with the lease its acquisition sent at h->acquired_at: counted from there,
+  /// renewed with auto_renew, else watched (on_lost when it runs out) when on_lost is set.
+  inline void start_hold(const hold_ptr& h);
+  /// A command of `h` that sets the lease to `lease` was sent at `sent` (an async_extend() or a
+  /// renewal) and answered: 1 renewed, 0 not ours, -1 no answer (it may still run), -2 refused
+  /// (an error reply: it did not run). Counts it by the lease clock, the same rules as the
+  /// blocking kinds', and reschedules the renewal or the watch from there.
+  inline void count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease, int answer);
 
   const std::string& lease_ms() const noexcept { return lease_ms_; }
   const std::string& wait_lease_ms() const noexcept { return wait_lease_ms_; }
 
  private:
   inline void renew(const hold_ptr& h);
+  // The hold's timer: its next renewal (auto_renew), or the end of its lease (a watch).
   void schedule_renewal(const hold_ptr& h, steady::time_point at) {
+    if (!h->renew_timer) return;  // neither renewed nor watched
     h->renew_timer->expires_at(at);
     h->renew_timer->async_wait([w = std::weak_ptr<async_hold_state>(h)](const asio::error_code& e) {
       auto h = w.lock();
       if (e || !h || h->released) return;
-      h->core->renew(h);
+      async_lock_core& m = *h->core;
+      if (m.options_.auto_renew) return m.renew(h);
+      if (h->is_lost()) return m.report_lost(h);
+      m.schedule_renewal(h, h->clock.until());
     });
   }
   // The renewal found the lease gone (or the clock says it may be): lost, reported once.
@@ -812,7 +823,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     auto h = std::make_shared<async_hold_state>(core, token, sent);
     core->hold_started(token);
     core->client().count(core->client().acquired_);
-    if (core->options().auto_renew) core->start_renewal(h);
+    core->start_hold(h);
     finish({}, std::move(h));
   }
 
@@ -953,47 +964,54 @@ void async_lock_core::release(const hold_ptr& h, std::function<void(std::error_c
   });
 }
 
-void async_lock_core::start_renewal(const hold_ptr& h) {
+void async_lock_core::start_hold(const hold_ptr& h) {
+  h->clock.confirmed(h->acquired_at, options_.lease);
+  h->valid_until.store(h->clock.until().time_since_epoch().count());
+  if (!options_.auto_renew && !options_.on_lost) return;
   h->renew_timer.emplace(strand());
-  h->valid_until.store((h->acquired_at + options_.lease).time_since_epoch().count());
   // A hand-off's lease runs from our first "wait": when a third of it is gone, renew at once.
-  schedule_renewal(h, std::max(steady::now(), h->acquired_at + options_.lease / 3));
+  schedule_renewal(h, options_.auto_renew ? std::max(steady::now(), h->clock.renewal_due()) : h->clock.until());
 }
 
-// One owner-checked extend. The lease is counted from the send time (never more optimistic
-// than the server); a failed renewal retries soon, and the clock alone makes the hold lost
-// once the last confirmed lease has passed.
+void async_lock_core::count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease,
+                                  int answer) {
+  if (h->released) return;
+  if (answer == 0) return report_lost(h);
+  // Confirmed only after the lease could have run out: lost() may have said so already, and a
+  // lost lease stays lost (is_lost() checks the clock first).
+  if (answer == 1 && !h->is_lost()) h->clock.confirmed(sent, lease);
+  else if (answer == -1) h->clock.unanswered(sent, lease);
+  if (h->is_lost()) return report_lost(h);
+  h->valid_until.store(h->clock.until().time_since_epoch().count());
+  if (!options_.auto_renew) return schedule_renewal(h, h->clock.until());  // a watch, if any
+  if (answer == 1) return schedule_renewal(h, h->clock.renewal_due());
+  // Failed: again soon, and in time to see the lease end.
+  schedule_renewal(h, std::min(steady::now() + h->clock.retry_interval(), h->clock.until()));
+}
+
+// One owner-checked extend, counted by the lease clock (count_lease); a failed renewal retries
+// soon, and the clock alone makes the hold lost once the last confirmed lease has passed.
 void async_lock_core::renew(const hold_ptr& h) {
   if (h->is_lost()) return report_lost(h);
   const steady::time_point sent = steady::now();
   const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : options_.lease;
   const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
   run(kind_->extend(keys_, h->token, ms), [h, sent, lease](redisReply* r) {
-    async_lock_core& m = *h->core;
+    const int answer = r == nullptr                                                       ? -1
+                       : r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1) ? static_cast<int>(r->integer)
+                                                                                        : -2;
     notify([&](lock_observer& o) {
       renewed_event e;
       e.batch = 1;
-      e.renewed = r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+      e.renewed = answer == 1 ? 1 : 0;
       e.latency = steady::now() - sent;
       o.on_renewed(e);
     });
-    if (h->released) return;
-    if (r == nullptr) h->shortest_unanswered = std::min(h->shortest_unanswered, lease);
-    const std::chrono::milliseconds counted = std::min(lease, h->shortest_unanswered);
-    if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 0) return m.report_lost(h);
-    if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1 && !h->is_lost()) {
-      const auto until = (sent + counted).time_since_epoch().count();
-      if (until > h->valid_until.load()) h->valid_until.store(until);
-      return m.schedule_renewal(h, sent + counted / 3);
-    }
-    if (h->is_lost()) return m.report_lost(h);
-    // Failed: again soon, and in time to see the lease end.
-    const steady::time_point until{steady::duration(h->valid_until.load())};
-    m.schedule_renewal(h, std::min(steady::now() + counted / 10, until));
+    h->core->count_lease(h, sent, lease, answer);
   });
   // Should no reply come before the lease ends (a stalled server), the timer finds the hold
   // lost then and reports it, not command_timeout later. A reply reschedules it.
-  schedule_renewal(h, steady::time_point(steady::duration(h->valid_until.load())));
+  schedule_renewal(h, h->clock.until());
 }
 
 void async_hold_state::mark_lost() const noexcept {
@@ -1111,11 +1129,14 @@ class async_hold {
   bool owns_lock() const noexcept { return state_ && !state_->release_requested.load(); }
   explicit operator bool() const noexcept { return owns_lock(); }
 
-  /// The lease was found lost: by a renewal (auto_renew; also by the clock once the last
-  /// confirmed renewal's lease has passed), async_extend(), async_fencing_token() or the release.
+  /// The lease was found lost: by the clock once lease_confirmed_until() has passed (renewed or
+  /// not), by a renewal (auto_renew), async_extend(), async_fencing_token() or the release.
   bool lost() const noexcept { return state_ && state_->is_lost(); }
 
-  /// With auto_renew: the local time until which the server certainly keeps the lease.
+  /// While held: the local time until which the server certainly keeps the lease: the send
+  /// time of the last acquisition, async_extend() or renewal it confirmed, plus the lease sent
+  /// (detail/lease_clock.hpp, the blocking kinds' rule). lost() turns true once it has passed,
+  /// and lock_options::on_lost runs then, with or without auto_renew.
   std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
     if (!state_) return std::nullopt;
     const auto until = state_->valid_until.load();
@@ -1153,14 +1174,17 @@ class async_hold {
           auto& m = *s->core;
           const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : m.options().lease;
           const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
-          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent_lease](redisReply* r) {
+          const detail::steady::time_point sent = detail::steady::now();  // before: conservative
+          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease](redisReply* r) {
+            auto& m = *s->core;
             if (r == nullptr) {
-              s->shortest_unanswered = std::min(s->shortest_unanswered, sent_lease);  // it may still run
+              s->renew_lease = sent_lease;  // with auto_renew, the renewals send it from now on
+              m.count_lease(s, sent, sent_lease, -1);
               return done(async_errc::connection_failed, false);
             }
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
-            if (r->integer != 1) s->mark_lost();
-            if (r->integer == 1) s->renew_lease = sent_lease;  // with auto_renew, the renewals keep it
+            if (r->integer == 1) s->renew_lease = sent_lease;
+            m.count_lease(s, sent, sent_lease, r->integer == 1 ? 1 : 0);
             done({}, r->integer == 1);
           });
         });

@@ -207,7 +207,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
         h.lease = std::make_shared<detail::lease_keeper>();
         h.lease->describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
       }
-      h.lease->acquired();
+      h.lease->acquired(sent, options_.lease);
     }
     owners_.set_mine(h);
     if (outermost) {

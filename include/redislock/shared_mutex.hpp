@@ -360,7 +360,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     if (h.idle()) h.fence = 0;  // a new hold: its token is drawn on demand (fencing_token())
     detail::lease_keeper* began = on_acquired(h);
     if (began == &h.lease->read) h.read_hold = wait;
-    if (began != nullptr) began->acquired();
+    if (began != nullptr) began->acquired(sent, options_.lease);
     owners_.set_mine(h);
     if (began != nullptr) {
       const bool write = began == &h.lease->write;

@@ -5,7 +5,11 @@
 ///
 /// Any lock kind plugs in: it registers a renewal_request (its owner-checked extend script
 /// with KEYS/ARGV, replying 1 renewed / 0 not ours) after acquiring, and drops the returned
-/// registration before releasing.
+/// registration before releasing. A hold that is not renewed but asked to be told when its
+/// lease runs out (lock_options::on_lost without auto_renew) registers a watch instead: no
+/// extend script, no renewals; the hold counts its own lease (detail/lease_clock.hpp), tells
+/// the watch its end (registration::lasts_until), and on_lost runs on this thread once that
+/// end has passed. One thread per client serves every renewal and watch.
 ///
 /// Schedule: a lease set at time C (the local send time of the command that set it) is
 /// renewed at C + lease/3 and may be renewed from C + lease/6 on, so a wake-up takes every
@@ -47,6 +51,7 @@
 /// and callbacks run outside it, on entries marked in flight.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/observe_hooks.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/reply.hpp>
@@ -75,10 +80,12 @@ namespace redislock {
 struct renewal_request {
   std::string name;                    ///< the lock's name, passed to on_lost
   std::string route_key;               ///< the key the client routes by (the lock's keys share its hash tag)
-  const script* extend = nullptr;      ///< owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration.
+  /// Owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration. None: a
+  /// watch (no renewals; on_lost once the end given by registration::lasts_until passes).
+  const script* extend = nullptr;
   std::vector<std::string> keys;       ///< KEYS of `extend`
   std::vector<std::string> args;       ///< ARGV of `extend`
-  std::chrono::milliseconds lease{0};  ///< the lease the script sets; renewals every lease/3
+  std::chrono::milliseconds lease{0};  ///< the lease the acquisition set; renewals every lease/3
   /// Where `args` holds the lease in milliseconds, so that an extend() to another lease
   /// (registration::pause) changes what the renewals send. npos: the lease cannot change.
   std::size_t lease_arg = static_cast<std::size_t>(-1);
@@ -204,6 +211,13 @@ class watchdog {
     }
     explicit operator bool() const noexcept { return owner_ != nullptr; }
 
+    /// A watch (a request without extend script): the hold's lease now lasts until `until`, as
+    /// the hold's own lease_clock counts it, earlier or later than before; its on_lost runs
+    /// once that has passed.
+    void lasts_until(steady::time_point until) noexcept {
+      if (owner_ != nullptr) owner_->watch(entry_, until);
+    }
+
     /// For an extend() the lock sends itself: holds this lease's renewals back (a renewal in
     /// flight is answered first) until the returned pause is resumed or destroyed, so the
     /// extend never races a renewal of the same hold. Empty (nothing held back) when not
@@ -258,7 +272,8 @@ class watchdog {
   /// Starts renewing (and the thread, on the first call). Throws invalid_argument for a
   /// request without script or lease.
   registration add(renewal_request r) {
-    if (r.extend == nullptr) throw invalid_argument("watchdog: renewal_request without extend script");
+    if (r.extend == nullptr && !r.on_lost)
+      throw invalid_argument("watchdog: renewal_request without extend script (renewals) or on_lost (a watch)");
     if (r.lease.count() <= 0) throw invalid_argument("watchdog: renewal lease must be positive");
     if (r.confirmed == steady::time_point{}) r.confirmed = steady::now();
     auto e = std::make_shared<entry>(std::move(r));
@@ -300,22 +315,27 @@ class watchdog {
     explicit entry(renewal_request r) : req(std::move(r)), lease(req.lease), args_text(req.args) {
       for (const auto& k : req.keys) keys.emplace_back(k);
       view_args();
-      renewed(req.confirmed);
+      renewed(req.confirmed, lease);
+      watched_until = clock.until();
     }
-    // Schedules the next renewal of a lease set at `at`.
-    void renewed(steady::time_point at) {
-      const std::chrono::milliseconds counted = counted_lease();
-      confirmed = at;
-      until = at + counted;
-      eligible = at + counted / 6;
-      due = at + counted / 3;
+    // A renewal (or an extend) that sent `l` at `at` was confirmed: the next one is scheduled.
+    void renewed(steady::time_point at, std::chrono::milliseconds l) {
+      clock.confirmed(at, l);
+      schedule();
       failing = false;
     }
-    // A command that sets the lease and was confirmed at send time s counts as s + this. A
-    // command of this hold that got no answer may still run later, after the confirmed one:
-    // then it sets its own lease from a time after s. So the shortest lease among those counts.
-    std::chrono::milliseconds counted_lease() const { return std::min(lease, shortest_unanswered); }
-    void unanswered(std::chrono::milliseconds l) { shortest_unanswered = std::min(shortest_unanswered, l); }
+    void schedule() {
+      if (renews()) {
+        eligible = clock.renewal_eligible();
+        due = clock.renewal_due();
+      } else {
+        eligible = due = watched_until;  // a watch only: due when the lease ends
+      }
+    }
+    // False for a watch (renewal_request without extend script): no renewals, only on_lost
+    // once the end the hold last gave (registration::lasts_until) has passed.
+    bool renews() const noexcept { return req.extend != nullptr; }
+    steady::time_point end() const noexcept { return renews() ? clock.until() : watched_until; }
     // The renewals send `l` from now on (changed only while neither in flight nor queued).
     void set_lease(std::chrono::milliseconds l) {
       if (req.lease_arg >= args_text.size() || l.count() <= 0) return;
@@ -329,13 +349,11 @@ class watchdog {
     // Guarded by watchdog::m_; lease and args_text are also read by the batch the entry is in.
     std::chrono::milliseconds lease;     // what the renewals send
     std::vector<std::string> args_text;  // req.args with that lease
-    steady::time_point confirmed;        // send time of the last confirmed command that set the lease
-    steady::time_point until;            // the lease certainly lasts until then (confirmed + its lease, or less)
+    detail::lease_clock clock;           // how long the lease certainly lasts (detail/lease_clock.hpp)
+    steady::time_point watched_until;    // a watch's end, as its hold counts it
     steady::time_point eligible, due;
     bool failing = false, cancelled = false, in_flight = false, in_callback = false, in_heap = false, lost = false;
     bool paused = false;  // held back for an extend (registration::hold_back)
-    // The shortest lease among this hold's renewals and extends that got no answer (none: max).
-    std::chrono::milliseconds shortest_unanswered = std::chrono::milliseconds::max();
   };
   using entry_ptr = std::shared_ptr<entry>;
 
@@ -391,27 +409,29 @@ class watchdog {
       if (!e->cancelled && !e->lost && lease.count() > 0) {
         e->set_lease(lease);
         const steady::time_point now = steady::now();
-        if (answer == 1 && now >= e->until) {
+        if (answer == 1 && now >= e->end()) {
           // Confirmed only after the lease could have run out (as in apply()): lost() may have
           // said so already, and a lost lease stays lost. Reported at once, as expired.
           e->due = e->eligible = now;
         } else if (answer == 1) {
-          e->renewed(sent);  // the lease now runs from the extend's send, and renewals keep it
+          e->renewed(sent, lease);  // the lease now runs from the extend's send, and renewals keep it
         } else {
           if (answer < 0) {
-            e->unanswered(lease);
-            e->until = std::min(e->until, sent + lease);  // it may still run, and shorten the lease
+            e->clock.unanswered(sent, lease);  // it may still run, and shorten the lease
             e->failing = true;
           }
           // Not ours (the next renewal finds that and reports it), or unknown: renewed again at once.
           e->due = e->eligible =
-              std::min(e->until, now + (answer == 0 ? steady::duration(0) : retry_interval(e->counted_lease())));
+              std::min(e->end(), now + (answer == 0 ? steady::duration(0) : e->clock.retry_interval()));
         }
         if (answer != 0 && e->req.valid_until != nullptr) {
           // seq_cst with lease_keeper::lost(), as in apply(): a reader who saw the old end pass
           // has set the lost flag; then the loss is reported at once (take_expired).
-          e->req.valid_until->store(e->until.time_since_epoch().count());
-          if (e->req.lost_flag != nullptr && e->req.lost_flag->load()) e->until = e->due = e->eligible = now;
+          e->req.valid_until->store(e->end().time_since_epoch().count());
+          if (e->req.lost_flag != nullptr && e->req.lost_flag->load()) {
+            e->clock.end_by(now);
+            e->due = e->eligible = now;
+          }
         }
       }
       if (!e->cancelled && !e->lost && !e->in_flight) {
@@ -421,6 +441,21 @@ class watchdog {
       }
     }
     done_.notify_all();  // another pause of the same entry may go on
+    if (first) wake_.notify_all();
+  }
+
+  void watch(const entry_ptr& e, steady::time_point until) noexcept {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (e->cancelled || e->lost || e->renews()) return;
+      e->watched_until = until;
+      e->schedule();
+      if (e->in_heap) {
+        std::make_heap(heap_.begin(), heap_.end(), later);
+        first = heap_.front() == e;
+      }
+    }
     if (first) wake_.notify_all();
   }
 
@@ -501,7 +536,7 @@ class watchdog {
       }
       stats_.in_flight = batch.size();
       std::vector<steady::time_point> ends(batch.size());
-      for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->until;
+      for (std::size_t i = 0; i < batch.size(); ++i) ends[i] = batch[i]->end();
       g.unlock();
       std::vector<steady::time_point> sent(batch.size()), answered(batch.size());
       const steady::time_point send_start = steady::now();
@@ -538,7 +573,7 @@ class watchdog {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < heap_.size(); ++i) {
       entry_ptr& e = heap_[i];
-      const steady::time_point end = e->until;
+      const steady::time_point end = e->end();
       if (!e->cancelled && !e->paused && end <= now) {
         e->in_heap = false;
         e->in_flight = true;
@@ -598,6 +633,10 @@ class watchdog {
     std::map<std::string, std::vector<std::size_t>> by_server;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i] != outcome::pending) continue;
+      if (!batch[i]->renews()) {  // a watch is only ever taken once its end has passed
+        results[i] = outcome::expired;
+        continue;
+      }
       try {  // nothing may escape the watchdog thread: a throwing locator fails this renewal
         by_server[server_of_ ? server_of_(batch[i]->req.route_key) : std::string()].push_back(i);
       } catch (...) {
@@ -610,7 +649,7 @@ class watchdog {
       steady::duration retry = steady::duration::max();
       for (std::size_t i : group) {
         reply_deadline = std::min(reply_deadline, ends[i]);
-        retry = std::min(retry, retry_interval(batch[i]->lease));
+        retry = std::min(retry, batch[i]->clock.retry_interval());
       }
       auto failed = failed_at_.find(server);
       if (failed != failed_at_.end() && steady::now() < failed->second + retry)
@@ -672,10 +711,6 @@ class watchdog {
     return pipelines;
   }
 
-  static steady::duration retry_interval(std::chrono::milliseconds lease) {
-    return std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
-  }
-
   // One round trip: appends the renewals of `which` (EVALSHA, or SET IFEQ where the server
   // has it), reads their replies. Adds to `noscript` the ones refused with NOSCRIPT and, when
   // `oom_as_script`, to `oom` the SET IFEQs refused over maxmemory (both left pending).
@@ -719,7 +754,7 @@ class watchdog {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       entry& e = *batch[i];
       if (e.cancelled) continue;  // released while in flight: the answer concerns nobody
-      const steady::time_point end = e.until;
+      const steady::time_point end = e.end();
       bool lost = false;
       switch (results[i]) {
         case outcome::renewed:
@@ -733,11 +768,11 @@ class watchdog {
           if (sent[i] > e.due)
             stats_.max_late =
                 std::max(stats_.max_late, std::chrono::duration_cast<std::chrono::microseconds>(sent[i] - e.due));
-          e.renewed(sent[i]);
+          e.renewed(sent[i], e.lease);
           if (e.req.valid_until != nullptr) {
             // seq_cst with lease_keeper::lost(): a reader who saw the old end pass has set the
             // lost flag, and then we see it here and report the loss (lost() stays true).
-            e.req.valid_until->store(e.until.time_since_epoch().count());
+            e.req.valid_until->store(e.end().time_since_epoch().count());
             lost = e.req.lost_flag != nullptr && e.req.lost_flag->load();
           }
           break;
@@ -745,8 +780,8 @@ class watchdog {
         case outcome::pending:
           ++stats_.failures;
           e.failing = true;
-          if (sent[i] != steady::time_point{}) e.unanswered(e.lease);  // it may have been sent
-          e.due = e.eligible = std::min(end, now + retry_interval(e.counted_lease()));
+          if (sent[i] != steady::time_point{}) e.clock.unanswered(sent[i], e.lease);  // it may have been sent
+          e.due = e.eligible = std::min(e.end(), now + e.clock.retry_interval());
           lost = now >= end;
           break;
         case outcome::not_ours:

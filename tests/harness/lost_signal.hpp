@@ -1,5 +1,5 @@
 #pragma once
-// auto_renew options whose on_lost is observed: how often it ran, with which name and when
+// Options (auto_renew, or a hold that is only watched) whose on_lost is observed: how often it ran, with which name and when
 // it first ran, and a bounded wait for that first call.
 
 #include <redislock/lock_options.hpp>
@@ -19,9 +19,10 @@ struct lost_signal {
   lost_signal(const lost_signal&) = delete;
   lost_signal& operator=(const lost_signal&) = delete;
 
-  /// `o` with auto_renew and this on_lost (the options must not outlive the signal).
-  redislock::lock_options options(redislock::lock_options o) {
-    o.auto_renew = true;
+  /// `o` with auto_renew (unless `renew` is false) and this on_lost (the options must not
+  /// outlive the signal).
+  redislock::lock_options options(redislock::lock_options o, bool renew = true) {
+    o.auto_renew = renew;
     o.on_lost = [this](const std::string& n) {
       if (calls.fetch_add(1) != 0) return;
       name = n;

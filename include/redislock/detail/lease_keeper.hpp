@@ -7,9 +7,10 @@
 /// watchdog, stop() before the release is sent (see watchdog.hpp), outcome() to turn the
 /// release script's answer into a release_status.
 ///
-/// While renewed, the hold is lost by the clock alone once the lease may have run out (send
-/// time of the last confirmed renewal + lease), even when no reply ever comes to say so; a
-/// lease found lost stays lost.
+/// Renewed or not, the hold is lost by the clock alone once the lease may have run out (send
+/// time of the last confirmed acquisition, extend or renewal + its lease: detail/lease_clock.hpp),
+/// even when no reply ever comes to say so; a lease found lost stays lost. A hold that is not
+/// renewed but has an on_lost is watched by the client's watchdog, so on_lost runs then too.
 ///
 /// The watchdog keeps a pointer to the flag while registered: a keeper must not move while
 /// it renews (it is neither copyable nor movable; owners keep it behind a stable pointer).
@@ -20,6 +21,7 @@
 #include <redislock/watchdog.hpp>
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/reply.hpp>
@@ -134,52 +136,68 @@ class lease_keeper {
   lease_keeper& operator=(const lease_keeper&) = delete;
 
   /// Names the lock and side in lost_events (the lock outlives the keeper's holds); `lease`:
-  /// the lock's, for the end of a hold that is not renewed. Called once, before the first hold.
+  /// the lock's. Called once, before the first hold.
   void describe(lock_event what, std::chrono::milliseconds lease) noexcept {
     what_ = what;
     lease_ = lease;
   }
 
-  /// A new hold was granted: it is not lost (the previous hold's registration is gone).
-  void acquired() noexcept {
-    valid_until_.store(never, std::memory_order_release);
+  /// A new hold was granted with `lease` by the command sent at `sent` (the previous hold's
+  /// registration is gone): it is not lost, and its lease counts from `sent`
+  /// (detail/lease_clock.hpp), renewed or not.
+  void acquired(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease) noexcept {
+    {
+      std::lock_guard<std::mutex> g(clock_mutex_);
+      clock_ = lease_clock();
+      clock_.confirmed(sent, lease);
+      valid_until_.store(clock_.until().time_since_epoch().count(), std::memory_order_release);
+    }
     lost_.store(false, std::memory_order_release);
     lost_report_.reset();
     started_.store(current_observer() != nullptr ? std::chrono::steady_clock::now().time_since_epoch().count() : 0,
                    std::memory_order_relaxed);
   }
 
-  /// With o.auto_renew, registers the hold with the client's watchdog. `confirmed` is the local
-  /// send time of the command that set the lease. Throws what watchdog::add throws.
+  /// Hands the hold to the client's watchdog: with o.auto_renew to be renewed; else, when
+  /// o.on_lost is set, to be watched (on_lost once the lease has run out by the clock; no
+  /// thread per hold: the client's watchdog thread). `confirmed` is the local send time of the
+  /// command that set the lease. Throws what watchdog::add throws.
   template <class Client>
   void start(Client& client, const lock_options& o, const std::string& name, const std::string& route_key,
              renewal_target target, std::chrono::steady_clock::time_point confirmed) {
     if constexpr (has_watchdog<Client>::value) {
-      if (!o.auto_renew) return;
+      if (!o.auto_renew && !o.on_lost) return;
       renewal_request r;
       r.name = name;
       r.route_key = route_key;
-      r.extend = target.extend;
-      r.keys = std::move(target.keys);
-      r.args = std::move(target.args);
-      r.lease_arg = target.lease_arg;
-      r.as_set_ifeq = target.as_set_ifeq;
       r.lease = o.lease;
       r.confirmed = confirmed;
       r.lost_flag = &lost_;
-      r.valid_until = &valid_until_;
       r.on_lost = o.on_lost;
+      if (o.auto_renew) {
+        r.extend = target.extend;
+        r.keys = std::move(target.keys);
+        r.args = std::move(target.args);
+        r.lease_arg = target.lease_arg;
+        r.as_set_ifeq = target.as_set_ifeq;
+        r.valid_until = &valid_until_;
+      }  // else a watch: this hold counts its lease (clock_) and tells the watch its end
       if (current_observer() != nullptr) {  // the watchdog found it lost: tell the observer first
         r.on_lost = [this, user = std::move(r.on_lost)](const std::string& n) {
           note_lost();
           if (user) user(n);
         };
       }
-      valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
+      if (o.auto_renew) valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
       try {
         watchdog::registration added = client.watchdog().add(std::move(r));
         std::lock_guard<std::mutex> g(renewal_mutex_);
         renewal_ = std::move(added);
+        renews_ = o.auto_renew;
+        if (!renews_) {
+          const ticks until = valid_until_.load();
+          if (until != never) renewal_.lasts_until(std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until)));
+        }
       } catch (...) {
         valid_until_.store(never, std::memory_order_release);
         throw;
@@ -187,42 +205,48 @@ class lease_keeper {
     }
   }
 
-  /// Stops renewing (waits for this hold's on_lost if it is running). Call before releasing.
-  /// Whether the lease had run out by then is kept: lost() does not change after this.
+  /// Stops renewing or watching (waits for this hold's on_lost if it is running). Call before
+  /// releasing. Whether the lease had run out by then is kept: lost() does not change after this.
   void stop() noexcept {
     {
       std::lock_guard<std::mutex> g(renewal_mutex_);
       renewal_.reset();
+      renews_ = false;
     }
     (void)lost();
     valid_until_.store(never, std::memory_order_release);
   }
 
   /// One extend() of this hold to `lease`: `send()` sends the owner-checked extend and returns
-  /// whether it renewed the lease (false: the hold is not ours; it may throw). While renewed,
-  /// the watchdog sends no renewal of this hold meanwhile (one in flight is answered first),
-  /// then renews with `lease` from then on: a confirmed extend restarts lost()'s clock from its
-  /// send time, shorter or longer, and one without an answer can only bring that end closer.
-  /// The caller marks the hold lost when it was not ours (if it is still the same hold).
+  /// whether it renewed the lease (false: the hold is not ours; it may throw). Counted by the
+  /// lease clock: a confirmed extend restarts the count from its send time, shorter or longer,
+  /// and one without an answer can only bring the end closer. While renewed, the watchdog sends
+  /// no renewal of this hold meanwhile (one in flight is answered first), then renews with
+  /// `lease` from then on. The caller marks the hold lost when it was not ours (if it is still
+  /// the same hold).
   template <class Send>
   bool extend(std::chrono::milliseconds lease, Send&& send) {
-    watchdog::pause paused = hold_back();
+    watchdog::pause paused = hold_back();  // empty unless renewed
     const std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();  // before: conservative
     bool ours = false;
     try {
       ours = send();
     } catch (...) {
-      paused.resume(sent, lease, -1);
+      if (paused) paused.resume(sent, lease, -1);
+      else count(sent, lease, -1);
       throw;
     }
-    paused.resume(sent, lease, ours ? 1 : 0);
+    if (paused) paused.resume(sent, lease, ours ? 1 : 0);
+    else count(sent, lease, ours ? 1 : 0);
     return ours;
   }
 
-  /// An owner-checked command (extend) found the hold gone.
+  /// An owner-checked command (extend) found the hold gone. A watched hold's on_lost runs now.
   void mark_lost() noexcept {
     lost_.store(true, std::memory_order_release);
     note_lost();
+    std::lock_guard<std::mutex> g(renewal_mutex_);
+    if (!renews_) renewal_.lasts_until(std::chrono::steady_clock::now());
   }
   bool lost() const noexcept {
     if (lost_.load()) return true;
@@ -235,8 +259,9 @@ class lease_keeper {
     return true;
   }
 
-  /// While renewed: the send time of the last command that set the lease and was confirmed
-  /// (the acquisition or a renewal), plus the lease. nullopt when not renewed.
+  /// While held: the send time of the last command that set the lease and was confirmed (the
+  /// acquisition, an extend or a renewal), plus its lease (detail/lease_clock.hpp). nullopt
+  /// when nothing is held.
   std::optional<std::chrono::steady_clock::time_point> confirmed_until() const noexcept {
     const ticks until = valid_until_.load();
     if (until == never) return std::nullopt;
@@ -254,6 +279,31 @@ class lease_keeper {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
+  // An extend of a hold that is not renewed (answer: 1 confirmed, 0 not ours, -1 no answer),
+  // counted by this hold's own clock; a watch learns the new end.
+  void count(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
+    if (answer == 0) return;  // the caller marks it lost
+    std::chrono::steady_clock::time_point until;
+    {
+      std::lock_guard<std::mutex> g(clock_mutex_);
+      if (valid_until_.load() == never) return;  // released meanwhile
+      // Confirmed only after the lease could have run out: lost() may have said so already,
+      // and a lost lease stays lost (as the watchdog's renewals count it).
+      if (answer == 1 && std::chrono::steady_clock::now() >= clock_.until()) {
+        lost_.store(true);
+      } else if (answer == 1) {
+        clock_.confirmed(sent, lease);
+      } else {
+        clock_.unanswered(sent, lease);
+      }
+      until = clock_.until();
+      valid_until_.store(until.time_since_epoch().count());
+    }
+    if (lost_.load()) return mark_lost();
+    std::lock_guard<std::mutex> g(renewal_mutex_);
+    if (!renews_) renewal_.lasts_until(until);
+  }
+
   // The observer's lost_event, once per hold (observe.hpp).
   void note_lost() const noexcept {
     if (what_.name.empty()) return;  // not described
@@ -270,16 +320,22 @@ class lease_keeper {
   std::chrono::milliseconds lease_{0};
   std::atomic<ticks> started_{0};  // when the hold was granted, if observed
   mutable lost_reporter lost_report_;
-  std::atomic<ticks> valid_until_{never};  // lease end while renewed (watchdog.hpp); never otherwise
+  // The lease's end by the clock while held (the watchdog's while renewed, else clock_'s);
+  // never otherwise.
+  std::atomic<ticks> valid_until_{never};
+  std::mutex clock_mutex_;
+  lease_clock clock_;  // of a hold that is not renewed (the watchdog counts a renewed one)
   // Between stop() and an extend() on other threads (reading renewal_ only: hold_back() waits
   // without it, since an on_lost that releases this lock runs while the batch is in flight).
   std::mutex renewal_mutex_;
   watchdog::registration renewal_;  // after the flags: it points there until reset
+  bool renews_ = false;             // renewal_ renews (else it watches, or is empty); under renewal_mutex_
 
   watchdog::pause hold_back() {
     watchdog::registration::ref r;
     {
       std::lock_guard<std::mutex> g(renewal_mutex_);
+      if (!renews_) return {};
       r = renewal_.share();
     }
     return r.hold_back();

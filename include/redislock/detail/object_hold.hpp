@@ -90,19 +90,20 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   /// The lease may have run out meanwhile; still_held() asks the server.
   bool owns_lock() const noexcept { return held_.load(std::memory_order_acquire); }
 
-  /// True when the current (or most recent) acquisition's lease was found lost: by the
-  /// watchdog (auto_renew), an extend() that returned false, or a fencing_token() that found it
-  /// gone. Reset by the next acquisition. A lost hold is still released with unlock() (it
-  /// reports release_status::lease_expired).
+  /// True when the current (or most recent) acquisition's lease was found lost: by the clock
+  /// (once lease_confirmed_until() has passed, renewed or not), by the watchdog (auto_renew), an
+  /// extend() that returned false, or a fencing_token() that found it gone. Reset by the next
+  /// acquisition. A lost hold is still released with unlock() (it reports
+  /// release_status::lease_expired).
   bool lost() const noexcept { return lease_.lost(); }
 
-  /// While this holder's lease is renewed (auto_renew): the local steady_clock time until which
-  /// the server certainly keeps it, i.e. the send time of the last acquisition or renewal the
-  /// server confirmed, plus the lease (the server set the lease when it ran that command, at or
-  /// after the send). Moves forward with each confirmed renewal, stays put while renewals fail;
-  /// lost() turns true once it has passed. Act before it (stop writing, stop a child process)
-  /// to be done before the lease can run out. nullopt when nothing is held or without
-  /// auto_renew.
+  /// While held: the local steady_clock time until which the server certainly keeps the lease,
+  /// i.e. the send time of the last acquisition, extend() or renewal the server confirmed, plus
+  /// the lease it sent (the server set the lease when it ran that command, at or after the
+  /// send; detail/lease_clock.hpp). Moves with each confirmed extend or renewal (earlier too,
+  /// for a shorter lease), stays put while renewals fail; lost() turns true once it has passed,
+  /// and on_lost runs then (without auto_renew too). Act before it (stop writing, stop a child
+  /// process) to be done before the lease can run out. nullopt when nothing is held.
   std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
     return lease_.confirmed_until();
   }
@@ -175,7 +176,8 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     holder_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     require_replicas(this->client_, this->options_, this->name_, this->keys_.lock, renewal(), d,
                      [this]() noexcept { this->unlock(); });
-    if (this->options_.auto_renew) this->start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
+    if (this->options_.auto_renew || this->options_.on_lost)
+      this->start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
     return true;
   }
 
@@ -254,7 +256,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       fence_ = 0;  // assigned on demand (fencing_token())
     }
     acquired_at_ = sent;
-    lease_.acquired();
+    lease_.acquired(sent, this->options_.lease);
     held_.store(true, std::memory_order_release);
     return std::nullopt;
   }
@@ -279,7 +281,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   void start_renewal() {
     const steady::time_point now = steady::now();
     const lock_options& o = this->options_;
-    if (acquired_at_ + o.lease - o.lease / 3 <= now) {
+    if (o.auto_renew && acquired_at_ + o.lease - o.lease / 3 <= now) {
       if (self().run_extend(token_, lease_ms_) == 1) acquired_at_ = now;
       else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
