@@ -18,6 +18,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -756,4 +757,50 @@ TEST(Redlock, ConcurrentHoldersNeverShareAFencingToken) {
   for (auto& w : workers) w.join();
   ASSERT_EQ(seen.size(), 30u);
   for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_GT(seen[i], seen[i - 1]);  // in the order of the holds
+}
+
+// Without auto_renew the holder still knows when its hold may be gone (safety review 4, item 2):
+// lease_confirmed_until() is the validity's end from the acquisition (its start + lease − drift),
+// moved by each confirmed extend (earlier too); lost() turns true then, and on_lost runs then
+// (the first master's client's watchdog watches it: no thread per hold).
+TEST(Redlock, AHoldWithoutRenewalIsLostByTheClockAndToldWhenItsValidityEnds) {
+  masters m(3);
+  for (const bool with_on_lost : {true, false}) {
+    SCOPED_TRACE(with_on_lost ? "on_lost set" : "no on_lost");
+    std::promise<clk::time_point> lost_at;
+    std::atomic<int> calls{0};
+    lock_options o = lease(milliseconds(300));
+    if (with_on_lost)
+      o.on_lost = [&](const std::string&) {
+        if (calls.fetch_add(1) == 0) lost_at.set_value(clk::now());
+      };
+    redlock r(m.refs(), "unrenewed", o);
+    const clk::time_point before = clk::now();
+    r.lock();
+    std::optional<clk::time_point> counted = r.lease_confirmed_until();
+    ASSERT_TRUE(counted.has_value()) << "the validity is forgotten";
+    EXPECT_GE(*counted, before + milliseconds(300) - r.drift());
+    EXPECT_LE(*counted, clk::now() + milliseconds(300) - r.drift());
+    for (const milliseconds l : {milliseconds(900), milliseconds(350)}) {
+      SCOPED_TRACE(l.count());
+      const clk::time_point sent = clk::now();
+      ASSERT_TRUE(r.extend(l));
+      counted = r.lease_confirmed_until();
+      ASSERT_TRUE(counted.has_value());
+      EXPECT_GE(*counted, sent + l - r.drift(l));
+      EXPECT_LE(*counted, clk::now() + l - r.drift(l));
+    }
+    if (with_on_lost) {
+      auto seen = lost_at.get_future();
+      ASSERT_EQ(seen.wait_for(seconds(5)), std::future_status::ready) << "on_lost never ran";
+      EXPECT_GE(seen.get(), *counted);
+    } else {
+      std::this_thread::sleep_until(*counted);
+    }
+    EXPECT_TRUE(r.lost());
+    r.unlock();
+    EXPECT_EQ(r.last_release(), release_status::lease_expired);
+    EXPECT_EQ(calls.load(), with_on_lost ? 1 : 0);
+    EXPECT_FALSE(r.lease_confirmed_until().has_value());
+  }
 }

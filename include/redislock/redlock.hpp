@@ -107,6 +107,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     if (redlock_.instance_timeout + drift() >= options_.lease)
       throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
     lease_ms_ = std::to_string(options_.lease.count());
+    first_client_ = pointers.front();
     quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);
   }
 
@@ -131,6 +132,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     const auto observed = this->observe_release();
     if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
     stop_renewal();
+    stop_watch();
     const hold h = current();
     auto r = send_release(h);
     const detail::tally t =
@@ -228,12 +230,12 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     return steady::now().time_since_epoch().count() >= valid_until_.load(std::memory_order_acquire);
   }
 
-  /// As basic_mutex::lease_confirmed_until(): while renewed (auto_renew), the local time until
+  /// As basic_mutex::lease_confirmed_until(): while held, renewed or not, the local time until
   /// which a majority of masters certainly keeps the key, the end of the validity() window
   /// (start of the last round a majority confirmed, plus the lease, minus the drift allowance).
-  /// nullopt when not held or without auto_renew.
+  /// lost() turns true once it has passed, and on_lost runs then. nullopt when not held.
   std::optional<std::chrono::steady_clock::time_point> lease_confirmed_until() const noexcept {
-    if (!options_.auto_renew || !held_.load(std::memory_order_acquire)) return std::nullopt;
+    if (!held_.load(std::memory_order_acquire)) return std::nullopt;
     const ticks until = valid_until_.load(std::memory_order_acquire);  // `never` once released
     if (until == never) return std::nullopt;
     return steady::time_point(steady::duration(until));
@@ -358,6 +360,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       return false;
     }
     if (options_.auto_renew) start_or_drop([&] { start_renewal(); }, [this]() noexcept { this->unlock(); });
+    else if (options_.on_lost) start_or_drop([&] { start_watch(); }, [this]() noexcept { this->unlock(); });
     return true;
   }
 
@@ -722,6 +725,37 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     }
   }
 
+  // ---- on_lost without auto_renew: the first master's client's watchdog watches the validity's
+  // end (watchdog.hpp; no thread per hold) and runs on_lost once it has passed ----
+
+  void start_watch() {
+    if constexpr (detail::has_watchdog<Client>::value) {
+      renewal_request r;
+      r.name = name_;
+      r.route_key = keys_.lock;
+      r.lease = options_.lease;
+      r.lost_flag = &lost_;
+      r.on_lost = [this, token = current().token](const std::string& n) {
+        mark_lost_if_current(token);  // the observer hears of it too
+        options_.on_lost(n);
+      };
+      watchdog::registration w = first_client_->watchdog().add(std::move(r));
+      std::lock_guard<std::mutex> g(watch_mutex_);
+      watch_ = std::move(w);
+      watch_.lasts_until(valid_until());
+    }
+  }
+  // Not under state_mutex_: ending the watch waits for its on_lost, which takes that.
+  void stop_watch() noexcept {
+    watchdog::registration ended;
+    std::lock_guard<std::mutex> g(watch_mutex_);
+    ended = std::move(watch_);
+  }
+  void tell_watch(steady::time_point end) noexcept {
+    std::lock_guard<std::mutex> g(watch_mutex_);
+    watch_.lasts_until(end);
+  }
+
   // ---- local state ----
 
   hold current() const {
@@ -746,6 +780,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   void set_lost() noexcept {
     lost_.store(true, std::memory_order_release);
     lost_report_.note(detail::describe(*this, lock_mode::exclusive), valid_until());
+    tell_watch(steady::now());  // a watched hold's on_lost runs now
   }
 
   void require_held(const char* what) const {
@@ -773,6 +808,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   }
   void set_valid_until(steady::time_point t) noexcept {
     valid_until_.store(t.time_since_epoch().count(), std::memory_order_release);
+    tell_watch(t);
   }
 
   redlock_options redlock_;
@@ -792,6 +828,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   bool renew_stop_ = false;                                  // under renew_mutex_
   steady::time_point renew_by_ = steady::time_point::max();  // under renew_mutex_: an extend()'s next turn
   std::thread renewer_;
+  Client* first_client_ = nullptr;  // whose watchdog watches a hold that is not renewed
+  std::mutex watch_mutex_;          // after state_mutex_, never before it
+  watchdog::registration watch_;    // under watch_mutex_
   std::unique_ptr<detail::quorum<Client>> quorum_;  // last: its threads are joined first
 };
 
