@@ -28,10 +28,13 @@ struct lock_options {
   /// one watchdog thread), so a critical section may outlive the lease. Renewal stops when the
   /// lock is released or destroyed, or when the lease is found lost.
   bool auto_renew = false;
-  /// With auto_renew: called once when the watchdog finds the lease lost (the lock is someone
-  /// else's, or renewals failed until the lease ran out). Runs on the watchdog thread: it must
-  /// not block and must not call into the lock it reports (release waits for it); signal your
-  /// worker instead. The lock's lost() is already true when it runs.
+  /// Called once when the hold is found lost: with auto_renew, when a renewal finds the lock
+  /// someone else's or renewals failed until the lease ran out; with or without it, when the
+  /// lease clock's end (lease_confirmed_until()) passes, or an extend() finds the hold gone
+  /// (without auto_renew the watchdog watches such a hold: no renewals, no thread of its own).
+  /// Runs on the watchdog thread (async kinds: the client's strand): it must not block and must
+  /// not call into the lock it reports (release waits for it); signal your worker instead. The
+  /// lock's lost() is already true when it runs.
   std::function<void(const std::string& name)> on_lost;
   /// In both modes waiters queue on the server and a release hands the lock to the longest
   /// waiting one. Fair mode adds: try_lock() never jumps the queue, and a lock that fell free
