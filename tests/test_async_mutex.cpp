@@ -553,6 +553,47 @@ TEST_F(AsyncMutexTest, AStalledServerMakesTheHoldLostWhenItsLeaseEnds) {
   proxy.heal();
 }
 
+// The server may run an async_extend() the moment it is sent: while a shorter extend's reply is
+// held up, the hold already counts with the shorter lease (detail/lease_clock.hpp), and its
+// on_lost runs once that runs out, without waiting for a reply or the command timeout.
+TEST_F(AsyncMutexTest, AShorterExtendCountsFromItsSendWhileItsReplyIsHeldUp) {
+  for (const bool renewed : {false, true}) {
+    SCOPED_TRACE(renewed ? "auto_renew" : "not renewed");
+    redislock_test::tcp_proxy proxy(server->port());
+    connection_options co = server->options();
+    co.port = proxy.port();
+    co.command_timeout = seconds(30);
+    async_client c(runner->io.get_executor(), async_client_options{co});
+    lock_options o;
+    o.lease = seconds(20);
+    o.auto_renew = renewed;
+    auto lost = std::make_shared<std::promise<steady::time_point>>();  // outlives a failed test
+    o.on_lost = [lost](const std::string&) { lost->set_value(steady::now()); };
+    async_mutex m(c, renewed ? "held-up-renewed" : "held-up", o);
+    async_hold h = m.async_lock(asio::use_future).get();
+    ASSERT_TRUE(h.async_extend(seconds(20), asio::use_future).get());  // its script is loaded
+    proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_client);
+    const steady::time_point sent = steady::now();
+    auto extended = std::make_shared<std::promise<bool>>();
+    h.async_extend(milliseconds(300), [extended](std::error_code, bool ok) { extended->set_value(ok); });
+    ASSERT_TRUE(eventually([&] {
+      const long long pttl = admin->command({"PTTL", m.key()})->integer;
+      return pttl <= 300;  // -2: it ran, and the key has run out already
+    }));
+    const std::optional<steady::time_point> counted = h.lease_confirmed_until();
+    ASSERT_TRUE(counted.has_value());
+    EXPECT_LE(*counted, steady::now() + milliseconds(300))
+        << "counts on " << std::chrono::duration_cast<milliseconds>(*counted - steady::now()).count()
+        << " ms while the server keeps the key at most 300 ms";
+    auto reported = lost->get_future();
+    ASSERT_EQ(reported.wait_for(seconds(5)), std::future_status::ready) << "on_lost waited for a reply";
+    EXPECT_GE(reported.get(), sent + milliseconds(300));
+    EXPECT_TRUE(h.lost());
+    proxy.heal();
+    EXPECT_EQ(extended->get_future().wait_for(seconds(5)), std::future_status::ready);
+  }
+}
+
 // A reply dropped by a black hole: the connection then lost part of its stream, so the proxy
 // resets it once the hole is lifted. The extend whose reply was dropped fails (it did run), and
 // the reply of a later command on that connection is never taken for it.

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,4 +220,44 @@ TEST(LeaseLoss, TenThousandLeasesBehindABlackHoleAreReportedLostWhenTheirLeaseRu
   EXPECT_LT(std::chrono::duration_cast<milliseconds>(late).count(), (2 * command_timeout).count());
 
   proxy.set_stalled(false);  // so that the destructors' releases are answered
+}
+
+// The server may run an extend the moment it is sent: while a shorter extend's reply is on its
+// way, the holder already counts with the shorter lease (detail/lease_clock.hpp), renewed or not,
+// and is lost once it runs out even though no reply ever came.
+TEST(LeaseLoss, AShorterExtendCountsFromItsSendWhileItsReplyIsHeldUp) {
+  redis_server server;
+  connection admin(server.options());
+  for (const bool renewed : {false, true}) {
+    SCOPED_TRACE(renewed ? "auto_renew" : "not renewed");
+    redislock_test::tcp_proxy proxy(server.port());
+    client_options o{server.options()};
+    o.connection.port = proxy.port();
+    client c(o);
+    lock_options lo;
+    lo.lease = seconds(20);
+    lo.auto_renew = renewed;
+    mutex m(c, renewed ? "held-up-renewed" : "held-up", lo);
+    m.lock();
+    ASSERT_TRUE(m.extend(seconds(20)));  // its script is loaded: the next extend runs as sent
+    proxy.set_stalled(true, redislock_test::tcp_proxy::direction::to_client);
+    const steady::time_point sent = steady::now();
+    auto extended = std::async(std::launch::async, [&] { return m.extend(milliseconds(300)); });
+    // The server ran it: its key has 300 ms or less (the reply waits in the proxy).
+    ASSERT_TRUE(redislock_test::eventually([&] {
+      const long long pttl = admin.command({"PTTL", m.key()})->integer;
+      return pttl <= 300;  // -2: it ran, and the key has run out already
+    }));
+    const std::optional<steady::time_point> counted = m.lease_confirmed_until();
+    ASSERT_TRUE(counted.has_value());
+    EXPECT_LE(*counted, steady::now() + milliseconds(300))
+        << "counts on " << std::chrono::duration_cast<milliseconds>(*counted - steady::now()).count()
+        << " ms while the server keeps the key at most 300 ms";
+    EXPECT_TRUE(redislock_test::eventually([&] { return m.lost(); }, seconds(2))) << "lost only by a reply";
+    EXPECT_GE(steady::now(), sent + milliseconds(300));
+    proxy.heal();
+    (void)extended.get();  // confirmed after the lease it set could have run out: it stays lost
+    EXPECT_TRUE(m.lost());
+    EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
+  }
 }

@@ -522,10 +522,11 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   /// A hold began with the lease its acquisition sent at h->acquired_at: counted from there,
   /// renewed with auto_renew, else watched (on_lost when it runs out) when on_lost is set.
   inline void start_hold(const hold_ptr& h);
-  /// A command of `h` that sets the lease to `lease` was sent at `sent` (an async_extend() or a
-  /// renewal) and answered: 1 renewed, 0 not ours, -1 no answer (it may still run), -2 refused
-  /// (an error reply: it did not run). Counts it by the lease clock, the same rules as the
-  /// blocking kinds', and reschedules the renewal or the watch from there.
+  /// A command of `h` that sets the lease to `lease`, sent at `sent` (an async_extend() or a
+  /// renewal): 2 about to be sent, else answered: 1 renewed, 0 not ours, -1 no answer (it may
+  /// still run), -2 refused (an error reply: it did not run). Counts it by the lease clock, the
+  /// same rules as the blocking kinds', and (once answered) reschedules the renewal or the
+  /// watch from there.
   inline void count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease, int answer);
 
   const std::string& lease_ms() const noexcept { return lease_ms_; }
@@ -976,6 +977,14 @@ void async_lock_core::start_hold(const hold_ptr& h) {
 void async_lock_core::count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease,
                                   int answer) {
   if (h->released) return;
+  if (answer == 2) {
+    h->clock.sending(sent, lease);
+    if (h->is_lost()) return;
+    h->valid_until.store(h->clock.until().time_since_epoch().count());
+    // Should no reply come, the timer finds the hold lost at the new end, not later.
+    if (h->renew_timer && h->renew_timer->expiry() > h->clock.until()) schedule_renewal(h, h->clock.until());
+    return;
+  }
   if (answer == 0) return report_lost(h);
   // Confirmed only after the lease could have run out: lost() may have said so already, and a
   // lost lease stays lost (is_lost() checks the clock first).
@@ -996,6 +1005,7 @@ void async_lock_core::renew(const hold_ptr& h) {
   const steady::time_point sent = steady::now();
   const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : options_.lease;
   const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
+  count_lease(h, sent, lease, 2);  // the server may run it at once
   run(kind_->extend(keys_, h->token, ms), [h, sent, lease](redisReply* r) {
     const int answer = r == nullptr                                                       ? -1
                        : r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1) ? static_cast<int>(r->integer)
@@ -1175,6 +1185,7 @@ class async_hold {
           const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : m.options().lease;
           const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
           const detail::steady::time_point sent = detail::steady::now();  // before: conservative
+          m.count_lease(s, sent, sent_lease, 2);  // the server may run it at once
           m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease](redisReply* r) {
             auto& m = *s->core;
             if (r == nullptr) {

@@ -172,6 +172,11 @@ class watchdog {
     void resume(steady::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
       if (owner_ != nullptr) std::exchange(owner_, nullptr)->resume(entry_, sent, lease, answer);
     }
+    /// Before the extend is sent at `sent` with `lease`: the server may run it at once, so the
+    /// lease counts no further than sent + lease until its answer (detail/lease_clock.hpp).
+    void sending(steady::time_point sent, std::chrono::milliseconds lease) noexcept {
+      if (owner_ != nullptr) owner_->sending(entry_, sent, lease);
+    }
     explicit operator bool() const noexcept { return owner_ != nullptr; }
 
    private:
@@ -442,6 +447,14 @@ class watchdog {
     }
     done_.notify_all();  // another pause of the same entry may go on
     if (first) wake_.notify_all();
+  }
+
+  void sending(const entry_ptr& e, steady::time_point sent, std::chrono::milliseconds lease) noexcept {
+    std::lock_guard<std::mutex> g(m_);
+    if (e->cancelled || e->lost || lease.count() <= 0) return;
+    e->clock.sending(sent, lease);
+    // The entry is paused (out of the heap): its due time is set again when it resumes.
+    if (e->req.valid_until != nullptr) e->req.valid_until->store(e->end().time_since_epoch().count());
   }
 
   void watch(const entry_ptr& e, steady::time_point until) noexcept {

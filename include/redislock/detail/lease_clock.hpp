@@ -5,7 +5,9 @@
 /// and by the async hold (asio.hpp).
 ///
 /// The server sets a lease when it runs the command that carries it, at or after the client
-/// sent that command. So:
+/// sent that command, and may run it the moment it is sent. So:
+///  - a command that sets the lease to L, sent at S, may end it by S + L however it turns out:
+///    the count drops to that as it is sent (a shorter extend shortens the lease at once);
 ///  - a command that set the lease to L, sent at S and confirmed, makes the lease last at
 ///    least until S + L, in either direction: a shorter lease than before shortens it;
 ///  - a command of the same hold that got no answer may still run, now or after a later
@@ -25,6 +27,9 @@ class lease_clock {
  public:
   using steady = std::chrono::steady_clock;
   using ms = std::chrono::milliseconds;
+
+  /// A command that sets the lease to `lease` is being sent at `sent` (before the send).
+  void sending(steady::time_point sent, ms lease) noexcept { until_ = std::min(until_, sent + lease); }
 
   /// A command that set the lease to `lease` was sent at `sent` and confirmed.
   void confirmed(steady::time_point sent, ms lease) noexcept {

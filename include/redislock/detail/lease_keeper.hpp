@@ -228,6 +228,8 @@ class lease_keeper {
   bool extend(std::chrono::milliseconds lease, Send&& send) {
     watchdog::pause paused = hold_back();  // empty unless renewed
     const std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();  // before: conservative
+    if (paused) paused.sending(sent, lease);  // the server may run it at once
+    else count(sent, lease, 2);
     bool ours = false;
     try {
       ours = send();
@@ -279,8 +281,8 @@ class lease_keeper {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
-  // An extend of a hold that is not renewed (answer: 1 confirmed, 0 not ours, -1 no answer),
-  // counted by this hold's own clock; a watch learns the new end.
+  // An extend of a hold that is not renewed (answer: 2 about to be sent, 1 confirmed, 0 not
+  // ours, -1 no answer), counted by this hold's own clock; a watch learns the new end.
   void count(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
     if (answer == 0) return;  // the caller marks it lost
     std::chrono::steady_clock::time_point until;
@@ -289,7 +291,9 @@ class lease_keeper {
       if (valid_until_.load() == never) return;  // released meanwhile
       // Confirmed only after the lease could have run out: lost() may have said so already,
       // and a lost lease stays lost (as the watchdog's renewals count it).
-      if (answer == 1 && std::chrono::steady_clock::now() >= clock_.until()) {
+      if (answer == 2) {
+        clock_.sending(sent, lease);
+      } else if (answer == 1 && std::chrono::steady_clock::now() >= clock_.until()) {
         lost_.store(true);
       } else if (answer == 1) {
         clock_.confirmed(sent, lease);
