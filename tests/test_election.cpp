@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -216,6 +217,44 @@ TEST_F(Election, WaitForChangeWakesOnResignationExpiryAndDeadline) {
   EXPECT_FALSE(seen);
   EXPECT_LT(steady::now() - start, seconds(2));
   EXPECT_EQ(b.resign_and_report(), release_status::lease_expired);
+}
+
+// A timeout too long to add to the steady clock (hours::max(), milliseconds::max(), 300 years)
+// means "wait until the change": it neither overflows into a past deadline (false at once) nor
+// spins. Each wait is made while nobody leads; the leader is elected once the watcher listens.
+TEST_F(Election, WaitForChangeWithAHugeTimeoutWaitsForTheChange) {
+  using years = std::chrono::duration<long long, std::ratio<31556952>>;
+  client other(options());
+  election watcher(other, "huge-watch", quiet_waits());
+  election a(*pool, "huge-watch", quiet_waits());
+  const std::string notices = a.key() + ":leader";
+  struct {
+    const char* what;
+    std::function<bool(std::optional<leader_info>&)> wait;
+  } waits[] = {
+      {"hours::max()", [&](auto& seen) { return watcher.wait_for_change_for(seen, std::chrono::hours::max()); }},
+      {"milliseconds::max()",
+       [&](auto& seen) { return watcher.wait_for_change_for(seen, std::chrono::milliseconds::max()); }},
+      {"300 years", [&](auto& seen) { return watcher.wait_for_change_for(seen, years(300)); }},
+      {"nanoseconds::max()",
+       [&](auto& seen) { return watcher.wait_for_change_for(seen, std::chrono::nanoseconds::max()); }},
+  };
+  for (auto& w : waits) {
+    SCOPED_TRACE(w.what);
+    std::optional<leader_info> seen = watcher.leader();
+    ASSERT_FALSE(seen);
+    auto changed = std::async(std::launch::async, [&] { return w.wait(seen); });
+    // Listening (the channel is subscribed, and stays so between waits: then the first read
+    // sees the grant instead), or already returned: either way the grant comes after the call.
+    ASSERT_TRUE(eventually(
+        [&] { return subscribers(notices) == 1 || changed.wait_for(milliseconds(0)) == std::future_status::ready; }));
+    ASSERT_TRUE(a.try_campaign(w.what));
+    ASSERT_EQ(changed.wait_for(seconds(5)), std::future_status::ready) << "not woken by the grant";
+    EXPECT_TRUE(changed.get()) << "returned false before the grant (the deadline overflowed)";
+    ASSERT_TRUE(seen);
+    EXPECT_EQ(seen->value, w.what);
+    a.resign();
+  }
 }
 
 TEST_F(Election, ACampaignThatTimesOutLeavesTheQueue) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <vector>
@@ -137,17 +138,26 @@ TEST_F(Latch, CountingPastZeroIsRefusedAndChangesNothing) {
   EXPECT_EQ(l.count(), 0);
 }
 
-// The count_down a lost reply makes the client send again carries the same call id: the
-// server applies it once. Sent here by hand, twice, as the resend would.
+// The count_down a lost reply makes the client send again carries the same call number: the
+// server applies it once. Sent here by hand, twice, as the resend would; then a late delivery of
+// the caller's earlier call, after a later one was applied, is not applied either.
 TEST_F(Latch, ACountDownSentTwiceIsAppliedOnce) {
-  latch l(*pool, "l-resend", 3);
-  const std::string id = field(l, "@id");
-  for (int i = 0; i < 2; ++i) {
-    reply_ptr r = detail::latch_scripts::count_down().run(*admin, {l.key()}, {id, "2", "60000", "call-1"});
-    EXPECT_EQ(detail::as_integer(detail::element(*r, 0)), 1);
-  }
-  EXPECT_EQ(l.count(), 1);
-  l.count_down();
+  latch l(*pool, "l-resend", 4);
+  const std::string id = field(l, "@id"), record = l.key() + ":c:caller-1";
+  const auto send = [&](const char* call) {
+    reply_ptr r = detail::latch_scripts::count_down().run(*admin, {l.key(), record}, {id, "1", "60000", call, "60000"});
+    return detail::as_integer(detail::element(*r, 0));
+  };
+  EXPECT_EQ(send("1"), 3);
+  EXPECT_EQ(send("1"), 3) << "the resend counted again";
+  EXPECT_EQ(send("2"), 2);
+  EXPECT_EQ(send("1"), 2) << "a late delivery of an earlier call counted";
+  EXPECT_EQ(redislock_test::string_value(*admin, record), "2");
+  const long long pttl = admin->command({"PTTL", record})->integer;
+  EXPECT_GT(pttl, 50000);
+  EXPECT_LE(pttl, 60000);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
   EXPECT_TRUE(l.try_wait());
 }
 
@@ -164,6 +174,66 @@ TEST_F(Latch, ACountDownWhoseReplyWasLostCountsOnceAndSucceeds) {
   EXPECT_NO_THROW(l.count_down());
   EXPECT_EQ(proxy.cut_after_request_count(), 1u) << "no reply was lost";
   EXPECT_EQ(l.count(), 1) << "the resent count_down counted twice";
+}
+
+// A count_down whose reply was lost, and whose latch then expired before the resend reached
+// the server, was applied: the resend reports it so (the call returns), not latch_expired_error.
+// The resend is held in the proxy until the latch's 200 ms lease has ended.
+TEST_F(Latch, ACountDownAppliedBeforeTheLatchExpiredIsReportedAppliedToItsResend) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  client through(via);
+  latch l(through, "l-lost-expired", 3, lease_of(milliseconds(200)));
+  l.count_down();  // the connection is made and the script loaded
+  connection watcher(server->options());
+  std::atomic<int> sent{0};
+  std::atomic<bool> expired_first{false};
+  proxy.set_request_hook([&](const std::string& chunk) {
+    if (chunk.find("EVALSHA") == std::string::npos || ++sent != 2) return;
+    // The resend: forwarded once the latch is gone (bounded).
+    expired_first = eventually([&] { return watcher.command({"EXISTS", l.key()})->integer == 0; }, seconds(3));
+  });
+  proxy.cut_after_next_requests(1);
+  EXPECT_NO_THROW(l.count_down()) << "an applied count_down was reported as not applied";
+  proxy.set_request_hook({});
+  EXPECT_EQ(proxy.cut_after_request_count(), 1u) << "no reply was lost";
+  EXPECT_EQ(sent.load(), 2) << "the count_down was not resent";
+  EXPECT_TRUE(expired_first.load()) << "the latch did not expire before the resend";
+  EXPECT_THROW(l.count(), latch_expired_error);
+}
+
+// The server keeps what a latch needs and no more, whatever its count: its hash has four fields
+// (@kind, @id, count, initial), and each object that counted down keeps one call record (its last
+// call, for a resend) that expires a minute after its last count_down. 5,000 count_downs here,
+// from 11 objects: 4 fields and 11 records.
+TEST_F(Latch, ItsServerStateStaysBoundedWhateverTheCount) {
+  constexpr int kCount = 5000, kOthers = 10, kEach = 100;
+  latch l(*pool, "l-bounded", kCount);
+  const auto footprint = [&] {
+    long long records = 0, bytes = admin->command({"MEMORY", "USAGE", l.key()})->integer;
+    reply_ptr keys = admin->command({"KEYS", l.key() + ":*"});
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+      ++records;
+      const std::string k = redislock_test::reply_text(*keys->element[i]);
+      bytes += admin->command({"MEMORY", "USAGE", k})->integer;
+      EXPECT_GT(admin->command({"PTTL", k})->integer, 0) << k << " never expires";
+    }
+    return std::pair{records, bytes};
+  };
+  for (int i = 0; i < kOthers; ++i) {
+    latch other(*pool, "l-bounded", kCount);
+    for (int j = 0; j < kEach; ++j) other.count_down();
+  }
+  for (int i = kOthers * kEach; i < kCount; ++i) l.count_down();
+  EXPECT_TRUE(l.try_wait());
+  const long long fields = admin->command({"HLEN", l.key()})->integer;
+  const auto [records, bytes] = footprint();
+  std::printf("after %d count_downs from %d objects: %lld hash fields, %lld call records, %lld bytes\n", kCount,
+              kOthers + 1, fields, records, bytes);
+  EXPECT_EQ(fields, 4);
+  EXPECT_LE(records, kOthers + 1);
+  EXPECT_LT(bytes, 8 * 1024);
 }
 
 // A waiter whose subscription is cut while it waits (its subscriber's connection killed) falls
@@ -297,7 +367,7 @@ TEST_F(Latch, TheDocumentedAclSuffices) {
                                   "+zadd", "+zpopmin", "+zrem", "+hset", "+hget", "+hdel", "+publish", "+subscribe",
                                   "+unsubscribe", "+pubsub|numsub",
                                   // the latch's additions
-                                  "+hmget", "+hexists", "+exists"};
+                                  "+hmget", "+exists"};
   for (const std::string& rule : redislock_test::acl_channel_rules(*admin, "redislock:*")) acl.push_back(rule);
   admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
   admin->command({"SCRIPT", "FLUSH"});

@@ -151,7 +151,27 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   /// the deadline plus one connect timeout (detail/call_deadline.hpp).
   template <class Clock, class Duration>
   bool wait_for_change(std::optional<leader_info>& seen, const std::chrono::time_point<Clock, Duration>& deadline) {
-    const detail::deadline d = detail::deadline_at(deadline);
+    return wait_for_change_by(seen, detail::deadline_at(deadline));
+  }
+  /// wait_for_change() for at most `timeout`. A timeout too long to add to the clock
+  /// (hours::max(), milliseconds::max(), a century or more) waits for the change however long
+  /// it takes; zero or less reads once (detail::deadline_after, as every timed member).
+  template <class Rep, class Period>
+  bool wait_for_change_for(std::optional<leader_info>& seen, const std::chrono::duration<Rep, Period>& timeout) {
+    return wait_for_change_by(seen, detail::deadline_after(timeout));
+  }
+
+  /// unlock_and_report(), extend(), remaining_lease(), still_held(), owns_lock(), lost(),
+  /// lease_confirmed_until() and fencing_token() (detail/object_hold.hpp) are the members of
+  /// every lock kind, for this object's leadership.
+
+  /// This leadership's owner token, as leader() reports it (a new one per campaign).
+  std::string owner_id() const { return this->current_token(); }
+
+  // name(), key(), options(), client(), last_release(): detail::lock_core.
+
+ private:
+  bool wait_for_change_by(std::optional<leader_info>& seen, const detail::deadline& d) {
     const detail::call_deadline scope(d);
     std::optional<leader_info> now;
     auto look = [&]() -> std::optional<std::chrono::milliseconds> {
@@ -166,21 +186,7 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
     if (changed) seen = std::move(now);
     return changed;
   }
-  template <class Rep, class Period>
-  bool wait_for_change_for(std::optional<leader_info>& seen, const std::chrono::duration<Rep, Period>& timeout) {
-    return wait_for_change(seen, std::chrono::steady_clock::now() + timeout);
-  }
 
-  /// unlock_and_report(), extend(), remaining_lease(), still_held(), owns_lock(), lost(),
-  /// lease_confirmed_until() and fencing_token() (detail/object_hold.hpp) are the members of
-  /// every lock kind, for this object's leadership.
-
-  /// This leadership's owner token, as leader() reports it (a new one per campaign).
-  std::string owner_id() const { return this->current_token(); }
-
-  // name(), key(), options(), client(), last_release(): detail::lock_core.
-
- private:
   friend base;
   friend class detail::timed_lockable<basic_election>;
   using base::channel_subscription_;

@@ -9,7 +9,9 @@
 /// - count_down(n) takes n off the count, atomically on the server; the one that reaches zero
 ///   wakes every waiter. Counting past zero throws latch_error and changes nothing.
 ///   count_down is applied at most once per call: a call whose reply was lost is resent once
-///   with the same call id (the server recognises it), so a lost reply never counts twice.
+///   with the same call number (the server recognises it), so a lost reply never counts twice.
+///   The server keeps one call record per object, for a minute after its last count_down
+///   (detail/latch_scripts.hpp): a latch's state does not grow with its count.
 /// - wait() / wait_for() / wait_until() do not poll: a waiter subscribes to the latch's
 ///   channel, reads the count (so a notice sent before it subscribed is not missed), then
 ///   sleeps until the notice, the end of the latch's lease or the deadline
@@ -32,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -69,6 +72,7 @@ class basic_latch {
         options_(std::move(options)),
         keys_((validate(name_, options_, expected), detail::latch_scripts::keys(name_, as_lock_options(options_)))),
         lease_ms_(std::to_string(options_.lease.count())),
+        record_(keys_.record(detail::random_token())),
         initial_(expected) {
     const std::string fresh = detail::random_token();
     reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
@@ -91,17 +95,31 @@ class basic_latch {
   /// Takes n off the count (one EVALSHA); the call that reaches zero wakes every waiter. Also
   /// restarts the latch's lease. Throws invalid_argument for n outside [1, max_latch_count]
   /// (sending nothing), latch_error when n is more than the count left (nothing changes),
-  /// latch_expired_error when the latch is gone. A reply lost to a broken connection is asked
-  /// for again once with the same call id (applied at most once); when that fails too, the
-  /// connection_error is thrown and the count_down may or may not have been applied. A
-  /// timeout_error is not asked again (the call ends within the client's timeout) and leaves
+  /// latch_expired_error when the latch is gone (this call counted nothing). A reply lost to a
+  /// broken connection is asked for again once with the same call number (applied at most
+  /// once): when the first send was applied, the call returns, even if the latch expired before
+  /// the second one came (the next call then reports the expiry). When the second send fails
+  /// too, or would leave later than detail::latch_scripts::resend_horizon (30 s) after the
+  /// first, the connection_error is thrown and the count_down may or may not have been applied.
+  /// A timeout_error is not asked again (the call ends within the client's timeout) and leaves
   /// the same doubt: read count() before counting down again (a new call counts anew).
+  /// Calls on one object run one at a time (threads that share it queue here): the server keeps
+  /// only each object's last call.
   void count_down(std::int64_t n = 1) {
     const std::string amount = std::to_string(checked(n, "count_down: n", 1));
-    const std::string call = detail::random_token();
+    const std::lock_guard<std::mutex> one_at_a_time(calls_);
+    const std::string call = std::to_string(++last_call_);
+    std::optional<detail::steady::time_point> first_sent;
     auto send = [&] {
       return client_.run(keys_.lock, [&](connection& c) {
-        reply_ptr r = detail::latch_scripts::count_down().run(c, {keys_.lock}, {id_, amount, lease_ms_, call});
+        const detail::steady::time_point now = detail::steady::now();
+        if (!first_sent) first_sent = now;
+        else if (now - *first_sent >= detail::latch_scripts::resend_horizon)
+          throw connection_error("count_down: latch '" + name_ +
+                                 "': too late to send again (its call record may be gone); it may or may not have "
+                                 "been applied");
+        reply_ptr r = detail::latch_scripts::count_down().run(c, {keys_.lock, record_},
+                                                              {id_, amount, lease_ms_, call, record_ms()});
         return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
       });
     };
@@ -115,6 +133,7 @@ class basic_latch {
       if constexpr (detail::has_routing_epoch<Client>::value) throw;
       r = send();
     }
+    if (r.first == detail::latch_scripts::applied_then_expired) return;  // counted; the next call sees the expiry
     if (r.first == detail::latch_scripts::expired) throw expired_error("count_down");
     if (r.first == detail::latch_scripts::over_count)
       throw latch_error("count_down: latch '" + name_ + "' has " + std::to_string(r.second) + " left, not " + amount +
@@ -186,6 +205,11 @@ class basic_latch {
       throw invalid_argument("latch recheck_interval must be in [10 ms, max_lease]");
   }
 
+  static const std::string& record_ms() {
+    static const std::string ms = std::to_string(detail::latch_scripts::call_record_ms.count());
+    return ms;
+  }
+
   latch_expired_error expired_error(const char* what) const {
     return latch_expired_error(std::string(what) + ": latch '" + name_ +
                                "' is gone (its lease ended, or it was made anew); it was not seen open");
@@ -221,9 +245,12 @@ class basic_latch {
   latch_options options_;
   detail::latch_scripts::keys keys_;
   std::string lease_ms_;
+  std::string record_;  // this object's call record (detail/latch_scripts.hpp)
   std::int64_t initial_;
   std::string id_;
   bool created_ = false;
+  std::mutex calls_;             // one count_down at a time
+  std::uint64_t last_call_ = 0;  // under calls_: the number of this object's last call
 };
 
 using latch = basic_latch<client>;
