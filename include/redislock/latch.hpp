@@ -60,10 +60,11 @@ class basic_latch {
 
   /// Creates the latch `name` with `expected`, or joins the one that exists (restarting its
   /// lease while it counts). A reply lost to a broken connection is asked for again once (as
-  /// count_down), with the same new id, so created() stays right. Throws invalid_argument for an empty name, expected
-  /// outside [0, max_latch_count] or bad options (sending nothing); latch_mismatch_error when the latch exists with
-  /// another initial count; wrong_type_error when the name holds another kind; connection_error / timeout_error when
-  /// Redis cannot be reached.
+  /// count_down), with the same new id, so created() stays right. Throws invalid_argument for
+  /// an empty name, expected outside [0, max_latch_count] or bad options (sending nothing);
+  /// latch_mismatch_error when the latch exists with another initial count; wrong_type_error
+  /// when the name holds another kind; connection_error / timeout_error when Redis cannot be
+  /// reached.
   basic_latch(Client& client, std::string name, std::int64_t expected, latch_options options = {})
       : client_(client),
         name_(std::move(name)),
@@ -83,8 +84,8 @@ class basic_latch {
     } catch (const timeout_error&) {
       throw;  // as count_down: asking again would double the time the caller was promised
     } catch (const connection_error&) {
-      // A reply lost to a broken connection: asked again, with the same new id. A cluster /
-      // Sentinel client's connection_error has spent its own retry budget: not asked again.
+      // A reply lost to a broken connection: asked again, with the same new id. Not with a
+      // cluster / Sentinel client, as count_down: its call keeps to the client's own time bound.
       if constexpr (detail::has_routing_epoch<Client>::value) throw;
       r = send();
     }
