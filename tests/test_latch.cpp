@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,16 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
+/// A Client that runs every call twice, as one that sends a call again after its reply was lost.
+struct twice {
+  client& inner;
+  template <class F>
+  auto run(std::string_view key, F&& f) {
+    (void)inner.run(key, f);
+    return inner.run(key, f);
+  }
+};
+
 struct Latch : redislock_test::server_test {
   static latch_options lease_of(milliseconds ms) {
     latch_options o;
@@ -36,6 +47,9 @@ struct Latch : redislock_test::server_test {
     return o;
   }
   std::string field(const latch& l, const char* f) { return redislock_test::hget(*admin, l.key(), f); }
+  std::string field_of(const std::string& name, const char* f) {
+    return redislock_test::hget(*admin, "redislock:{" + name + "}", f);
+  }
 };
 
 // Three waiters (two on one client, so one notice must wake both of its waiters, and one on
@@ -234,6 +248,40 @@ TEST_F(Latch, ItsServerStateStaysBoundedWhateverTheCount) {
   EXPECT_EQ(fields, 4);
   EXPECT_LE(records, kOthers + 1);
   EXPECT_LT(bytes, 8 * 1024);
+}
+
+// The constructor's script whose reply was lost (it ran: the latch exists) is sent again with
+// the same new id: it finds the latch its first send made, and created() says this object
+// created it (failed on the old code: the constructor threw connection_error).
+TEST_F(Latch, AConstructorWhoseReplyWasLostIsSentAgainAndStillSaysItCreatedTheLatch) {
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  client through(via);
+  { latch warm(through, "l-warm", 1); }  // the connection is made and the script loaded
+  proxy.cut_after_next_requests(1);
+  std::unique_ptr<latch> l;
+  try {
+    l = std::make_unique<latch>(through, "l-created", 3);
+  } catch (const connection_error& e) {
+    FAIL() << "the constructor threw: " << e.what() << "; the latch exists: " << field_of("l-created", "@id");
+  }
+  EXPECT_EQ(proxy.cut_after_request_count(), 1u) << "no reply was lost";
+  EXPECT_TRUE(l->created()) << "its own resend counted as a join";
+  EXPECT_EQ(l->count(), 3);
+  latch joined(*pool, "l-created", 3);
+  EXPECT_FALSE(joined.created());
+}
+
+// The same when the Client itself sends the call again after it ran (its reply lost): a
+// Client's run() may call f more than once.
+TEST_F(Latch, ACreateTheClientSentTwiceStillSaysItCreatedTheLatch) {
+  twice c{*pool};
+  basic_latch<twice> l(c, "l-twice", 2);
+  EXPECT_TRUE(l.created());
+  basic_latch<twice> joined(c, "l-twice", 2);
+  EXPECT_FALSE(joined.created());
+  EXPECT_EQ(l.count(), 2);
 }
 
 // A waiter whose subscription is cut while it waits (its subscriber's connection killed) falls

@@ -237,6 +237,42 @@ TEST_P(LuaFree, WithoutTheLuaFreeCommandsTheMutexIsRefusedAtFirstUseAndWritesNot
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
 }
 
+// The server version says DELEX/DELIFEQ exist, not that this user may run them: a user refused
+// the release by ACL is refused before its SET writes anything, rather than left holding a key
+// it cannot release for a lease (failed on the old code: try_lock() took the lock and unlock()
+// threw NOPERM, leaving the key). The same object locks and releases once it is allowed again.
+TEST_P(LuaFree, AUserRefusedTheReleaseIsRefusedBeforeItWritesAnything) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "refused by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  const std::string release = features.delex ? "delex" : "delifeq";
+  admin->command({"ACL", "SETUSER", "locker", "-" + release});
+  mutex m(*locker, "no-release");
+  const std::string key = "redislock:{no-release}";
+  for (const bool wait : {false, true}) {
+    try {
+      const bool took = wait ? (m.lock(), true) : m.try_lock();
+      ADD_FAILURE() << (wait ? "lock()" : "try_lock()") << " returned " << took << " for a user refused " << release;
+      if (took) {
+        try {
+          m.unlock();
+        } catch (const error& e) {
+          ADD_FAILURE() << "and its unlock() threw: " << e.what();
+        }
+      }
+    } catch (const scripting_unavailable_error& e) {
+      EXPECT_NE(std::string(e.what()).find(features.delex ? "DELEX" : "DELIFEQ"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("nothing was written"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(m.owns_lock());
+    EXPECT_EQ(get(key), "") << "the key is left for its lease, PTTL " << admin->command({"PTTL", key})->integer;
+    admin->command({"DEL", key});
+  }
+  admin->command({"ACL", "SETUSER", "locker", "+" + release});
+  ASSERT_TRUE(m.try_lock());
+  EXPECT_EQ(m.unlock_and_report(), release_status::released);
+  EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
+}
+
 TEST_P(LuaFree, WhatNeedsAScriptIsRefusedWithATypedErrorAndWritesNothing) {
   reentrant_mutex r(*locker, "kinds-r");
   EXPECT_THROW(r.lock(), scripting_unavailable_error);
@@ -569,6 +605,32 @@ TEST_P(LuaFree, RedlockWhoseUserIsRefusedMultiCountsItsRoundsAsUnknownAndLeavesN
   EXPECT_FALSE(r.owns_lock());
   for (std::size_t i = 0; i < 3; ++i)
     EXPECT_EQ(value_on(i, r.key()), "") << "master " << i << " keeps our key, PTTL " << pttl_on(i, r.key());
+}
+
+// A master whose user may not run the release (DELEX/DELIFEQ refused by ACL) gets no write: its
+// share of the round fails with scripting_unavailable_error (the redlock is refused when that
+// answer decides it, or holds the other two masters when they decide first), and nothing is
+// left anywhere after the release (failed on the old code: master 1 kept our key for its lease).
+TEST_P(LuaFree, RedlockWritesNothingOnAMasterThatRefusesTheRelease) {
+  if (GetParam() != lua_off::acl_user) GTEST_SKIP() << "refused by ACL only";
+  if (!lua_free_path) GTEST_SKIP() << without_lua_free_path();
+  redlock r(redlock_masters(3), "rl-no-release", lease(seconds(10)), patient);
+  admin_of(1).command({"ACL", "SETUSER", "locker", features.delex ? "-delex" : "-delifeq"});
+  const long long sets_before = redislock_test::command_calls(admin_of(1), "set");
+  bool took = false;
+  try {
+    took = r.try_lock();
+  } catch (const scripting_unavailable_error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing was written"), std::string::npos) << e.what();
+  }
+  // Master 1's answer may come after the round was decided: wait for its transaction.
+  EXPECT_TRUE(eventually([&] { return redislock_test::command_calls(admin_of(1), "multi") >= 1; }));
+  EXPECT_EQ(redislock_test::command_calls(admin_of(1), "set"), sets_before) << "a SET ran on master 1";
+  EXPECT_EQ(value_on(1, r.key()), "") << "master 1 holds our key, PTTL " << pttl_on(1, r.key());
+  if (took) r.unlock();
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(eventually([&] { return value_on(i, r.key()).empty(); }))
+        << "master " << i << " keeps our key, PTTL " << pttl_on(i, r.key());
 }
 
 // A master that runs no scripts and lacks SET IFEQ or DELEX/DELIFEQ (Redis before 8.4) could

@@ -5,6 +5,7 @@
 #include "redis_server.hpp"
 #include "server_version.hpp"
 #include "server_fixture.hpp"
+#include "steady_contention.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -12,7 +13,9 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +25,7 @@ using redislock_test::acl_channel_rules;
 using redislock_test::command_calls;
 using redislock_test::eventually;
 using redislock_test::redis_server;
+using redislock_test::steady_contention;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using steady = std::chrono::steady_clock;
@@ -37,6 +41,64 @@ struct WakeupTest : redislock_test::server_test {
   /// Redis 7: SET NX GET (before, a plain SET NX whose failure the queue script follows up)
   /// and sharded pub/sub.
   bool redis7() { return version() >= 70000; }
+  /// Whether a pub/sub connection of ACL user `user` is subscribed to a channel (CLIENT LIST).
+  bool user_subscribed(const std::string& user) {
+    reply_ptr r = admin->command({"CLIENT", "LIST", "TYPE", "pubsub"});
+    std::istringstream lines(std::string(r->str, r->len));
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);  // "id=… sub=1 psub=0 … user=u …" (user= last on 6.0)
+      bool theirs = false, subscribed = false;
+      for (std::string f; fields >> f;) {
+        theirs = theirs || f == "user=" + user;
+        subscribed = subscribed || (f.rfind("sub=", 0) == 0 && f != "sub=0");
+      }
+      if (theirs && subscribed) return true;
+    }
+    return false;
+  }
+  /// Two contenders (clients of the default user) that take the lock `name` in turn, 20 ms
+  /// each, so that every release hands it to the other one: it is never free.
+  void contend(const std::string& name) {
+    std::vector<steady_contention::round> rounds;
+    for (int i = 0; i < 2; ++i) {
+      contenders.push_back(std::make_unique<client>(options()));
+      rounds.push_back(steady_contention::exclusive_round(std::make_shared<mutex>(*contenders.back(), name), seconds(5),
+                                                          milliseconds(20)));
+    }
+    contention = std::make_unique<steady_contention>(std::move(rounds));
+  }
+  /// An ACL user `user` ("on >pw ~* +@all", then `rules`) whose client waits (try_lock_for
+  /// 30 s) for the lock `user` that contend(user) keeps taken.
+  void wait_as(const std::string& user, const std::vector<std::string>& rules) {
+    std::vector<std::string> acl = {"ACL", "SETUSER", user, "on", ">pw", "~*", "+@all"};
+    acl.insert(acl.end(), rules.begin(), rules.end());
+    admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
+    client_options o = options();
+    o.connection.user = user;
+    o.connection.password = "pw";
+    waiter_client = std::make_unique<client>(o);
+    contend(user);
+    ASSERT_TRUE(eventually([&] { return contention->acquired() >= 4; }));
+    waiter = std::make_unique<mutex>(*waiter_client, user);
+    waited = std::async(std::launch::async, [this] { return waiter->try_lock_for(seconds(30)); });
+  }
+  /// The waiter of wait_as() is handed the lock, and the contenders saw no error.
+  void expect_handed_over(const std::string& user) {
+    ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready) << "starved";
+    EXPECT_TRUE(waited.get());
+    if (waiter->owns_lock()) waiter->unlock();
+    contention->stop();
+    EXPECT_EQ(contention->errors(), 0u);
+    admin->command({"ACL", "DELUSER", user});
+  }
+  void TearDown() override {
+    if (contention) contention->stop();
+  }
+  std::vector<std::unique_ptr<client>> contenders;
+  std::unique_ptr<steady_contention> contention;
+  std::unique_ptr<client> waiter_client;
+  std::unique_ptr<mutex> waiter;
+  std::future<bool> waited;  // destroyed first: the wait ends before its mutex and client go
 };
 
 }  // namespace
@@ -276,6 +338,47 @@ TEST_F(WakeupTest, AWaiterWhoseSubscriptionWasLostSubscribesAgainDuringItsWait) 
   EXPECT_TRUE(waited.get());
   EXPECT_EQ(waiter_client.wait_stats().subscriptions, 2u);
   if (waiter.owns_lock()) waiter.unlock();
+}
+
+// Under steady contention (the lock goes from one contender to the other, never free) a waiter
+// that nobody can wake is passed over at every release: it gets the lock only by listening
+// again. A waiter whose subscriber connection is lost again and again subscribes again
+// kResubscribe (250 ms) after each loss (failed on the old code, which doubled the pause at
+// each loss: 250 ms, 500 ms, 1 s, then 2 s after the fourth), then is handed the lock.
+TEST_F(WakeupTest, AWaiterWhoseSubscriptionIsLostAgainAndAgainSubscribesAgainWithinABound) {
+  ASSERT_NO_FATAL_FAILURE(wait_as("lossy", acl_channel_rules(*admin, "*")));
+  ASSERT_TRUE(eventually([&] { return user_subscribed("lossy"); }));
+  for (int loss = 1; loss <= 4; ++loss) {
+    admin->command({"CLIENT", "KILL", "USER", "lossy", "TYPE", "pubsub"});
+    const auto killed = steady::now();
+    ASSERT_TRUE(
+        eventually([&] { return waiter_client->wait_stats().subscribe_failures >= static_cast<unsigned>(loss); }));
+    EXPECT_TRUE(eventually([&] { return user_subscribed("lossy"); }, seconds(10)));
+    const auto took = std::chrono::duration_cast<milliseconds>(steady::now() - killed);
+    EXPECT_LT(took.count(), 1000) << "loss " << loss << ": subscribed again after " << took.count() << " ms";
+  }
+  expect_handed_over("lossy");
+}
+
+// The same after an ACL refusal of its channel that lasts a while: the waiter subscribes again
+// within a bound of the permission coming back, however long it was refused (failed on the
+// old code: after 4.5 s of refusals it asked the server again only 7.75 s into its wait).
+// The client's subscriber refuses joins for a second after a refused SUBSCRIBE (one SUBSCRIBE
+// a second for all its waiters), so the bound is that second + 250 ms + a round trip.
+TEST_F(WakeupTest, AWaiterRefusedItsChannelSubscribesAgainWithinABoundOnceAllowed) {
+  if (version() < 60200) GTEST_SKIP() << "channel permissions came with Redis 6.2";
+  ASSERT_NO_FATAL_FAILURE(wait_as("refused", {"resetchannels"}));
+  ASSERT_TRUE(eventually([&] { return waiter_client->wait_stats().fallback_waits == 1; }));
+  // Refused for 4.5 s: a pause that doubled at each refusal would now be 4 s long.
+  std::this_thread::sleep_for(milliseconds(4500));
+  ASSERT_NE(waited.wait_for(seconds(0)), std::future_status::ready) << "it won by polling: no steady contention";
+  EXPECT_FALSE(user_subscribed("refused"));
+  admin->command({"ACL", "SETUSER", "refused", "allchannels"});
+  const auto allowed = steady::now();
+  EXPECT_TRUE(eventually([&] { return user_subscribed("refused"); }, seconds(10)));
+  const auto took = std::chrono::duration_cast<milliseconds>(steady::now() - allowed);
+  EXPECT_LT(took.count(), 2500) << "subscribed again " << took.count() << " ms after it was allowed";
+  expect_handed_over("refused");
 }
 
 // The waiters of one client take turns reading their shared connection (leader/follower):

@@ -731,12 +731,11 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   }
 
   // The subscription failed (a refusal, e.g. by ACL, or no subscriber connection): attempt by
-  // backoff (retry_min..retry_max), and subscribe again after a while (doubling, as the
+  // backoff (retry_min..retry_max), and subscribe again kResubscribe later, every time (as the
   // blocking waiter: wake_wait.hpp). A connection failure of an attempt still fails the wait.
   void start_polling() {
     polling = true;
-    resubscribe_at = steady::now() + resubscribe_after;
-    resubscribe_after = std::min(resubscribe_after * 2, kMaxResubscribe);
+    resubscribe_at = steady::now() + kResubscribe;
     poll_pause = std::chrono::milliseconds(0);
     attempt("wait");
   }
@@ -896,7 +895,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   phase_t phase = phase_t::idle;
   std::uint64_t timer_generation = 0;
   bool cancelled = false, queued = false, notified = false, polling = false;
-  std::chrono::milliseconds resubscribe_after = kFirstResubscribe, poll_pause{0};
+  std::chrono::milliseconds poll_pause{0};
   steady::time_point resubscribe_at{};
   steady::time_point first_wait_sent{};  // a hand-off's lease counts from here (never moved forward)
   bool first_wait_sent_set = false;

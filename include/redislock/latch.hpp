@@ -62,10 +62,12 @@ class basic_latch {
   using client_type = Client;
 
   /// Creates the latch `name` with `expected`, or joins the one that exists (restarting its
-  /// lease while it counts). Throws invalid_argument for an empty name, expected outside
-  /// [0, max_latch_count] or bad options (sending nothing); latch_mismatch_error when the latch
-  /// exists with another initial count; wrong_type_error when the name holds another kind;
-  /// connection_error / timeout_error when Redis cannot be reached.
+  /// lease while it counts). A reply lost to a broken connection is asked for again once (as
+  /// count_down), with the same new id, so created() stays right. Throws invalid_argument for
+  /// an empty name, expected outside [0, max_latch_count] or bad options (sending nothing);
+  /// latch_mismatch_error when the latch exists with another initial count; wrong_type_error
+  /// when the name holds another kind; connection_error / timeout_error when Redis cannot be
+  /// reached.
   basic_latch(Client& client, std::string name, std::int64_t expected, latch_options options = {})
       : client_(client),
         name_(std::move(name)),
@@ -75,9 +77,22 @@ class basic_latch {
         record_(keys_.record(detail::random_token())),
         initial_(expected) {
     const std::string fresh = detail::random_token();
-    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
-      return detail::latch_scripts::create().run(c, {keys_.lock}, {std::to_string(expected), lease_ms_, fresh});
-    });
+    auto send = [&] {
+      return client_.run(keys_.lock, [&](connection& c) {
+        return detail::latch_scripts::create().run(c, {keys_.lock}, {std::to_string(expected), lease_ms_, fresh});
+      });
+    };
+    reply_ptr r;
+    try {
+      r = send();
+    } catch (const timeout_error&) {
+      throw;  // as count_down: asking again would double the time the caller was promised
+    } catch (const connection_error&) {
+      // A reply lost to a broken connection: asked again, with the same new id. Not with a
+      // cluster / Sentinel client, as count_down: its call keeps to the client's own time bound.
+      if constexpr (detail::has_routing_epoch<Client>::value) throw;
+      r = send();
+    }
     const long long outcome = detail::as_integer(detail::element(*r, 0));
     if (outcome == 2) {
       const long long theirs = detail::as_integer(detail::element(*r, 2));
@@ -86,7 +101,9 @@ class basic_latch {
                                  theirs);
     }
     id_ = detail::as_string(detail::element(*r, 1));
-    created_ = outcome == 1;
+    // Ours when it carries the id we proposed: a create sent again after its reply was lost
+    // (here, or by the Client) finds the latch its first send made, and joins it.
+    created_ = outcome == 1 || id_ == fresh;
   }
 
   basic_latch(const basic_latch&) = delete;

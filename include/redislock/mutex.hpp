@@ -26,6 +26,7 @@
 #include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
+#include <redislock/detail/lua_free_write.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/object_hold.hpp>
 #include <redislock/detail/random.hpp>
@@ -228,8 +229,11 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // failure tell whose lock it is (ours after a lost reply; WRONGTYPE for a key of another
   // type). Redis before 7.0 refuses NX with GET: then SET NX PX, and the queue script when it fails.
   // Fair mode must not jump the queue, so it asks the queue script.
-  // Without scripts (lua_free_), the same SET; a key already holding our token (an earlier
-  // attempt's lost reply) gets its lease restarted by `SET IFEQ PX` from a send time taken now.
+  // Without scripts (lua_free_), the same SET with GET (every server of the Lua-free path has
+  // it), in a transaction that first checks that this user may release it (refused with
+  // scripting_unavailable_error, writing nothing, when not: detail/lua_free_write.hpp); a key
+  // already holding our token (an earlier attempt's lost reply) gets its lease restarted by
+  // `SET IFEQ PX` from a send time taken now.
   attempt_result attempt_first() {
     enum class outcome { acquired, held, ours_already, ask_script };
     detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
@@ -239,12 +243,19 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
       lua_free = !c.features().scripting;  // a round trip on a socket's first use only
       if (lua_free) require_lua_free_path(c.features());
       else if (options_.fair) return outcome::ask_script;  // fair mode must not jump the queue
-      if (with_get) {
-        c.append({"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_});
+      reply_ptr r;
+      if (lua_free) {  // only where this user may release it, too (detail/lua_free_write.hpp)
+        r = detail::write_if_releasable(c, c.features(), keys_.lock,
+                                        {"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_},
+                                        "lock '" + name_ + "'");
       } else {
-        c.append({"SET", keys_.lock, token_, "NX", "PX", lease_ms_});
+        if (with_get) {
+          c.append({"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_});
+        } else {
+          c.append({"SET", keys_.lock, token_, "NX", "PX", lease_ms_});
+        }
+        r = c.read_reply();
       }
-      reply_ptr r = c.read_reply();
       if (r->type == REDIS_REPLY_ERROR && with_get &&
           std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
         no_get = true;

@@ -31,6 +31,7 @@
 #include <redislock/client.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
+#include <redislock/detail/lua_free_write.hpp>
 #include <redislock/detail/quorum.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/redlock_scripts.hpp>
@@ -380,7 +381,11 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
           require_usable(c, name);  // nothing is written where the hold could be neither renewed nor released
           detail::redlock_scripts::master_rounds& m = (*masters)[i];
           m.acquire_sent();
-          reply_ptr r = c.command({"SET", key, token, "NX", "PX", lease});
+          // Without scripts, only where this user may release it too (detail/lua_free_write.hpp).
+          reply_ptr r = c.features().scripting
+                            ? c.command({"SET", key, token, "NX", "PX", lease})
+                            : detail::write_if_releasable(c, c.features(), key, {"SET", key, token, "NX", "PX", lease},
+                                                          "redlock '" + name + "'");
           if (r->type == REDIS_REPLY_NIL) {
             m.candidates.clear();
             return detail::answer::no;

@@ -20,7 +20,7 @@
 /// the channel's slot moves (detail/subscriber.hpp): the waiter joins again through the client,
 /// which routes it to the new owner. Both count as re-joins, at most kMaxRejoins in a row; any
 /// other failure (a lost connection, a refusal), or more re-joins than that, leads to backoff,
-/// and after a while (kFirstResubscribe, doubling) to a new subscription. While it is not
+/// and kResubscribe later to a new subscription, however often it failed. While it is not
 /// subscribed on the right node a release may find it "not alive" (its notice reached nobody)
 /// and drop it from the lock's queue: its next "wait" attempt queues it again, behind those who
 /// came meanwhile; it loses its place, never the lock.
@@ -98,11 +98,15 @@ subscriber* rerouted_subscriber(Client& client, const std::string& channel) {
 /// Re-joins in a row after the server ended a subscription (its slot moved) or routing moved
 /// the channel to another subscriber, before backing off.
 inline constexpr int kMaxRejoins = 4;
-/// After a failed subscription a waiter backs off this long, then subscribes again; the
-/// interval doubles up to kMaxResubscribe (so a refusal, e.g. by ACL, costs one SUBSCRIBE per
-/// few seconds of waiting).
-inline constexpr std::chrono::milliseconds kFirstResubscribe{250};
-inline constexpr std::chrono::milliseconds kMaxResubscribe{4000};
+/// After a failed subscription (a lost connection, a refusal, more re-joins than kMaxRejoins)
+/// a waiter backs off this long, then subscribes again: every time, however often it failed, so
+/// it listens again within this bound of the cause going away (under steady contention a
+/// waiter nobody can wake is passed over at every release, and gets the lock only by
+/// listening). It costs less than the backoff attempts made meanwhile (one per retry_max at
+/// most); a refused SUBSCRIBE or a failed connect also makes the client's subscriber refuse
+/// joins for its retry_after (1 s) without asking the server (detail/subscriber.hpp), so a
+/// refusal costs the server one SUBSCRIBE a second per client. The async waiter uses it too.
+inline constexpr std::chrono::milliseconds kResubscribe{250};
 
 struct wait_plan {
   std::chrono::milliseconds retry_min, retry_max;  // backoff bounds (fallback)
@@ -163,7 +167,6 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
     if (!sub.check_active()) sub = hub->join_if_subscribed(channel);
     bool joined = false, fell_back = false;
     int rejoins = 0;
-    std::chrono::milliseconds resubscribe_after = kFirstResubscribe;
     for (;;) {
       probe_attempted();
       std::optional<std::chrono::milliseconds> pttl = attempt();
@@ -200,9 +203,8 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
         // Back off, then subscribe again: a release passes over a waiter nobody listens for (and
         // drops its place), so one that only polled would lose its place at every release.
         if (!std::exchange(fell_back, true)) hub->count_fallback();
-        if (retry_until(d, plan.retry_min, plan.retry_max, attempt, steady::now() + resubscribe_after)) return true;
+        if (retry_until(d, plan.retry_min, plan.retry_max, attempt, steady::now() + kResubscribe)) return true;
         if (passed(d)) return false;
-        resubscribe_after = std::min(resubscribe_after * 2, kMaxResubscribe);
         joined = false;
         rejoins = 0;
         sub.reset();
