@@ -126,14 +126,12 @@ TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
   blocking_mutex.lock();
   auto got = std::make_shared<std::promise<std::pair<std::error_code, async_hold>>>();
   m.async_try_lock_for(seconds(5), [got](std::error_code e, async_hold h) { got->set_value({e, std::move(h)}); });
-  // Wait until the async waiter is queued and subscribed on the slot's master.
-  const std::string channel_prefix = "*{" + name + "}";
-  const auto until = steady::now() + seconds(3);
-  auto channels = [&] {
-    return redis_cluster::admin(masters[1]).command({"PUBSUB", "SHARDCHANNELS", channel_prefix + "*"})->elements;
-  };
-  while (channels() == 0 && steady::now() < until) std::this_thread::sleep_for(milliseconds(5));
-  ASSERT_EQ(channels(), 1u);
+  // Wait until the async waiter is queued on the slot's master (it subscribes first, then
+  // queues: subscribed alone, a release may find nobody queued) and has read that reply, so
+  // it sleeps until the notice.
+  auto queued = [&] { return redis_cluster::admin(masters[1]).command({"ZCARD", m.key() + ":queue"})->integer; };
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued() == 1; }));
+  redislock_test::replies_handled(*client, name_on(*blocking, masters[1], "async-handoff-barrier-"));
   const auto released = steady::now();
   EXPECT_EQ(blocking_mutex.unlock_and_report(), release_status::released);
   auto [e, hold] = got->get_future().get();
@@ -142,18 +140,15 @@ TEST_F(AsyncClusterTest, HandOffsBetweenBlockingAndAsyncClusterClients) {
   EXPECT_LT(ms_since(released), 500);
   EXPECT_EQ(client->stats().handed_over, 1u);  // by the notice, not by a timer
 
-  // The reverse: a blocking waiter, handed the lock by the async holder's release. (The async
-  // lock keeps its channel subscribed while the object lives: the waiter's is one more.)
-  const std::size_t before = channels();
+  // The reverse: a blocking waiter, handed the lock by the async holder's release once queued
+  // (a notice that comes before its wait reads it is still kept for it).
   auto waiter = std::async(std::launch::async, [&] {
     const bool ok = blocking_mutex.try_lock_for(seconds(5));
     const auto at = steady::now();
     if (ok) blocking_mutex.unlock();
     return std::make_pair(ok, at);
   });
-  const auto until2 = steady::now() + seconds(3);
-  while (channels() <= before && steady::now() < until2) std::this_thread::sleep_for(milliseconds(5));
-  ASSERT_GT(channels(), before);
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued() == 1; }));
   const auto unlocked = steady::now();
   EXPECT_FALSE(unlock_now(hold));
   auto [ok, at] = waiter.get();
@@ -194,11 +189,23 @@ TEST_F(AsyncClusterTest, WaiterFollowsALiveMigrationOfTheHeldSlot) {
   auto got = std::make_shared<std::promise<std::pair<std::error_code, async_hold>>>();
   waited.async_try_lock_for(seconds(8), [got](std::error_code e, async_hold h) { got->set_value({e, std::move(h)}); });
   ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(from, name) == 1; }));
+  // Scripts run on the new owner: only the waiter runs one there before the extend below.
+  auto scripts_on_to = [&] {
+    connection c = redis_cluster::admin(to);
+    return redislock_test::command_calls(c, "evalsha") + redislock_test::command_calls(c, "eval");
+  };
+  const long long scripts_before = scripts_on_to();
 
   cluster->migrate_slot(slot, from, to);
   EXPECT_TRUE(exists_on(to, held.key()));
   ASSERT_TRUE(within(seconds(3), [&] { return shard_channels(to, name) == 1; })) << "the waiter did not follow";
   EXPECT_EQ(shard_channels(from, name), 0u);
+  // Subscribed on the new owner, the waiter waits there again (its place came with the slot)
+  // and has read that reply: it sleeps until the notice, which the release below then hands
+  // it the lock by.
+  ASSERT_TRUE(within(seconds(3), [&] { return scripts_on_to() > scripts_before; }))
+      << "the waiter did not wait again on the new owner";
+  redislock_test::replies_handled(*client, name_on(*blocking, to, "async-migrate-barrier-"));
 
   auto [ee, extended] = outcome<bool>([&](auto cb) { hold.async_extend(cb); });
   EXPECT_FALSE(ee) << ee.message();

@@ -52,6 +52,11 @@ namespace {
 
 struct AsyncMutexTest : redislock_test::async_server_test {
   long long queued(const std::string& key) { return admin->command({"ZCARD", key + ":queue"})->integer; }
+  // The server's client connections (the admin's included).
+  long long connections() {
+    const std::string list = redislock_test::reply_text(*admin->command({"CLIENT", "LIST"}));
+    return std::count(list.begin(), list.end(), '\n');
+  }
   // The mutex's release script for `token`, run by the admin connection (a release by another
   // process: it hands the lock to the head of the queue).
   void release_as(const async_mutex& m, const std::string& token) {
@@ -97,6 +102,7 @@ TEST_F(AsyncMutexTest, BlockingReleaseHandsTheLockToAnAsyncWaiter) {
   blocking.lock();
   auto waiting = m.async_lock(asio::use_future);
   ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  redislock_test::replies_handled(*client);  // asleep until the notice
   blocking.unlock();
   async_hold h = waiting.get();
   ASSERT_TRUE(h.owns_lock());
@@ -483,32 +489,55 @@ TEST_F(AsyncMutexTest, AWaiterWhoseSubscriptionWasKilledSubscribesAgain) {
 }
 
 // The loop stops while a hold and a waiter are alive; they and the client are destroyed while
-// it is stopped, then the io_context without running again: nothing crashes or leaks (the
-// sanitizer builds check), the posted release never runs and the lease ends on the server.
+// it is stopped, then the io_context without running again: nothing crashes or leaks, the
+// posted release never runs and the lease ends on the server. The loop is stopped after each
+// step of the acquisitions in turn (one handler at a time: a command sent and its reply still
+// due, a subscription unconfirmed, the waiter queued, a renewal in flight), so the orders that
+// leaked (an unanswered command's callback, or an acquisition waiting for its subscription,
+// owning the client that owns them) come every time. Checked in every build: the client's and
+// the lock's state are freed (they keep a copy of a callback given in their options) and
+// every connection is closed; the sanitizer builds also check the memory.
 TEST_F(AsyncMutexTest, TheLoopStopsWithAHoldAndAWaiterAlive) {
-  lock_options o;
-  o.lease = milliseconds(300);
-  o.auto_renew = true;
-  auto io = std::make_unique<asio::io_context>();
-  std::string key;
-  {
-    async_client c(io->get_executor(), async_client_options{server->options()});
-    async_mutex m(c, "stopped", o);
-    key = m.key();
-    std::optional<async_hold> hold;
-    m.async_lock([&](std::error_code e, async_hold h) {
-      EXPECT_FALSE(e);
-      hold.emplace(std::move(h));
-    });
-    m.async_lock([](std::error_code, async_hold) {});  // a waiter, never served
-    ASSERT_TRUE(eventually([&] {
-      io->run_for(milliseconds(5));
-      return hold.has_value() && queued(key) == 1;
-    }));
-    io->stop();
+  const long long before = connections();
+  std::vector<std::string> keys;
+  int settled = -1;  // the first step count that had the hold and the waiter queued
+  // Past that, enough steps for a renewal (a third of the lease) and its reply.
+  for (int steps = 0; settled < 0 ? steps < 400 : steps <= settled + 16; ++steps) {
+    auto io = std::make_unique<asio::io_context>();
+    auto kept = std::make_shared<int>(0);
+    const std::weak_ptr<int> freed = kept;
+    {
+      async_client_options co{server->options()};
+      co.on_background_release = [kept](const std::string&, release_status) {};
+      lock_options o;
+      o.lease = milliseconds(300);
+      o.auto_renew = true;
+      o.on_lost = [kept](const std::string&) {};
+      kept.reset();
+      async_client c(io->get_executor(), co);
+      async_mutex m(c, "stopped-" + std::to_string(steps), o);
+      keys.push_back(m.key());
+      std::optional<async_hold> hold;
+      m.async_lock([&](std::error_code e, async_hold h) {
+        EXPECT_FALSE(e);
+        hold.emplace(std::move(h));
+      });
+      m.async_lock([](std::error_code, async_hold) {});  // a waiter, never served
+      for (int i = 0; i < steps; ++i) {
+        if (io->run_one_for(seconds(2)) == 0) break;  // bounded: a renewal is due within 100 ms
+      }
+      if (settled < 0 && hold.has_value() && queued(m.key()) == 1) settled = steps;
+      io->stop();
+    }
+    io.reset();
+    ASSERT_TRUE(freed.expired()) << "the client or the lock left alive by the loop stopped after " << steps << " steps";
+    ASSERT_TRUE(eventually([&] { return connections() == before; }, seconds(2)))
+        << "a connection left open by the loop stopped after " << steps << " steps";
   }
-  io.reset();
-  EXPECT_TRUE(eventually([&] { return !exists(key); }));  // its lease ran out, no longer renewed
+  ASSERT_GE(settled, 0) << "the hold and the queued waiter never came";
+  EXPECT_TRUE(eventually([&] {  // their leases ran out, no longer renewed
+    return std::none_of(keys.begin(), keys.end(), [&](const std::string& k) { return exists(k); });
+  }));
 }
 
 // The acquiring SET runs on the server but its reply is lost with the connection: the
@@ -694,7 +723,10 @@ TEST(AsyncMutexAuth, AuthenticatesBothConnections) {
     async_mutex m(c, "auth");
     async_hold h = m.async_lock(asio::use_future).get();
     auto waiting = m.async_lock(asio::use_future);
-    std::this_thread::sleep_for(milliseconds(400));  // beyond command_timeout, subscribed
+    connection admin(o);
+    ASSERT_TRUE(eventually([&] { return admin.command({"ZCARD", m.key() + ":queue"})->integer == 1; }));
+    redislock_test::replies_handled(c);              // subscribed, queued, asleep until the notice
+    std::this_thread::sleep_for(milliseconds(400));  // the subscriber connection idle beyond command_timeout
     EXPECT_FALSE(unlock_now(h));
     async_hold next = waiting.get();
     EXPECT_TRUE(next.owns_lock());
@@ -1036,6 +1068,7 @@ TEST_F(AsyncObservedTest, AcquisitionsFencingHandOffTimeoutAndReleaseAreReported
   EXPECT_FALSE(none.owns_lock());
   auto waiting = m.async_lock(asio::use_future);
   ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  redislock_test::replies_handled(*client);  // asleep until the notice: woken by it, handed the lock
   release(h, release_status::released);
   async_hold next = waiting.get();
   release(next, release_status::released);

@@ -203,6 +203,7 @@ TEST_F(AsyncSemaphoreTest, AsyncAndBlockingHoldersShareThePermitsAndHandOffBothW
   // Blocking -> async.
   auto waiting = s.async_acquire(asio::use_future);
   ASSERT_TRUE(eventually([&] { return queued(s.key()) == 1; }));
+  redislock_test::replies_handled(*client);  // asleep until the notice
   b1.release();
   EXPECT_EQ(b1.last_release(), release_status::released);
   ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready);
@@ -460,6 +461,7 @@ TEST_F(AsyncSharedMutexTest, ReadersShareWritersExcludeAndHandOffBothWays) {
 
   auto writing = m.async_lock(asio::use_future);
   ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  redislock_test::replies_handled(*client);  // asleep until the notice
   EXPECT_FALSE(m.async_try_lock_shared_for(milliseconds(0), asio::use_future).get().owns_lock());
   EXPECT_FALSE(unlock_now(r1));
   EXPECT_FALSE(unlock_now(r2));
@@ -494,6 +496,7 @@ TEST_F(AsyncSharedMutexTest, ABlockingWritersReleaseAdmitsTheAsyncReadersTogethe
   std::vector<std::future<async_hold>> waiting;
   for (int i = 0; i < kReaders; ++i) waiting.push_back(m.async_lock_shared(asio::use_future));
   ASSERT_TRUE(eventually([&] { return queued(m.key()) == kReaders; }));
+  redislock_test::replies_handled(*client);  // all asleep until the notice
   blocking.unlock();
   std::vector<async_hold> held;
   for (auto& f : waiting) {

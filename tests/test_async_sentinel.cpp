@@ -86,6 +86,7 @@ struct async_sentinel_test : ::testing::Test {
           return on_master.command({"ZCARD", m.key() + ":queue"})->integer == 1;
         },
         5s));
+    redislock_test::replies_handled(*client);  // asleep until the notice
     EXPECT_FALSE(unlock_now(h));
     auto [e2, h2] = waited.get_future().get();
     EXPECT_FALSE(e2) << e2.message();
@@ -137,6 +138,7 @@ TEST_F(async_sentinel_test, locks_on_the_master_and_excludes_a_blocking_sentinel
   std::promise<std::pair<std::error_code, async_hold>> waited;
   m.async_try_lock_for(10s, [&](std::error_code e2, async_hold h2) { waited.set_value({e2, std::move(h2)}); });
   EXPECT_TRUE(redislock_test::eventually([&] { return queued(m.key()) == 1; }, 5s));
+  redislock_test::replies_handled(*client);  // asleep until the notice
   b.unlock();
   auto [e2, h2] = waited.get_future().get();
   EXPECT_FALSE(e2) << e2.message();

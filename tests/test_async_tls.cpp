@@ -1,6 +1,7 @@
 // The async client (asio.hpp) over TLS: a redis-server with a TLS port and throwaway
 // certificates (tests/harness/tls_certificates.hpp). Built only with REDISLOCK_WITH_TLS and asio:
 // scripts/test.sh runs it in the hiredis-1.2 variant.
+#include "async_fixture.hpp"
 #include "eventually.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
@@ -109,6 +110,7 @@ TEST_F(AsyncTlsTest, AServerVerifiedByItsCaServesLockRenewalAndHandOff) {
   ASSERT_TRUE(redislock_test::eventually([&] {
     return admin.command({"ZCARD", holder.key() + ":queue"})->integer == 1;
   }));
+  redislock_test::replies_handled(c);  // asleep until the notice
   EXPECT_EQ(unlock(held), release_status::released);
   auto [we, next] = handed.get_future().get();
   ASSERT_FALSE(we) << we.message();

@@ -983,7 +983,15 @@ TEST(Cluster, MinimalAcl) {
            reader.unlock_shared_and_report() == release_status::released;
   });
   ASSERT_TRUE(eventually([&] { return a.watchdog().stats().renewals >= 6; }, seconds(10)));
-  ASSERT_TRUE(eventually([&] { return b.wait_stats().subscriptions >= 1; }, seconds(10)));  // m2 waits subscribed
+  // m2 waits queued (subscribed alone, the release could find nobody queued and m2 take the
+  // lock by an attempt of its own, woken by nothing).
+  const std::string m_node = a.node_of("{acl-m}");
+  connection m_master = redis_cluster::admin(std::stoi(m_node.substr(m_node.rfind(':') + 1)));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return m_master.command({"ZCARD", "redislock:{acl-m}:queue"})->integer == 1;
+      },
+      seconds(10)));
   EXPECT_FALSE(m.lost() || r.lost() || w.lost());
   EXPECT_EQ(m.unlock_and_report(), release_status::released);
   EXPECT_EQ(r.unlock_and_report(), release_status::released);

@@ -18,7 +18,8 @@
 ///
 /// Lifetime: destroy holds, locks and clients before their io_context, and keep running it
 /// until the releases you want sent have been sent (a hold destroyed while the loop is stopped
-/// is released when it runs again, or its lease runs out).
+/// is released when it runs again, or its lease runs out; an io_context destroyed without
+/// running again frees what was under way on it, sending nothing: detail::loop_gone_service).
 
 #include <redislock/detail/asio_cluster.hpp>
 #include <redislock/detail/asio_lock_kinds.hpp>
@@ -184,7 +185,14 @@ class async_client_core : public std::enable_shared_from_this<async_client_core>
         [w](std::uint64_t ended) {
           if (auto self = w.lock()) self->on_subscriber_broken(ended);
         });
+    loop_gone_service::when_gone(executor_, w, [this] { loop_gone(); });
   }
+
+  /// The io_context is being destroyed with work pending (loop_gone_service): what waits here
+  /// for the loop (a lock's subscription, a Sentinel look-up, a cluster's slot map) is dropped
+  /// unrun, so that nothing it owns keeps this client (the connections drop their callbacks
+  /// themselves).
+  inline void loop_gone() noexcept;
 
   const async_strand& strand() const noexcept { return strand_; }
   const asio::any_io_executor& executor() const noexcept { return executor_; }
@@ -472,6 +480,9 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
     subscribed_ = sub_state::pending;
     sub_generation_ = client_->subscribe(channel_, shared_from_this());
   }
+  /// The loop is gone (async_client_core::loop_gone): the acquisitions waiting for our
+  /// subscription, which own this lock, are dropped unrun.
+  void loop_gone() noexcept { std::exchange(subscribe_waiters_, {}); }
   /// Our channel is subscribed on the live subscriber connection (a notice can reach us).
   bool subscription_alive() const noexcept {
     return subscribed_ == sub_state::active && client_->subscription_alive(channel_, sub_generation_);
@@ -1109,6 +1120,16 @@ void async_client_core::on_subscriber_broken(std::uint64_t ended, int node) {
     it = channels_.erase(it);
   }
   for (auto& m : gone) m->on_subscribed(false);
+}
+
+void async_client_core::loop_gone() noexcept {
+  std::vector<std::shared_ptr<async_lock_core>> locks;
+  for (auto& [channel, entry] : channels_)
+    if (auto m = entry.owner.lock()) locks.push_back(std::move(m));
+  channels_.clear();
+  for (auto& m : locks) m->loop_gone();
+  if (route_) route_->loop_gone();
+  if (cluster_) cluster_->loop_gone();
 }
 
 class async_lock_object;

@@ -9,6 +9,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <string>
@@ -60,6 +61,19 @@ std::pair<std::error_code, T> outcome(Start start) {
   auto f = p->get_future();
   start([p](std::error_code e, T value) { p->set_value({e, std::move(value)}); });
   return f.get();
+}
+
+// Returns once `c` has handled every reply due on its command connection to the server of
+// `name` (on a cluster, the master of its slot; on one server or with Sentinel, any name): one
+// more command sent there (a semaphore's read-only count), whose reply comes after theirs.
+// Used after seeing a waiter queued on the server: its "wait" was answered before, so the
+// waiter has read that reply and sleeps until a notice. A release after this hands it the lock
+// by the notice (async_stats::handed_over, the observer's handoff path and notice wake-up);
+// without it, a notice that comes while the reply is still unread makes the waiter take the
+// lock by one more attempt instead, and no hand-off is counted.
+inline void replies_handled(redislock::async_client& c, const std::string& name = "replies-handled") {
+  redislock::async_semaphore s(c, name, 1);
+  outcome<std::int64_t>([&](auto cb) { s.async_permits(cb); });
 }
 
 inline std::error_code unlock_now(redislock::async_hold& h, redislock::release_status* status = nullptr) {

@@ -120,6 +120,13 @@ class async_cluster : public std::enable_shared_from_this<async_cluster> {
   /// The slot map may be stale (a subscription the server ended): reloaded in the background.
   void reload_in_background() { load_map(nullptr); }
 
+  /// The io_context is being destroyed (loop_gone_service): the calls waiting for the slot
+  /// map, which own the client that owns this, are dropped unrun.
+  void loop_gone() noexcept {
+    closed_ = true;
+    std::exchange(map_waiters_, {});
+  }
+
   /// For good: calls under way fail; commands already sent are still answered (`graceful`).
   void shutdown() {
     closed_ = true;

@@ -20,13 +20,20 @@
 /// TCP connect and the handshake together.
 ///
 /// Lifetime: whoever owns it calls close() on the strand before letting go (a pending socket
-/// wait holds a reference, so an open connection is not destroyed by itself).
+/// wait holds a reference, so an open connection is not destroyed by itself). Should the
+/// io_context be destroyed first (its loop stopped with work pending), loop_gone_service
+/// frees the hiredis context there, dropping the callbacks still queued unrun: they own,
+/// through the lock machinery, the client that owns this connection, a cycle asio's own
+/// shutdown (which destroys only the handlers it holds) would leave.
 
 #include <redislock/errors.hpp>
 #include <redislock/options.hpp>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/execution/context.hpp>
+#include <asio/execution_context.hpp>
 #include <asio/post.hpp>
+#include <asio/query.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -38,12 +45,14 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +79,60 @@ inline std::shared_ptr<void> make_async_tls_context(const connection_options& o)
   throw invalid_argument("TLS (rediss://) needs hiredis >= 1.0 with hiredis_ssl; build with REDISLOCK_WITH_TLS");
 #endif
 }
+
+/// The execution context (io_context) going away while work is still pending. asio then
+/// destroys the handlers it holds without running them, but not what hiredis holds (the
+/// callbacks of commands still unanswered) nor what waits in the client for the loop (a
+/// lock's subscription, a Sentinel look-up, a cluster's slot map): those own, through the lock
+/// machinery, the client that owns them, cycles nothing else breaks once the loop is gone.
+/// This service is shut down first among those the connections use (services shut down
+/// newest first, and it is made after a connection's strand, timers and socket): each object
+/// registered with it that still lives lets go there of what waits for the loop, dropping it
+/// unrun, and asio's own shutdown destroys the rest. Not on a strand: nothing runs the loop
+/// any more (an io_context is destroyed only once no thread runs it).
+class loop_gone_service : public asio::execution_context::service {
+ public:
+  inline static asio::execution_context::id id;
+  explicit loop_gone_service(asio::execution_context& context) : asio::execution_context::service(context) {}
+
+  /// Calls `gone` when `executor`'s context shuts down, if `owner` still lives then (kept
+  /// alive meanwhile). Any thread.
+  static void when_gone(const asio::any_io_executor& executor, std::weak_ptr<void> owner, std::function<void()> gone) {
+    auto& self = asio::use_service<loop_gone_service>(asio::query(executor, asio::execution::context));
+    std::lock_guard<std::mutex> g(self.mutex_);
+    if (self.shut_) return;
+    if (self.entries_.size() >= self.prune_at_) {  // amortised: those gone meanwhile are dropped
+      self.entries_.erase(
+          std::remove_if(self.entries_.begin(), self.entries_.end(), [](const entry& e) { return e.owner.expired(); }),
+          self.entries_.end());
+      self.prune_at_ = std::max<std::size_t>(16, self.entries_.size() * 2);
+    }
+    self.entries_.push_back({std::move(owner), std::move(gone)});
+  }
+
+ private:
+  struct entry {
+    std::weak_ptr<void> owner;
+    std::function<void()> gone;
+  };
+
+  void shutdown() override {
+    std::vector<entry> entries;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      shut_ = true;
+      entries.swap(entries_);
+    }
+    for (entry& e : entries) {
+      if (std::shared_ptr<void> alive = e.owner.lock()) e.gone();
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<entry> entries_;
+  std::size_t prune_at_ = 16;
+  bool shut_ = false;
+};
 
 class async_redis : public std::enable_shared_from_this<async_redis> {
  public:
@@ -308,6 +371,10 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
       redisAsyncFree(ac);
       return false;
     }
+    if (!loop_watched_) {  // once a context exists: only it can hold callbacks
+      loop_watched_ = true;
+      loop_gone_service::when_gone(strand_.get_inner_executor(), weak_from_this(), [this] { abandon(); });
+    }
     ac_ = ac;
     ++generation_;
     sink_sent_ = false;
@@ -379,6 +446,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   static void on_reply(redisAsyncContext* ac, void* reply, void* priv) {
     std::unique_ptr<reply_callback> cb(static_cast<reply_callback*>(priv));
     auto* self = static_cast<async_redis*>(ac->data);
+    if (self->abandoned_) return;  // the loop is gone: dropped unrun (and what it owns with it)
     // Only the current context's replies are due in sent_at_: hiredis 1.x fails a broken
     // context's commands after context_gone(), when a command sent from one of those callbacks
     // may already be due on a new context.
@@ -439,6 +507,15 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
                        });
   }
 
+  // The io_context is being destroyed (loop_gone_service): frees the context, its pending
+  // callbacks dropped unrun, and opens none again.
+  void abandon() noexcept {
+    abandoned_ = shut_ = true;
+    on_message_ = nullptr;
+    on_broken_ = nullptr;
+    close();
+  }
+
   // hiredis frees the context (an error, the peer's close, or close()): it closes the
   // descriptor right after this, so the stream_descriptor lets go of it first.
   void context_gone() noexcept {
@@ -473,6 +550,7 @@ class async_redis : public std::enable_shared_from_this<async_redis> {
   SSL* ssl_ = nullptr;  // the current context's, owned by hiredis
 #endif
   bool shut_ = false, draining_ = false;
+  bool loop_watched_ = false, abandoned_ = false;  // registered with loop_gone_service; its context gone
   asio::posix::stream_descriptor socket_;
   asio::steady_timer connect_timer_, reply_timer_;
   redisAsyncContext* ac_ = nullptr;

@@ -131,6 +131,13 @@ class async_sentinel_route : public std::enable_shared_from_this<async_sentinel_
     finish(false);
   }
 
+  /// The io_context is being destroyed (loop_gone_service): waiting commands, which own the
+  /// client that owns this route, are dropped unrun.
+  void loop_gone() noexcept {
+    closed_ = true;
+    std::exchange(waiting_, {});
+  }
+
   /// "host:port" of the master last checked ("" before), and how often it changed. Any thread.
   std::string master_endpoint() const {
     std::lock_guard<std::mutex> g(seen_mutex_);
