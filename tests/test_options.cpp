@@ -250,3 +250,68 @@ TEST(ClientOptions, NegativeTimeoutsAndImpossibleEndpointsAreRejected) {
   fine.connection.command_timeout = fine.connection.connect_timeout = milliseconds(0);  // "none" stays allowed
   EXPECT_NO_THROW(client{fine});
 }
+
+// ---- the lease clock (detail/lease_clock.hpp): one rule for every hold, checked by itself ----
+
+namespace {
+using redislock::detail::lease_clock;
+using std::chrono::milliseconds;
+const lease_clock::steady::time_point t0 = lease_clock::steady::time_point() + std::chrono::hours(1);
+lease_clock::steady::time_point at(long long ms) { return t0 + milliseconds(ms); }
+}  // namespace
+
+TEST(LeaseClock, AConfirmedCommandCountsFromItsSendInEitherDirection) {
+  lease_clock c;
+  c.confirmed(at(0), milliseconds(300));
+  EXPECT_EQ(c.until(), at(300));
+  c.confirmed(at(100), milliseconds(20000));  // longer
+  EXPECT_EQ(c.until(), at(20100));
+  c.confirmed(at(200), milliseconds(300));  // shorter: earlier
+  EXPECT_EQ(c.until(), at(500));
+  EXPECT_EQ(c.renewal_due(), at(300));
+}
+
+TEST(LeaseClock, ACommandInFlightCountsAsRunFromItsSend) {
+  lease_clock c;
+  c.confirmed(at(0), milliseconds(20000));
+  const lease_clock::ticket t = c.sending(at(100), milliseconds(300));
+  EXPECT_EQ(c.until(), at(400)) << "the server may run it the moment it is sent";
+  c.refused(t);  // an error reply: it did not run
+  EXPECT_EQ(c.until(), at(20000));
+  const lease_clock::ticket u = c.sending(at(200), milliseconds(300));
+  c.confirmed(at(200), milliseconds(300), u);
+  EXPECT_EQ(c.until(), at(500));
+}
+
+// A reply that confirms an older command while a newer one is in flight, or after a newer one
+// was confirmed: the server may have run them in either order (other connections, a reconnect).
+TEST(LeaseClock, OverlappingCommandsCountTheLeastOfWhatTheyMayHaveLeft) {
+  lease_clock c;
+  c.confirmed(at(0), milliseconds(1000));
+  const lease_clock::ticket renewal = c.sending(at(100), milliseconds(30000));
+  const lease_clock::ticket extend = c.sending(at(150), milliseconds(2000));
+  c.confirmed(at(100), milliseconds(30000), renewal);
+  EXPECT_EQ(c.until(), at(2150)) << "the extend still in flight may have run after the renewal";
+  c.confirmed(at(150), milliseconds(2000), extend);
+  EXPECT_EQ(c.until(), at(2150));
+  // Replies the other way round: the newer confirmed first, the older after it.
+  lease_clock d;
+  d.confirmed(at(0), milliseconds(1000));
+  const lease_clock::ticket older = d.sending(at(100), milliseconds(300));
+  const lease_clock::ticket newer = d.sending(at(150), milliseconds(30000));
+  d.confirmed(at(150), milliseconds(30000), newer);
+  EXPECT_EQ(d.until(), at(400)) << "the older one is still in flight";
+  d.confirmed(at(100), milliseconds(300), older);
+  EXPECT_EQ(d.until(), at(400)) << "it may have run last";
+}
+
+TEST(LeaseClock, AnUnansweredCommandCapsEveryLaterCount) {
+  lease_clock c;
+  c.confirmed(at(0), milliseconds(20000));
+  const lease_clock::ticket t = c.sending(at(100), milliseconds(500));
+  c.unanswered(at(100), milliseconds(500), t);
+  EXPECT_EQ(c.until(), at(600));
+  c.confirmed(at(1000), milliseconds(20000));  // it may still run after this one
+  EXPECT_EQ(c.until(), at(1500));
+  EXPECT_EQ(c.counted(), milliseconds(500));
+}

@@ -533,12 +533,14 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   /// A hold began with the lease its acquisition sent at h->acquired_at: counted from there,
   /// renewed with auto_renew, else watched (on_lost when it runs out) when on_lost is set.
   inline void start_hold(const hold_ptr& h);
-  /// A command of `h` that sets the lease to `lease`, sent at `sent` (an async_extend() or a
-  /// renewal): 2 about to be sent, else answered: 1 renewed, 0 not ours, -1 no answer (it may
-  /// still run), -2 refused (an error reply: it did not run). Counts it by the lease clock, the
-  /// same rules as the blocking kinds', and (once answered) reschedules the renewal or the
-  /// watch from there.
-  inline void count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease, int answer);
+  /// A command of `h` that sets the lease to `lease` (an async_extend() or a renewal) is being
+  /// sent at `sent`: the server may run it at once, so the lease counts from then (the lease
+  /// clock, the blocking kinds' rules). Returns the ticket its answer names.
+  inline lease_clock::ticket sending_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease);
+  /// Its answer: 1 renewed, 0 not ours, -1 no answer (it may still run), -2 refused (an error
+  /// reply: it did not run). Counted, then the renewal or the watch is rescheduled from there.
+  inline void count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease, int answer,
+                          lease_clock::ticket ticket);
 
   const std::string& lease_ms() const noexcept { return lease_ms_; }
   const std::string& wait_lease_ms() const noexcept { return wait_lease_ms_; }
@@ -984,22 +986,26 @@ void async_lock_core::start_hold(const hold_ptr& h) {
   schedule_renewal(h, options_.auto_renew ? std::max(steady::now(), h->clock.renewal_due()) : h->clock.until());
 }
 
+lease_clock::ticket async_lock_core::sending_lease(const hold_ptr& h, steady::time_point sent,
+                                                  std::chrono::milliseconds lease) {
+  if (h->released) return 0;
+  const lease_clock::ticket t = h->clock.sending(sent, lease);
+  if (h->is_lost()) return t;
+  h->valid_until.store(h->clock.until().time_since_epoch().count());
+  // Should no reply come, the timer finds the hold lost at the new end, not later.
+  if (h->renew_timer && h->renew_timer->expiry() > h->clock.until()) schedule_renewal(h, h->clock.until());
+  return t;
+}
+
 void async_lock_core::count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease,
-                                  int answer) {
+                                  int answer, lease_clock::ticket ticket) {
   if (h->released) return;
-  if (answer == 2) {
-    h->clock.sending(sent, lease);
-    if (h->is_lost()) return;
-    h->valid_until.store(h->clock.until().time_since_epoch().count());
-    // Should no reply come, the timer finds the hold lost at the new end, not later.
-    if (h->renew_timer && h->renew_timer->expiry() > h->clock.until()) schedule_renewal(h, h->clock.until());
-    return;
-  }
   if (answer == 0) return report_lost(h);
   // Confirmed only after the lease could have run out: lost() may have said so already, and a
   // lost lease stays lost (is_lost() checks the clock first).
-  if (answer == 1 && !h->is_lost()) h->clock.confirmed(sent, lease);
-  else if (answer == -1) h->clock.unanswered(sent, lease);
+  if (answer == 1 && !h->is_lost()) h->clock.confirmed(sent, lease, ticket);
+  else if (answer == -1) h->clock.unanswered(sent, lease, ticket);
+  else h->clock.refused(ticket);
   if (h->is_lost()) return report_lost(h);
   h->valid_until.store(h->clock.until().time_since_epoch().count());
   if (!options_.auto_renew) return schedule_renewal(h, h->clock.until());  // a watch, if any
@@ -1015,8 +1021,8 @@ void async_lock_core::renew(const hold_ptr& h) {
   const steady::time_point sent = steady::now();
   const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : options_.lease;
   const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
-  count_lease(h, sent, lease, 2);  // the server may run it at once
-  run(kind_->extend(keys_, h->token, ms), [h, sent, lease](redisReply* r) {
+  const lease_clock::ticket ticket = sending_lease(h, sent, lease);
+  run(kind_->extend(keys_, h->token, ms), [h, sent, lease, ticket](redisReply* r) {
     const int answer = r == nullptr                                                       ? -1
                        : r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1) ? static_cast<int>(r->integer)
                                                                                         : -2;
@@ -1027,7 +1033,7 @@ void async_lock_core::renew(const hold_ptr& h) {
       e.latency = steady::now() - sent;
       o.on_renewed(e);
     });
-    h->core->count_lease(h, sent, lease, answer);
+    h->core->count_lease(h, sent, lease, answer, ticket);
   });
   // Should no reply come before the lease ends (a stalled server), the timer finds the hold
   // lost then and reports it, not command_timeout later. A reply reschedules it.
@@ -1205,17 +1211,20 @@ class async_hold {
           const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : m.options().lease;
           const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
           const detail::steady::time_point sent = detail::steady::now();  // before: conservative
-          m.count_lease(s, sent, sent_lease, 2);  // the server may run it at once
-          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease](redisReply* r) {
+          const detail::lease_clock::ticket ticket = m.sending_lease(s, sent, sent_lease);
+          m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease, ticket](redisReply* r) {
             auto& m = *s->core;
             if (r == nullptr) {
               s->renew_lease = sent_lease;  // with auto_renew, the renewals send it from now on
-              m.count_lease(s, sent, sent_lease, -1);
+              m.count_lease(s, sent, sent_lease, -1, ticket);
               return done(async_errc::connection_failed, false);
             }
-            if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, false);
+            if (r->type != REDIS_REPLY_INTEGER) {
+              m.count_lease(s, sent, sent_lease, -2, ticket);  // refused: it did not run
+              return done(async_errc::server_error, false);
+            }
             if (r->integer == 1) s->renew_lease = sent_lease;
-            m.count_lease(s, sent, sent_lease, r->integer == 1 ? 1 : 0);
+            m.count_lease(s, sent, sent_lease, r->integer == 1 ? 1 : 0, ticket);
             done({}, r->integer == 1);
           });
         });

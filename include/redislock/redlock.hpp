@@ -107,6 +107,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
           std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(50), options_.lease / 10));
     if (redlock_.instance_timeout + drift() >= options_.lease)
       throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
+    if constexpr (!detail::has_watchdog<Client>::value) {
+      if (options_.on_lost && !options_.auto_renew)
+        throw invalid_argument("redlock: on_lost without auto_renew needs a Client with watchdog() (it watches the validity)");
+    }
     lease_ms_ = std::to_string(options_.lease.count());
     first_client_ = pointers.front();
     quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);

@@ -162,7 +162,7 @@ class watchdog {
     pause& operator=(const pause&) = delete;
     /// Resumes as after an extend without an answer.
     ~pause() {
-      if (owner_ != nullptr) owner_->resume(entry_, steady::time_point::max(), std::chrono::milliseconds(0), -1);
+      if (owner_ != nullptr) owner_->resume(entry_, steady::time_point::max(), std::chrono::milliseconds(0), -1, ticket_);
     }
     /// The extend sent at `sent` with `lease` renewed the lease (answer 1), found it gone (0),
     /// or got no answer (-1: it may still run). From now on the renewals send `lease` (when the
@@ -170,12 +170,12 @@ class watchdog {
     /// shorter one is renewed often enough. Confirmed, it restarts the lease count from
     /// `sent`; unanswered, it can only shorten it, to sent + lease.
     void resume(steady::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
-      if (owner_ != nullptr) std::exchange(owner_, nullptr)->resume(entry_, sent, lease, answer);
+      if (owner_ != nullptr) std::exchange(owner_, nullptr)->resume(entry_, sent, lease, answer, ticket_);
     }
     /// Before the extend is sent at `sent` with `lease`: the server may run it at once, so the
     /// lease counts no further than sent + lease until its answer (detail/lease_clock.hpp).
     void sending(steady::time_point sent, std::chrono::milliseconds lease) noexcept {
-      if (owner_ != nullptr) owner_->sending(entry_, sent, lease);
+      if (owner_ != nullptr) ticket_ = owner_->sending(entry_, sent, lease);
     }
     explicit operator bool() const noexcept { return owner_ != nullptr; }
 
@@ -184,6 +184,7 @@ class watchdog {
     pause(watchdog* owner, std::shared_ptr<entry> e) : owner_(owner), entry_(std::move(e)) {}
     watchdog* owner_ = nullptr;
     std::shared_ptr<entry> entry_;
+    detail::lease_clock::ticket ticket_ = 0;  // the extend in flight, once sending() recorded it
   };
 
   /// Keeps one lock renewed until reset() or destruction. Move-only; empty when default-built.
@@ -314,18 +315,19 @@ class watchdog {
   }
 
  private:
-  enum class outcome { pending, renewed, not_ours, failed, expired };
+  enum class outcome { pending, renewed, not_ours, failed, expired, watched };
 
   struct entry {
     explicit entry(renewal_request r) : req(std::move(r)), lease(req.lease), args_text(req.args) {
       for (const auto& k : req.keys) keys.emplace_back(k);
       view_args();
-      renewed(req.confirmed, lease);
-      watched_until = clock.until();
+      clock.confirmed(req.confirmed, lease);
+      watched_until = clock.until();  // before schedule(): a watch is due at its end
+      schedule();
     }
     // A renewal (or an extend) that sent `l` at `at` was confirmed: the next one is scheduled.
-    void renewed(steady::time_point at, std::chrono::milliseconds l) {
-      clock.confirmed(at, l);
+    void renewed(steady::time_point at, std::chrono::milliseconds l, detail::lease_clock::ticket t = 0) {
+      clock.confirmed(at, l, t);
       schedule();
       failing = false;
     }
@@ -406,11 +408,13 @@ class watchdog {
     return pause(this, e);
   }
 
-  void resume(const entry_ptr& e, steady::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
+  void resume(const entry_ptr& e, steady::time_point sent, std::chrono::milliseconds lease, int answer,
+              detail::lease_clock::ticket ticket) noexcept {
     bool first = false;
     {
       std::lock_guard<std::mutex> g(m_);
       e->paused = false;
+      if (e->cancelled || e->lost || lease.count() <= 0) e->clock.refused(ticket);  // nothing more to count
       if (!e->cancelled && !e->lost && lease.count() > 0) {
         e->set_lease(lease);
         const steady::time_point now = steady::now();
@@ -419,11 +423,13 @@ class watchdog {
           // said so already, and a lost lease stays lost. Reported at once, as expired.
           e->due = e->eligible = now;
         } else if (answer == 1) {
-          e->renewed(sent, lease);  // the lease now runs from the extend's send, and renewals keep it
+          e->renewed(sent, lease, ticket);  // the lease now runs from the extend's send, and renewals keep it
         } else {
           if (answer < 0) {
-            e->clock.unanswered(sent, lease);  // it may still run, and shorten the lease
+            e->clock.unanswered(sent, lease, ticket);  // it may still run, and shorten the lease
             e->failing = true;
+          } else {
+            e->clock.refused(ticket);  // not ours: the next renewal finds that and reports it
           }
           // Not ours (the next renewal finds that and reports it), or unknown: renewed again at once.
           e->due = e->eligible =
@@ -449,12 +455,19 @@ class watchdog {
     if (first) wake_.notify_all();
   }
 
-  void sending(const entry_ptr& e, steady::time_point sent, std::chrono::milliseconds lease) noexcept {
+  detail::lease_clock::ticket sending(const entry_ptr& e, steady::time_point sent,
+                                     std::chrono::milliseconds lease) noexcept {
     std::lock_guard<std::mutex> g(m_);
-    if (e->cancelled || e->lost || lease.count() <= 0) return;
-    e->clock.sending(sent, lease);
+    if (e->cancelled || e->lost || lease.count() <= 0) return 0;
+    detail::lease_clock::ticket t = 0;
+    try {
+      t = e->clock.sending(sent, lease);
+    } catch (...) {  // out of memory: count the extend as if it ran at once
+      e->clock.end_by(sent + lease);
+    }
     // The entry is paused (out of the heap): its due time is set again when it resumes.
     if (e->req.valid_until != nullptr) e->req.valid_until->store(e->end().time_since_epoch().count());
+    return t;
   }
 
   void watch(const entry_ptr& e, steady::time_point until) noexcept {
@@ -647,7 +660,7 @@ class watchdog {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i] != outcome::pending) continue;
       if (!batch[i]->renews()) {  // a watch is only ever taken once its end has passed
-        results[i] = outcome::expired;
+        results[i] = batch[i]->end() <= steady::now() ? outcome::expired : outcome::watched;
         continue;
       }
       try {  // nothing may escape the watchdog thread: a throwing locator fails this renewal
@@ -799,6 +812,7 @@ class watchdog {
           break;
         case outcome::not_ours:
         case outcome::expired: lost = true; break;
+        case outcome::watched: e.schedule(); break;  // a watch whose end has not come
       }
       if (!lost) continue;
       e.lost = true;

@@ -5,21 +5,29 @@
 /// and by the async hold (asio.hpp).
 ///
 /// The server sets a lease when it runs the command that carries it, at or after the client
-/// sent that command, and may run it the moment it is sent. So:
+/// sent that command, and may run it the moment it is sent. Commands of one hold may be in
+/// flight together (an extend beside a renewal, extends on two threads, on two connections), and
+/// their replies need not come back in the order the server ran them. So:
 ///  - a command that sets the lease to L, sent at S, may end it by S + L however it turns out:
-///    the count drops to that as it is sent (a shorter extend shortens the lease at once);
-///  - a command that set the lease to L, sent at S and confirmed, makes the lease last at
-///    least until S + L, in either direction: a shorter lease than before shortens it;
-///  - a command of the same hold that got no answer may still run, now or after a later
-///    confirmed one, and set its own lease from then: while one is unanswered, what is
-///    counted is never more than the shortest such lease, and never past its send time plus
-///    that lease.
+///    while it is in flight, the end counts no further than that (a shorter extend shortens
+///    the lease at once);
+///  - a confirmed command that set L at S makes the lease last at least until S + L when no
+///    later-sent command of the hold was confirmed before it: then the end is S + L, in either
+///    direction (a shorter lease than before shortens it). One confirmed after a later-sent one
+///    may have run after it on the server: it can only bring the end closer (to S + L);
+///  - a command that got no answer may still run, now or after a later confirmed one, and set
+///    its own lease from then: what is counted is never more than the shortest such lease,
+///    and never past its send time plus that lease; one refused with an error reply did not
+///    run and counts for nothing.
 /// A client's belief is then never more optimistic than the server's state (the server's
 /// clock may still run slower or faster: docs/leases-and-fencing.md says by how much).
 /// Redlock subtracts its drift allowance from what this counts (redlock.hpp).
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace redislock::detail {
 
@@ -27,30 +35,50 @@ class lease_clock {
  public:
   using steady = std::chrono::steady_clock;
   using ms = std::chrono::milliseconds;
+  /// Names one command in flight (0: none was recorded).
+  using ticket = std::uint64_t;
 
-  /// A command that sets the lease to `lease` is being sent at `sent` (before the send).
-  void sending(steady::time_point sent, ms lease) noexcept { until_ = std::min(until_, sent + lease); }
+  /// A command that sets the lease to `lease` is being sent at `sent` (call before the send);
+  /// its answer names the returned ticket.
+  ticket sending(steady::time_point sent, ms lease) {
+    in_flight_.emplace_back(++last_ticket_, sent + lease);
+    return last_ticket_;
+  }
 
   /// A command that set the lease to `lease` was sent at `sent` and confirmed.
-  void confirmed(steady::time_point sent, ms lease) noexcept {
-    from_ = sent;
-    counted_ = std::min(lease, shortest_unanswered_);
-    until_ = sent + counted_;
+  void confirmed(steady::time_point sent, ms lease, ticket t = 0) noexcept {
+    answered(t);
+    const steady::time_point end = sent + std::min(lease, shortest_unanswered_);
+    if (sent >= from_) {  // the latest-sent confirmed command: the end is its own
+      from_ = sent;
+      base_ = end;
+    } else {
+      base_ = std::min(base_, end);  // a later-sent one may have run before it
+    }
+    counted_ = base_ > from_ ? std::chrono::duration_cast<ms>(base_ - from_) : ms(0);
   }
 
   /// A command that sets the lease to `lease`, sent at `sent`, got no answer: it may still run.
-  void unanswered(steady::time_point sent, ms lease) noexcept {
+  void unanswered(steady::time_point sent, ms lease, ticket t = 0) noexcept {
+    answered(t);
     shortest_unanswered_ = std::min(shortest_unanswered_, lease);
     counted_ = std::min(counted_, shortest_unanswered_);
-    until_ = std::min(until_, sent + lease);
+    base_ = std::min(base_, sent + lease);
   }
 
+  /// A command was refused with an error reply: it did not run.
+  void refused(ticket t) noexcept { answered(t); }
+
   /// The lease is certainly over by `t` (found lost meanwhile): it counts no further.
-  void end_by(steady::time_point t) noexcept { until_ = std::min(until_, t); }
+  void end_by(steady::time_point t) noexcept { base_ = std::min(base_, t); }
 
   /// Until when the server certainly keeps the lease.
-  steady::time_point until() const noexcept { return until_; }
-  /// The lease counted from the last confirmed command (never more than one still unanswered).
+  steady::time_point until() const noexcept {
+    steady::time_point u = base_;
+    for (const auto& f : in_flight_) u = std::min(u, f.second);
+    return u;
+  }
+  /// The lease counted from the latest-sent confirmed command (never more than one still unanswered).
   ms counted() const noexcept { return counted_; }
 
   /// A renewal keeps a third of the lease in hand: due a third of the way in, and taken from a
@@ -61,9 +89,17 @@ class lease_clock {
   steady::duration retry_interval() const noexcept { return std::max<steady::duration>(counted_ / 10, ms(1)); }
 
  private:
-  steady::time_point from_{}, until_{steady::time_point::max()};
+  void answered(ticket t) noexcept {
+    if (t == 0) return;
+    auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [t](const auto& f) { return f.first == t; });
+    if (it != in_flight_.end()) in_flight_.erase(it);
+  }
+
+  steady::time_point from_{steady::time_point::min()}, base_{steady::time_point::max()};
   ms counted_ = ms::max();
-  ms shortest_unanswered_ = ms::max();  // none: max
+  ms shortest_unanswered_ = ms::max();                          // none: max
+  std::vector<std::pair<ticket, steady::time_point>> in_flight_;  // each one's send time + lease
+  ticket last_ticket_ = 0;
 };
 
 }  // namespace redislock::detail

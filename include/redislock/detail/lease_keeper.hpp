@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -39,11 +40,13 @@
 
 namespace redislock::detail {
 
-/// Throws invalid_argument when `o` asks for auto_renew but Client has no watchdog.
+/// Throws invalid_argument when `o` asks for auto_renew, or for on_lost (a hold that is not
+/// renewed is watched by the watchdog's thread), but Client has no watchdog.
 template <class Client>
 void require_watchdog_if_renewing(const lock_options& o) {
   if constexpr (!has_watchdog<Client>::value) {
     if (o.auto_renew) throw invalid_argument("auto_renew needs a Client with watchdog() (see client.hpp)");
+    if (o.on_lost) throw invalid_argument("on_lost needs a Client with watchdog() (see client.hpp): it watches the lease");
   }
 }
 
@@ -148,6 +151,7 @@ class lease_keeper {
   void acquired(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease) noexcept {
     {
       std::lock_guard<std::mutex> g(clock_mutex_);
+      ++hold_;  // an extend of an earlier hold answered late counts for nothing (count())
       clock_ = lease_clock();
       clock_.confirmed(sent, lease);
       valid_until_.store(clock_.until().time_since_epoch().count(), std::memory_order_release);
@@ -214,6 +218,7 @@ class lease_keeper {
       renews_ = false;
     }
     (void)lost();
+    std::lock_guard<std::mutex> g(clock_mutex_);  // an extend being counted sees it released
     valid_until_.store(never, std::memory_order_release);
   }
 
@@ -228,18 +233,22 @@ class lease_keeper {
   bool extend(std::chrono::milliseconds lease, Send&& send) {
     watchdog::pause paused = hold_back();  // empty unless renewed
     const std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();  // before: conservative
-    if (paused) paused.sending(sent, lease);  // the server may run it at once
-    else count(sent, lease, 2);
+    // The server may run it at once: it counts from now. A renewed hold whose renewals could not
+    // be held back (found lost, or an on_lost asking while another extend holds them) counts
+    // nothing here: the watchdog's count stands.
+    std::optional<counting> own;
+    if (paused) paused.sending(sent, lease);
+    else own = begin_count(sent, lease);
     bool ours = false;
     try {
       ours = send();
     } catch (...) {
       if (paused) paused.resume(sent, lease, -1);
-      else count(sent, lease, -1);
+      else if (own) count(*own, sent, lease, -1);
       throw;
     }
     if (paused) paused.resume(sent, lease, ours ? 1 : 0);
-    else count(sent, lease, ours ? 1 : 0);
+    else if (own) count(*own, sent, lease, ours ? 1 : 0);
     return ours;
   }
 
@@ -281,30 +290,55 @@ class lease_keeper {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
-  // An extend of a hold that is not renewed (answer: 2 about to be sent, 1 confirmed, 0 not
-  // ours, -1 no answer), counted by this hold's own clock; a watch learns the new end.
-  void count(std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease, int answer) noexcept {
-    if (answer == 0) return;  // the caller marks it lost
-    std::chrono::steady_clock::time_point until;
-    {
-      std::lock_guard<std::mutex> g(clock_mutex_);
-      if (valid_until_.load() == never) return;  // released meanwhile
-      // Confirmed only after the lease could have run out: lost() may have said so already,
-      // and a lost lease stays lost (as the watchdog's renewals count it).
-      if (answer == 2) {
-        clock_.sending(sent, lease);
-      } else if (answer == 1 && std::chrono::steady_clock::now() >= clock_.until()) {
-        lost_.store(true);
-      } else if (answer == 1) {
-        clock_.confirmed(sent, lease);
-      } else {
-        clock_.unanswered(sent, lease);
-      }
-      until = clock_.until();
-      valid_until_.store(until.time_since_epoch().count());
+  // An extend of a hold that is not renewed, counted by this hold's own clock (clock_): which
+  // hold it was sent for, and its place among the commands in flight.
+  struct counting {
+    std::uint64_t hold;
+    lease_clock::ticket ticket;
+  };
+  std::optional<counting> begin_count(std::chrono::steady_clock::time_point sent,
+                                      std::chrono::milliseconds lease) noexcept {
+    std::lock_guard<std::mutex> r(renewal_mutex_);
+    std::lock_guard<std::mutex> g(clock_mutex_);
+    if (renews_ || valid_until_.load() == never) return std::nullopt;
+    lease_clock::ticket t = 0;
+    try {
+      t = clock_.sending(sent, lease);
+    } catch (...) {  // out of memory: count it as if it ran at once
+      clock_.end_by(sent + lease);
     }
-    if (lost_.load()) return mark_lost();
-    std::lock_guard<std::mutex> g(renewal_mutex_);
+    publish();
+    return counting{hold_, t};
+  }
+  // Its answer: 1 confirmed, 0 not ours (the caller marks the hold lost), -1 no answer. A watch
+  // learns the new end.
+  void count(const counting& c, std::chrono::steady_clock::time_point sent, std::chrono::milliseconds lease,
+             int answer) noexcept {
+    bool ran_out = false;
+    {
+      std::lock_guard<std::mutex> r(renewal_mutex_);
+      std::lock_guard<std::mutex> g(clock_mutex_);
+      if (c.hold != hold_ || valid_until_.load() == never || renews_) return;  // another hold by now
+      if (answer == 1 && std::chrono::steady_clock::now() >= clock_.until()) {
+        // Confirmed only after the lease could have run out: lost() may have said so already,
+        // and a lost lease stays lost (as the watchdog's renewals count it).
+        clock_.refused(c.ticket);
+        ran_out = true;
+      } else if (answer == 1) {
+        clock_.confirmed(sent, lease, c.ticket);
+      } else if (answer < 0) {
+        clock_.unanswered(sent, lease, c.ticket);
+      } else {
+        clock_.refused(c.ticket);
+      }
+      publish();
+    }
+    if (ran_out) mark_lost();
+  }
+  // Under renewal_mutex_ and clock_mutex_: lost() and a watch see clock_'s end.
+  void publish() noexcept {
+    const std::chrono::steady_clock::time_point until = clock_.until();
+    valid_until_.store(until.time_since_epoch().count());
     if (!renews_) renewal_.lasts_until(until);
   }
 
@@ -327,8 +361,9 @@ class lease_keeper {
   // The lease's end by the clock while held (the watchdog's while renewed, else clock_'s);
   // never otherwise.
   std::atomic<ticks> valid_until_{never};
-  std::mutex clock_mutex_;
-  lease_clock clock_;  // of a hold that is not renewed (the watchdog counts a renewed one)
+  std::mutex clock_mutex_;  // after renewal_mutex_, never before it
+  lease_clock clock_;       // of a hold that is not renewed (the watchdog counts a renewed one)
+  std::uint64_t hold_ = 0;  // which hold clock_ counts (acquired() starts the next); under clock_mutex_
   // Between stop() and an extend() on other threads (reading renewal_ only: hold_back() waits
   // without it, since an on_lost that releases this lock runs while the batch is in flight).
   std::mutex renewal_mutex_;
