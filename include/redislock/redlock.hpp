@@ -133,8 +133,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   ///   not_held       not held, or another unlock released this hold meanwhile (a thread
   ///                  racing this one, or on_lost's unlock on the renewal thread): that one's
   ///                  outcome stays in last_release(). This call returns once that release
-  ///                  has ended, except on the renewal thread (from on_lost), which returns
-  ///                  at once: the other unlock may be waiting for that thread to end.
+  ///                  has ended, except from on_lost or on the renewal thread, where it
+  ///                  returns at once: the other unlock may be waiting for that thread.
   /// Safe to call from on_lost, while other threads unlock too.
   release_status unlock_and_report() {
     hold h;
@@ -686,7 +686,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     renew_by_ = steady::time_point::max();
     const std::uint64_t generation = ++renew_generation_;
     renewer_ = std::thread([this, h = current(), generation] {
-      renewing() = this;
+      waited_on() = this;  // the unlock that stops this thread joins it
       renew(h, generation);
     });
   }
@@ -770,12 +770,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       const steady::time_point now = steady::now(), valid = valid_until();
       if (!renewed && lost()) {
         mark_lost_if_current(h.token);
-        if (options_.on_lost) {
-          try {
-            options_.on_lost(name_);
-          } catch (...) {
-          }
-        }
+        run_on_lost();
         return;
       }
       next = renewed ? sent + lease / 3 : now + std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
@@ -820,7 +815,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   bool claim_release(hold& h) {
     std::unique_lock<std::mutex> g(state_mutex_);
     if (releasing_) {
-      if (renewing() != this) released_cv_.wait(g, [&] { return !releasing_; });
+      if (waited_on() != this) released_cv_.wait(g, [&] { return !releasing_; });
       return false;
     }
     if (!held_.load(std::memory_order_acquire) || hold_.token.empty()) {
@@ -832,10 +827,24 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     return true;
   }
 
-  // The lock whose renewal thread the calling thread is (null on any other thread).
-  static const void*& renewing() noexcept {
+  // The lock whose release may wait for the calling thread: this thread is its renewal thread,
+  // or runs its on_lost (run_on_lost); null elsewhere. An unlock() there never waits for
+  // another unlock's release (claim_release), which may be waiting for it.
+  static const void*& waited_on() noexcept {
     thread_local const void* lock = nullptr;
     return lock;
+  }
+
+  // Runs on_lost (set) on the calling thread, marked for claim_release (waited_on()): the
+  // callback may unlock() while another thread's unlock waits for the callback to end.
+  void run_on_lost() noexcept {
+    if (!options_.on_lost) return;
+    const void* const outer = std::exchange(waited_on(), this);
+    try {
+      options_.on_lost(name_);
+    } catch (...) {
+    }
+    waited_on() = outer;
   }
 
   void drop_local_hold(release_status status) noexcept {
