@@ -2,10 +2,13 @@
 // try_lock_for whose master crashes, a try_lock_for made right after the crash, and unlock(),
 // on a cluster (a master killed), behind Sentinel (the master killed) and on one server (the
 // server killed, or stopped with SIGSTOP). Each test starts its own deployment: killing a node changes its layout.
-// Bounds: the deadline plus one connect timeout (the stated slack) plus kScheduling for the
-// threads (sanitizer builds included).
+// Bounds: the deadline plus one connect timeout (the stated slack), plus the clean-up's own
+// budget when the call must clean up after its deadline (kCleanup: leaving the queue, releasing
+// what an unanswered attempt may have taken), plus kScheduling for the threads (sanitizer
+// builds included).
 #include "eventually.hpp"
 #include "redis_cluster.hpp"
+#include "redis_keys.hpp"
 #include "redis_server.hpp"
 #include "sentinel_topology.hpp"
 
@@ -22,8 +25,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <string>
+#include <utility>
+#include <vector>
 
 using namespace redislock;
 using redislock_test::eventually;
@@ -36,6 +42,9 @@ namespace {
 constexpr milliseconds kConnectTimeout{500};
 constexpr milliseconds kCommandTimeout{1000};
 constexpr milliseconds kScheduling{250};
+// A clean-up after the deadline: call_deadline::cleanup_time from its start, plus the slack of
+// one connect timeout for each of its waits.
+constexpr milliseconds kCleanup = detail::call_deadline::cleanup_time + kConnectTimeout;
 
 long long ms_since(steady::time_point t) { return std::chrono::duration_cast<milliseconds>(steady::now() - t).count(); }
 
@@ -90,8 +99,8 @@ void timed_calls_end_by_their_deadline(Client& holders, Client& waiters, const s
   std::printf("[ measure  ] waiter try_lock_for(1000 ms): %lld ms (%s)\n", wait.ms, wait.how.c_str());
   std::printf("[ measure  ] try_lock_for(200 ms) after the failure: %lld ms (%s)\n", probed.ms, probed.how.c_str());
   std::printf("[ measure  ] unlock() after the failure: %lld ms (%s)\n", unlock_ms, to_string(holder.last_release()));
-  EXPECT_LE(wait.ms, (seconds(1) + kConnectTimeout + kScheduling).count()) << wait.how;
-  EXPECT_LE(probed.ms, (milliseconds(200) + kConnectTimeout + kScheduling).count()) << probed.how;
+  EXPECT_LE(wait.ms, (seconds(1) + kConnectTimeout + kCleanup + kScheduling).count()) << wait.how;
+  EXPECT_LE(probed.ms, (milliseconds(200) + kConnectTimeout + kCleanup + kScheduling).count()) << probed.how;
   EXPECT_LE(unlock_ms, (unlock_bound + kScheduling).count()) << to_string(holder.last_release());
   EXPECT_NE(holder.last_release(), release_status::not_held);
 }
@@ -195,4 +204,106 @@ TEST(Deadline, SentinelMasterCrashMidWait) {
   timed_calls_end_by_their_deadline(
       holders, waiters, "deadline", "probe", [&] { topology.node(master).kill(); },
       pauses + kConnectTimeout + kCommandTimeout);
+}
+
+// ---- clean-up after the deadline (issue 39, item 5) ------------------------------------------
+// A timed call's clean-up (leaving the queue, releasing what it took when min_replicas fail)
+// has its own budget (call_deadline::cleanup_budget): the call's deadline does not cut it, so
+// the server keeps nothing of a call that gave up. With connect_timeout 0 a timed call has no
+// slack at all: every wait of the call ends at its deadline, and a command that would start
+// after it is not sent. The clean-up then starts after the deadline every time.
+
+namespace {
+
+client_options without_slack(const redislock_test::redis_server& server) {
+  client_options o{server.options()};
+  o.connection.connect_timeout = milliseconds(0);  // none: a timed call's waits end at its deadline
+  return o;
+}
+
+// Runs `call` (a timed acquisition that must not succeed) and returns what the server keeps
+// afterwards (every key), with how the call ended.
+template <class Call>
+std::pair<std::vector<std::string>, std::string> keys_left_by(connection& admin, Call&& call) {
+  const timed_outcome out = timed(call);
+  return {redislock_test::all_keys(admin), out.how + " after " + std::to_string(out.ms) + " ms"};
+}
+
+}  // namespace
+
+// min_replicas on one server without replicas: WAIT answers 0 after its floor of 100 ms, past
+// the 20 ms deadline, so the WAIT is cut and the acquisition must release what it took after
+// its deadline. Every kind that checks min_replicas, each side of the shared mutex.
+TEST(Deadline, ATimedAcquisitionWhoseReplicasFailReleasesItsHoldAfterTheDeadline) {
+  redislock_test::redis_server server;
+  client c(without_slack(server));
+  connection admin(server.options());
+  lock_options o;
+  o.lease = seconds(30);
+  o.min_replicas = 1;
+  o.replica_timeout = milliseconds(200);
+  const std::vector<std::string> none;
+  mutex m(c, "m", o);
+  semaphore s(c, "s", 2, o);
+  reentrant_mutex r(c, "r", o);
+  shared_mutex w(c, "w", o), rd(c, "rd", o);
+  const std::vector<std::pair<const char*, std::function<bool()>>> kinds = {
+      {"mutex", [&] { return m.try_lock_for(milliseconds(20)); }},
+      {"semaphore", [&] { return s.try_lock_for(milliseconds(20)); }},
+      {"reentrant_mutex", [&] { return r.try_lock_for(milliseconds(20)); }},
+      {"shared_mutex (write)", [&] { return w.try_lock_for(milliseconds(20)); }},
+      {"shared_mutex (read)", [&] { return rd.try_lock_shared_for(milliseconds(20)); }},
+  };
+  for (const auto& [kind, call] : kinds) {
+    const auto [left, how] = keys_left_by(admin, call);
+    EXPECT_EQ(left, none) << kind << ": " << how;
+    EXPECT_EQ(how.rfind("acquired", 0), std::string::npos) << kind << ": " << how;
+    admin.command({"FLUSHALL"});
+  }
+}
+
+// A waiter queued behind a holder whose try_lock_for deadline passes: its "leave" is sent after
+// the deadline and must still reach the server (no queue entry is left for wait_lease). Every
+// kind with a wait queue; the waiter waits on a thread of its own (the reentrant and shared
+// mutexes' owners are threads).
+TEST(Deadline, AQueuedWaiterLeavesTheQueueAfterItsDeadline) {
+  redislock_test::redis_server server;
+  client holders{client_options{server.options()}}, waiters(without_slack(server));
+  connection admin(server.options());
+  lock_options o;
+  o.lease = seconds(30);
+  lock_options fair = o;
+  fair.fair = true;
+  struct kind {
+    const char* name;
+    std::function<void()> hold, release;
+    std::function<bool()> wait;
+  };
+  mutex m1(holders, "m", o), m2(waiters, "m", o);
+  mutex f1(holders, "f", fair), f2(waiters, "f", fair);
+  semaphore s1(holders, "s", 1, o), s2(waiters, "s", 1, o);
+  reentrant_mutex r1(holders, "r", o), r2(waiters, "r", o);
+  shared_mutex w1(holders, "w", o), w2(waiters, "w", o);
+  shared_mutex rd1(holders, "rd", o), rd2(waiters, "rd", o);
+  const milliseconds wait(300);
+  const std::vector<kind> kinds = {
+      {"mutex", [&] { m1.lock(); }, [&] { m1.unlock(); }, [&] { return m2.try_lock_for(wait); }},
+      {"mutex (fair)", [&] { f1.lock(); }, [&] { f1.unlock(); }, [&] { return f2.try_lock_for(wait); }},
+      {"semaphore", [&] { s1.lock(); }, [&] { s1.unlock(); }, [&] { return s2.try_lock_for(wait); }},
+      {"reentrant_mutex", [&] { r1.lock(); }, [&] { r1.unlock(); }, [&] { return r2.try_lock_for(wait); }},
+      {"shared_mutex (write)", [&] { w1.lock(); }, [&] { w1.unlock(); }, [&] { return w2.try_lock_for(wait); }},
+      {"shared_mutex (read)", [&] { rd1.lock(); }, [&] { rd1.unlock(); },
+       [&] { return rd2.try_lock_shared_for(wait); }},
+  };
+  for (const kind& k : kinds) {
+    k.hold();
+    const std::vector<std::string> held = redislock_test::all_keys(admin);
+    // Queued: the waiter's "wait" is on the server until its deadline passes.
+    const auto [left, how] = std::async(std::launch::async, [&] { return keys_left_by(admin, k.wait); }).get();
+    EXPECT_EQ(how.rfind("not acquired", 0), 0u) << k.name << ": " << how;
+    EXPECT_EQ(left, held) << k.name << ": the waiter's queue entry was left (" << how << ")";
+    k.release();
+    EXPECT_EQ(redislock_test::all_keys(admin), std::vector<std::string>{}) << k.name;
+    admin.command({"FLUSHALL"});
+  }
 }

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -443,6 +444,101 @@ TEST(Redlock, AutoRenewReportsALostMajority) {
   r.unlock();
   EXPECT_EQ(r.last_release(), release_status::lease_expired);
   EXPECT_EQ(m.get(2, r.key()), "(nil)");  // the remaining key was deleted too
+}
+
+// Issue 39, item 5: a user's unlock() racing an on_lost callback that unlocks too (on the
+// renewal thread) once joined the renewal thread while that thread detached itself
+// (std::terminate), and let both releases run (the second on a dropped hold). Each round loses
+// the lease for certain (the keys are deleted on every master, so the next renewal finds none),
+// waits until on_lost runs, then lets both unlocks go at once. Every wait is bounded.
+TEST(Redlock, AnUnlockRacingAnOnLostThatUnlocksNeverTerminates) {
+  masters m(3);
+  struct meeting {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false;
+    std::atomic<bool> go{false};
+    redlock* lock = nullptr;
+  } meet;
+  lock_options o = lease(milliseconds(300));
+  o.auto_renew = true;
+  o.on_lost = [&meet](const std::string&) {
+    {
+      std::lock_guard<std::mutex> g(meet.mu);
+      meet.entered = true;
+    }
+    meet.cv.notify_all();
+    const auto give_up = clk::now() + seconds(10);
+    while (!meet.go.load() && clk::now() < give_up) {
+    }
+    meet.lock->unlock();
+  };
+  redlock_options patient;  // a loaded machine may answer a round slowly: the release then fails, that is all
+  patient.instance_timeout = milliseconds(100);
+  redlock r(m.refs(), "unlock-race", o, patient);
+  meet.lock = &r;
+  constexpr int rounds = 40;
+  for (int i = 0; i < rounds; ++i) {
+    {
+      std::lock_guard<std::mutex> g(meet.mu);
+      meet.entered = false;
+      meet.go = false;
+    }
+    ASSERT_TRUE(r.try_lock_for(seconds(5))) << "round " << i;
+    m.settled(r);
+    for (std::size_t s = 0; s < 3; ++s) m.admins[s]->command({"DEL", r.key()});
+    {
+      std::unique_lock<std::mutex> g(meet.mu);
+      ASSERT_TRUE(meet.cv.wait_for(g, seconds(10), [&] { return meet.entered; })) << "round " << i << ": no on_lost";
+    }
+    meet.go = true;
+    r.unlock();  // returns once the hold is released, whichever unlock released it
+    // One of the two released the hold (found it gone, or too few answered in time).
+    EXPECT_NE(r.last_release(), release_status::released) << "round " << i;
+    EXPECT_FALSE(r.owns_lock()) << "round " << i;
+    EXPECT_TRUE(r.lost());
+  }
+  // The last on_lost may still be running: the next acquisition and the destructor wait for it.
+  ASSERT_TRUE(r.try_lock_for(seconds(5)));
+  r.unlock();
+  EXPECT_FALSE(r.owns_lock());
+  for (std::size_t s = 0; s < 3; ++s)
+    EXPECT_TRUE(redislock_test::eventually([&] { return m.dbsize(s) == 0; })) << "master " << s;
+}
+
+// on_lost may take the lock again, on the renewal thread: the new hold gets a renewal thread
+// of its own while the old one is still in the callback (it cannot join itself); unlock() joins
+// both.
+TEST(Redlock, AnOnLostThatLocksAgainGetsARenewalOfItsOwn) {
+  masters m(3);
+  std::promise<bool> relocked;
+  std::atomic<int> calls{0};
+  redlock* self = nullptr;
+  lock_options o = lease(milliseconds(300));
+  o.auto_renew = true;
+  o.on_lost = [&](const std::string&) {
+    if (calls.fetch_add(1) != 0) return;
+    self->unlock();
+    relocked.set_value(self->try_lock_for(seconds(5)));
+  };
+  redlock r(m.refs(), "relock", o);
+  self = &r;
+  r.lock();
+  m.settled(r);
+  for (std::size_t s = 0; s < 3; ++s) m.admins[s]->command({"DEL", r.key()});
+  auto again = relocked.get_future();
+  ASSERT_EQ(again.wait_for(seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(again.get());
+  ASSERT_TRUE(r.owns_lock());
+  const auto first = r.lease_confirmed_until();
+  ASSERT_TRUE(first.has_value());
+  // The new hold's renewal thread renews it (its confirmed end moves on).
+  EXPECT_TRUE(redislock_test::eventually([&] { return r.lease_confirmed_until().value_or(*first) > *first; }))
+      << "the new hold was not renewed";
+  EXPECT_FALSE(r.lost());
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(Redlock, ExtendNeedsAMajority) {

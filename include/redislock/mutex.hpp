@@ -150,6 +150,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // (DELEX/DELIFEQ touch nothing else; errors are swallowed: the hold then lapses with its
   // lease). A new token keeps whatever is found later under the old one from counting as ours.
   void leave_unscripted_wait(bool queued) noexcept {
+    const detail::call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     std::string token;
     try {
       token = this->current_token();

@@ -119,10 +119,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   basic_redlock(const basic_redlock&) = delete;
   basic_redlock& operator=(const basic_redlock&) = delete;
 
-  /// Releases the lock if held (never throws), then waits for the masters' threads to send
-  /// what is queued (bounded by the clients' timeouts).
+  /// Releases the lock if held (never throws), waits for the renewal thread (an on_lost
+  /// callback still running on it included), then for the masters' threads to send what is
+  /// queued (bounded by the clients' timeouts).
   ~basic_redlock() {
     if (held_.load(std::memory_order_acquire)) this->unlock();
+    stop_renewal();
+    detach_own_renewer();  // destroyed by a callback on the renewal thread: it cannot join itself
   }
 
   /// Like unlock(), but returns the outcome and throws when the answers cannot tell (the first
@@ -133,13 +136,25 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   ///                  and a majority answered);
   ///   failed         neither: too few answers to tell (a master that did not answer may still
   ///                  hold our key); our keys run out with the lease.
+  ///   not_held       not held, or another unlock released this hold meanwhile (a thread
+  ///                  racing this one, or on_lost's unlock on the renewal thread): that one's
+  ///                  outcome stays in last_release(). This call returns once that release
+  ///                  has ended, except from on_lost or on the renewal thread, where it
+  ///                  returns at once: the other unlock may be waiting for that thread.
+  /// Safe to call from on_lost, while other threads unlock too.
   release_status unlock_and_report() {
+    hold h;
+    if (!claim_release(h)) return release_status::not_held;
     const auto observed = this->observe_release();
-    if (!held_.load(std::memory_order_acquire)) return record(release_status::not_held);
     stop_renewal();
     stop_watch();
-    const hold h = current();
-    auto r = send_release(h);
+    std::shared_ptr<detail::round> r;
+    try {
+      r = send_release(h);
+    } catch (...) {  // nothing sent (out of memory): the keys run out with the lease
+      drop_local_hold(release_status::failed);
+      throw;
+    }
     const detail::tally t =
         r->wait(steady::now() + quorum_->instance_timeout(), [](const detail::tally& c) { return c.pending == 0; });
     // A master our acquire never reached (skipped) or refused cannot hold our key: it counts as "not held".
@@ -667,37 +682,84 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   }
 
   // ---- renewal (lock_options::auto_renew): one thread per held lock, every lease/3 ----
+  //
+  // The thread handles have one owner: they are taken under renew_mutex_ and joined outside it
+  // by whichever thread takes them, never joined twice nor detached while another joins. A
+  // thread never joins itself: an unlock() from on_lost (on the renewal thread) stops the
+  // renewal and leaves that thread's handle, joined by the next acquisition's start, the next
+  // unlock from another thread, or the destructor (once the callback returns, the thread ends).
+  // Each thread runs while the generation it was started with is current.
 
   void start_renewal() {
+    join_renewers();  // a previous hold's thread that stopped itself (on_lost unlocked)
     std::lock_guard<std::mutex> g(renew_mutex_);
-    renew_stop_ = false;
+    // Still joinable now: the calling thread's own (on_lost locks again). Kept until it ends.
+    if (renewer_.joinable()) retired_ = std::move(renewer_);
     renew_by_ = steady::time_point::max();
-    renewer_ = std::thread([this, h = current()] { renew(h); });
+    const std::uint64_t generation = ++renew_generation_;
+    renewer_ = std::thread([this, h = current(), generation] {
+      waited_on() = this;  // the unlock that stops this thread joins it
+      renew(h, generation);
+    });
   }
 
   void stop_renewal() noexcept {
     {
       std::lock_guard<std::mutex> g(renew_mutex_);
-      renew_stop_ = true;
+      ++renew_generation_;
     }
     renew_cv_.notify_all();
-    if (!renewer_.joinable()) return;
-    if (renewer_.get_id() == std::this_thread::get_id()) renewer_.detach();  // on_lost released it: it returns next
-    else renewer_.join();
+    join_renewers();
+  }
+
+  // Joins every renewal thread but the calling thread's own.
+  void join_renewers() noexcept {
+    std::thread current, retired;
+    {
+      std::lock_guard<std::mutex> g(renew_mutex_);
+      const std::thread::id me = std::this_thread::get_id();
+      if (renewer_.joinable() && renewer_.get_id() != me) current = std::move(renewer_);
+      if (retired_.joinable() && retired_.get_id() != me) retired = std::move(retired_);
+    }
+    join_or_detach(current);
+    join_or_detach(retired);
+  }
+
+  // The destructor, run by a callback on a renewal thread: that thread returns from the
+  // callback into nothing of this object's.
+  void detach_own_renewer() noexcept {
+    std::lock_guard<std::mutex> g(renew_mutex_);
+    join_or_detach(renewer_);  // only the calling thread's own is left: detached
+    join_or_detach(retired_);
+  }
+
+  static void join_or_detach(std::thread& t) noexcept {
+    if (!t.joinable()) return;
+    try {
+      if (t.get_id() != std::this_thread::get_id()) {
+        t.join();
+        return;
+      }
+    } catch (...) {  // a deadlock the system noticed: never std::terminate
+    }
+    try {
+      if (t.joinable()) t.detach();
+    } catch (...) {
+    }
   }
 
   // Extends to the renewal lease (options().lease, or what extend() set last) at a third of it
   // after each confirmed extension; retries every lease/10 on failure until the validity
   // (whatever round set it last) runs out, then declares the hold lost.
-  void renew(hold h) {
+  void renew(hold h, std::uint64_t generation) {
     steady::time_point next = h.acquired_at + options_.lease / 3;
     std::unique_lock<std::mutex> g(renew_mutex_);
     for (;;) {
       // An extend() may bring the next turn forward (renew_by_) while we wait.
       for (;;) {
         next = std::min(next, std::exchange(renew_by_, steady::time_point::max()));
-        if (renew_cv_.wait_until(g, next, [&] { return renew_stop_ || renew_by_ < next; })) {
-          if (renew_stop_) return;
+        if (renew_cv_.wait_until(g, next, [&] { return renew_generation_ != generation || renew_by_ < next; })) {
+          if (renew_generation_ != generation) return;
           continue;
         }
         break;
@@ -720,12 +782,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       const steady::time_point now = steady::now(), valid = valid_until();
       if (!renewed && lost()) {
         mark_lost_if_current(h.token);
-        if (options_.on_lost) {
-          try {
-            options_.on_lost(name_);
-          } catch (...) {
-          }
-        }
+        run_on_lost();
         return;
       }
       next = renewed ? sent + lease / 3 : now + std::max<steady::duration>(lease / 10, std::chrono::milliseconds(1));
@@ -744,9 +801,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       r.route_key = keys_.lock;
       r.lease = options_.lease;
       r.lost_flag = &lost_;
-      r.on_lost = [this, token = current().token](const std::string& n) {
+      r.on_lost = [this, token = current().token](const std::string&) {
         mark_lost_if_current(token);  // the observer hears of it too
-        options_.on_lost(n);
+        run_on_lost();                // it may unlock() while another thread's unlock ends the watch
       };
       watchdog::registration w = first_client_->watchdog().add(std::move(r));
       std::lock_guard<std::mutex> g(watch_mutex_);
@@ -796,15 +853,55 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     detail::require_held(held_.load(std::memory_order_acquire), what, name_, "this object");
   }
 
+  // Makes the calling unlock the one that releases the current hold (a copy in `h`). False
+  // when not held (recorded), or when another unlock is releasing it: waited for (it records
+  // the outcome), except on this lock's renewal thread, which that unlock may be joining.
+  bool claim_release(hold& h) {
+    std::unique_lock<std::mutex> g(state_mutex_);
+    if (releasing_) {
+      if (waited_on() != this) released_cv_.wait(g, [&] { return !releasing_; });
+      return false;
+    }
+    if (!held_.load(std::memory_order_acquire) || hold_.token.empty()) {
+      record(release_status::not_held);
+      return false;
+    }
+    releasing_ = true;
+    h = hold_;
+    return true;
+  }
+
+  // The lock whose release may wait for the calling thread: this thread is its renewal thread,
+  // or runs its on_lost (run_on_lost); null elsewhere. An unlock() there never waits for
+  // another unlock's release (claim_release), which may be waiting for it.
+  static const void*& waited_on() noexcept {
+    thread_local const void* lock = nullptr;
+    return lock;
+  }
+
+  // Runs on_lost (set) on the calling thread, marked for claim_release (waited_on()): the
+  // callback may unlock() while another thread's unlock waits for the callback to end.
+  void run_on_lost() noexcept {
+    if (!options_.on_lost) return;
+    const void* const outer = std::exchange(waited_on(), this);
+    try {
+      options_.on_lost(name_);
+    } catch (...) {
+    }
+    waited_on() = outer;
+  }
+
   void drop_local_hold(release_status status) noexcept {
     {
       std::lock_guard<std::mutex> g(state_mutex_);
       hold_ = hold{};
       keep_lost();  // whether it had run out: lost() does not change after this
       valid_until_.store(never, std::memory_order_release);
+      held_.store(false, std::memory_order_release);
+      record(status);
+      releasing_ = false;  // unlocks waiting in claim_release() return now
     }
-    held_.store(false, std::memory_order_release);
-    record(status);
+    released_cv_.notify_all();
     gate_.unlock();
   }
 
@@ -824,7 +921,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::string lease_ms_;
   std::atomic<std::int64_t> renew_lease_ms_{0};  // what the renewals send (ms): options().lease, or extend()'s last
   mutable std::mutex state_mutex_;
-  hold hold_;  // under state_mutex_
+  hold hold_;                            // under state_mutex_
+  bool releasing_ = false;               // under state_mutex_: an unlock claimed hold_ (claim_release)
+  std::condition_variable released_cv_;  // releasing_ became false
   std::atomic<ticks> valid_until_{never};
   std::mutex extend_mutex_;  // one lease-setting round at a time (extend() and the renewal)
   std::mutex fence_mutex_;
@@ -834,9 +933,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::atomic<bool> masters_checked_{false};  // require_usable_everywhere() passed
   std::mutex renew_mutex_;
   std::condition_variable renew_cv_;
-  bool renew_stop_ = false;                                  // under renew_mutex_
+  std::uint64_t renew_generation_ = 0;                       // under renew_mutex_: the running thread's
   steady::time_point renew_by_ = steady::time_point::max();  // under renew_mutex_: an extend()'s next turn
-  std::thread renewer_;
+  std::thread renewer_, retired_;  // under renew_mutex_ (see start_renewal)
   Client* first_client_ = nullptr;  // whose watchdog watches a hold that is not renewed
   std::mutex watch_mutex_;          // after state_mutex_, never before it
   watchdog::registration watch_;    // under watch_mutex_

@@ -292,12 +292,15 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     w.waited_last = !won_first;
     if (acquired || !queued) return acquired;
     // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
-    // and otherwise leaves the queue.
-    try {
-      if (!queue_attempt(owner, count, "leave", w, sent)) return true;
-    } catch (...) {
-      leave_after_failure(owner, count, fresh, w);
-      throw;
+    // and otherwise leaves the queue. The deadline has passed: leaving has its own budget.
+    {
+      const detail::call_deadline::cleanup_budget cleanup;
+      try {
+        if (!queue_attempt(owner, count, "leave", w, sent)) return true;
+      } catch (...) {
+        leave_after_failure(owner, count, fresh, w);
+        throw;
+      }
     }
     // Out of the queue without the lock: a notice for this owner still on its way must match
     // nothing (a thread that still holds keeps its name: that hold was lost anyway).
@@ -306,6 +309,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   }
 
   void leave_after_failure(const std::string& owner, const std::string& count, bool fresh, waiting_thread& w) noexcept {
+    const detail::call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     try {
       detail::steady::time_point sent;
       if (fresh) {

@@ -322,6 +322,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       sent = *first_wait_sent;
       return true;
     };
+    // The last attempt's budget (the deadline has passed), kept by leave_after_failure() below.
+    std::optional<detail::call_deadline::cleanup_budget> leaving;
     auto acquire_now = [&] {
       bool got = detail::wait_for_release(
           client_, channel, d,
@@ -329,7 +331,11 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
           handed_over, &sub);
       // The last attempt: "leave" takes a free lock, keeps a hand-off that reached us meanwhile,
       // and otherwise leaves the queue (admitting the readers we held back).
-      if (!got && queued) got = !send_attempt(owner, "leave", side, wait, count, continues);
+      if (!got && queued) {
+        leaving.emplace();
+        got = !send_attempt(owner, "leave", side, wait, count, continues);
+        leaving.reset();
+      }
       return got;
     };
     bool acquired = false;
@@ -408,6 +414,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // to what the thread still holds, if its attempt ran: the outer read hold is never released.
   void leave_after_failure(const std::string& owner, char side, const std::string& wait, const std::string& count,
                            const std::string& continues) noexcept {
+    const detail::call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     try {
       if (continues.size() > 1) {
         run_integer(detail::shared_scripts::release_shared(),

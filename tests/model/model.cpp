@@ -645,13 +645,16 @@ class run {
 
   // After the run: a call's time beyond its limit, less the time this process was not scheduled
   // meanwhile (starved: heartbeat gaps), must stay within the slack.
-  // Timed calls (try_lock, try_lock_for) keep that slack on every topology; Sentinel and
-  // Cluster calls without a deadline get the client's own budget (topology_allowance_ms).
+  // Timed calls (try_lock, try_lock_for) keep that slack on every topology, plus the budget of
+  // a clean-up after their deadline (leaving the queue, releasing what an unanswered attempt may
+  // have taken: call_deadline::cleanup_time and one connect timeout); Sentinel and Cluster
+  // calls without a deadline get the client's own budget (topology_allowance_ms).
   void judge_deadlines() {
+    const long cleanup_ms = (redislock::detail::call_deadline::cleanup_time + cfg_.connect_timeout).count();
     for (const auto& [r, limit_ms] : deadlines_) {
       const bool timed = r.o.kind == op_kind::acquire || r.o.kind == op_kind::pause;
-      const long slack =
-          cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count() + (timed ? 0 : topology_allowance_ms());
+      const long slack = cfg_.slack_ms + (cfg_.connect_timeout + cfg_.command_timeout).count() +
+                         (timed ? cleanup_ms : topology_allowance_ms());
       const long long took_ms = (r.end_ns - r.start_ns) / 1000000;
       std::int64_t starved = 0;
       for (const auto& [a, b] : starved_)

@@ -36,6 +36,8 @@ class timed_lockable {
   /// The timed calls (try_lock, try_lock_for, try_lock_until) return by their deadline plus
   /// one connect timeout whatever the servers do: no retry of the client starts after the
   /// deadline, and each connect or command is cut to end by then (detail/call_deadline.hpp).
+  /// A clean-up after the deadline (leaving the queue, releasing what the call may hold) has
+  /// its own budget on top: call_deadline::cleanup_time plus one connect timeout.
   /// At the deadline they return false, or throw the error that kept them from finishing
   /// (connection_error, timeout_error).
   bool try_lock() { return timed_acquire(steady::now(), false); }
@@ -56,7 +58,10 @@ class timed_lockable {
   /// client's budget of one call: client: pool_wait_timeout + connect_timeout +
   /// command_timeout; cluster_client: retry_timeout + connect_timeout (retry_timeout 0: as
   /// client); sentinel_client: its retries (sentinel_options::retries).
+  /// Within a timed acquisition (min_replicas not met, a renewal that could not start) it is
+  /// that call's clean-up: its own budget, not the call's deadline (detail/call_deadline.hpp).
   void unlock() noexcept {
+    const call_deadline::cleanup_budget cleanup;
     try {
       self().unlock_and_report();
     } catch (...) {
@@ -114,8 +119,10 @@ class shared_timed_lockable {
     return timed_acquire_shared(deadline_at(deadline), true);
   }
 
-  /// Drops one shared hold. Never throws; the outcome is kept in last_release().
+  /// Drops one shared hold. Never throws; the outcome is kept in last_release(). Within a
+  /// timed acquisition it is that call's clean-up, as unlock().
   void unlock_shared() noexcept {
+    const call_deadline::cleanup_budget cleanup;
     try {
       self().unlock_shared_and_report();
     } catch (...) {

@@ -224,12 +224,15 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       return false;
     }
     // The last attempt: "leave" takes a free hold, keeps a hand-off that reached us meanwhile,
-    // and otherwise leaves the queue.
-    try {
-      if (!self().attempt_leave()) return true;  // a hand-off reached us meanwhile
-    } catch (...) {
-      leave_after_failure();
-      throw;
+    // and otherwise leaves the queue. The deadline has passed: leaving has its own budget.
+    {
+      const call_deadline::cleanup_budget cleanup;
+      try {
+        if (!self().attempt_leave()) return true;  // a hand-off reached us meanwhile
+      } catch (...) {
+        leave_after_failure();
+        throw;
+      }
     }
     // Out of the queue without the hold: nothing can be handed to this token any more, and a
     // notice for it that is still on its way must match nothing.
@@ -289,6 +292,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   }
 
   void leave_after_failure() noexcept {
+    const call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     try {
       // We are failing: a hand-off that reached us meanwhile is passed on.
       if (!self().attempt_leave()) pass_on_handoff();
@@ -310,6 +314,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   // errors are swallowed) hands it on now, to the longest waiting live waiter (maybe us).
   template <class Notices>
   void release_stale_notices(const Notices& notices) noexcept {
+    const call_deadline::cleanup_budget cleanup;
     const std::string ours = tokens_.id() + ":";
     for (const std::string& token : notices) {
       if (token == token_ || token.compare(0, ours.size(), ours) != 0) continue;
@@ -326,6 +331,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   // token the object may never use again (it may be destroyed by the unwinding); a new token
   // keeps a late reply or notice about the old one from counting as ours.
   void release_unheard_attempt() noexcept {
+    const call_deadline::cleanup_budget cleanup;
     try {
       self().send_release();
     } catch (...) {
@@ -354,6 +360,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
 
   // Releases a hold that a failing wait claimed, keeping the gate (acquire() owns it).
   void pass_on_handoff() {
+    const call_deadline::cleanup_budget cleanup;
     held_.store(false, std::memory_order_release);
     lease_.stop();
     self().send_release();
