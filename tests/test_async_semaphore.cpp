@@ -742,7 +742,8 @@ std::vector<async_kind_case> async_kind_cases() {
     return got;
   };
   return {
-      {"mutex", mutex_take, [=](redislock::client& c, const std::string& n) { return try_once(redislock::mutex(c, n)); }},
+      {"mutex", mutex_take,
+       [=](redislock::client& c, const std::string& n) { return try_once(redislock::mutex(c, n)); }},
       {"semaphore", semaphore_take,
        [=](redislock::client& c, const std::string& n) { return try_once(redislock::semaphore(c, n, 1)); }},
       {"shared write", write_take,

@@ -125,8 +125,7 @@ template <class Lock, class Side = exclusive_side<Lock>>
 struct lock_scene : rival_hold<Lock> {
   template <class... Extra>
   explicit lock_scene(client& pool, Extra&&... extra)
-      : rival_hold<Lock>(pool, "t-" + std::to_string(++round), extra...),
-        waiter(other, this->rival.name(), extra...) {}
+      : rival_hold<Lock>(pool, "t-" + std::to_string(++round), extra...), waiter(other, this->rival.name(), extra...) {}
   void arm() {}
   bool waiting() { return view.queued(this->rival.key()) > 0; }
   template <class D>
@@ -334,14 +333,14 @@ void expect_at_once(Scene& s, D d, bool expected) {
   EXPECT_LT(steady::now() - start, kAtOnce);
 }
 
-using scenes = ::testing::Types<mutex_scene, fair_mutex_scene, reentrant_scene, shared_write_scene, shared_read_scene,
-                                semaphore_scene, campaign_scene, redlock_scene, latch_scene, watch_scene
+using scenes =
+    ::testing::Types<mutex_scene, fair_mutex_scene, reentrant_scene, shared_write_scene, shared_read_scene,
+                     semaphore_scene, campaign_scene, redlock_scene, latch_scene, watch_scene
 #ifdef REDISLOCK_TEST_ASYNC
-                                ,
-                                async_mutex_scene, async_semaphore_scene, async_shared_write_scene,
-                                async_shared_read_scene
+                     ,
+                     async_mutex_scene, async_semaphore_scene, async_shared_write_scene, async_shared_read_scene
 #endif
-                                >;
+                     >;
 TYPED_TEST_SUITE(TimedMembers, scenes);
 
 // Zero is one look: false at once where the call would have to wait, true at once where it need not.

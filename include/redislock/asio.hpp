@@ -987,7 +987,7 @@ void async_lock_core::start_hold(const hold_ptr& h) {
 }
 
 lease_clock::ticket async_lock_core::sending_lease(const hold_ptr& h, steady::time_point sent,
-                                                  std::chrono::milliseconds lease) {
+                                                   std::chrono::milliseconds lease) {
   if (h->released) return 0;
   const lease_clock::ticket t = h->clock.sending(sent, lease);
   if (h->is_lost()) return t;
@@ -1023,9 +1023,10 @@ void async_lock_core::renew(const hold_ptr& h) {
   const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
   const lease_clock::ticket ticket = sending_lease(h, sent, lease);
   run(kind_->extend(keys_, h->token, ms), [h, sent, lease, ticket](redisReply* r) {
-    const int answer = r == nullptr                                                       ? -1
-                       : r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1) ? static_cast<int>(r->integer)
-                                                                                        : -2;
+    const int answer = r == nullptr ? -1
+                       : r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)
+                           ? static_cast<int>(r->integer)
+                           : -2;
     notify([&](lock_observer& o) {
       renewed_event e;
       e.batch = 1;

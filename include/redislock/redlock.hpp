@@ -109,7 +109,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       throw invalid_argument("redlock: instance_timeout + drift must be shorter than the lease");
     if constexpr (!detail::has_watchdog<Client>::value) {
       if (options_.on_lost && !options_.auto_renew)
-        throw invalid_argument("redlock: on_lost without auto_renew needs a Client with watchdog() (it watches the validity)");
+        throw invalid_argument(
+            "redlock: on_lost without auto_renew needs a Client with watchdog() (it watches the validity)");
     }
     lease_ms_ = std::to_string(options_.lease.count());
     first_client_ = pointers.front();
@@ -935,11 +936,11 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::condition_variable renew_cv_;
   std::uint64_t renew_generation_ = 0;                       // under renew_mutex_: the running thread's
   steady::time_point renew_by_ = steady::time_point::max();  // under renew_mutex_: an extend()'s next turn
-  std::thread renewer_, retired_;  // under renew_mutex_ (see start_renewal)
-  Client* first_client_ = nullptr;  // whose watchdog watches a hold that is not renewed
-  std::mutex watch_mutex_;          // after state_mutex_, never before it
-  watchdog::registration watch_;    // under watch_mutex_
-  std::unique_ptr<detail::quorum<Client>> quorum_;  // last: its threads are joined first
+  std::thread renewer_, retired_;                            // under renew_mutex_ (see start_renewal)
+  Client* first_client_ = nullptr;                           // whose watchdog watches a hold that is not renewed
+  std::mutex watch_mutex_;                                   // after state_mutex_, never before it
+  watchdog::registration watch_;                             // under watch_mutex_
+  std::unique_ptr<detail::quorum<Client>> quorum_;           // last: its threads are joined first
 };
 
 using redlock = basic_redlock<client>;

@@ -78,8 +78,8 @@ namespace redislock {
 
 /// What a lock kind hands the watchdog to renew one acquisition.
 struct renewal_request {
-  std::string name;                    ///< the lock's name, passed to on_lost
-  std::string route_key;               ///< the key the client routes by (the lock's keys share its hash tag)
+  std::string name;       ///< the lock's name, passed to on_lost
+  std::string route_key;  ///< the key the client routes by (the lock's keys share its hash tag)
   /// Owner-checked; replies 1 renewed, 0 not ours. Must outlive the registration. None: a
   /// watch (no renewals; on_lost once the end given by registration::lasts_until passes).
   const script* extend = nullptr;
@@ -162,7 +162,8 @@ class watchdog {
     pause& operator=(const pause&) = delete;
     /// Resumes as after an extend without an answer.
     ~pause() {
-      if (owner_ != nullptr) owner_->resume(entry_, steady::time_point::max(), std::chrono::milliseconds(0), -1, ticket_);
+      if (owner_ != nullptr)
+        owner_->resume(entry_, steady::time_point::max(), std::chrono::milliseconds(0), -1, ticket_);
     }
     /// The extend sent at `sent` with `lease` renewed the lease (answer 1), found it gone (0),
     /// or got no answer (-1: it may still run). From now on the renewals send `lease` (when the
@@ -456,7 +457,7 @@ class watchdog {
   }
 
   detail::lease_clock::ticket sending(const entry_ptr& e, steady::time_point sent,
-                                     std::chrono::milliseconds lease) noexcept {
+                                      std::chrono::milliseconds lease) noexcept {
     std::lock_guard<std::mutex> g(m_);
     if (e->cancelled || e->lost || lease.count() <= 0) return 0;
     detail::lease_clock::ticket t = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// Options (auto_renew, or a hold that is only watched) whose on_lost is observed: how often it ran, with which name and when
-// it first ran, and a bounded wait for that first call.
+// Options (auto_renew, or a hold that is only watched) whose on_lost is observed: how often it ran, with which name and
+// when it first ran, and a bounded wait for that first call.
 
 #include <redislock/lock_options.hpp>
 

@@ -97,7 +97,7 @@ class lease_clock {
 
   steady::time_point from_{steady::time_point::min()}, base_{steady::time_point::max()};
   ms counted_ = ms::max();
-  ms shortest_unanswered_ = ms::max();                          // none: max
+  ms shortest_unanswered_ = ms::max();                            // none: max
   std::vector<std::pair<ticket, steady::time_point>> in_flight_;  // each one's send time + lease
   ticket last_ticket_ = 0;
 };

@@ -46,7 +46,8 @@ template <class Client>
 void require_watchdog_if_renewing(const lock_options& o) {
   if constexpr (!has_watchdog<Client>::value) {
     if (o.auto_renew) throw invalid_argument("auto_renew needs a Client with watchdog() (see client.hpp)");
-    if (o.on_lost) throw invalid_argument("on_lost needs a Client with watchdog() (see client.hpp): it watches the lease");
+    if (o.on_lost)
+      throw invalid_argument("on_lost needs a Client with watchdog() (see client.hpp): it watches the lease");
   }
 }
 
@@ -200,7 +201,8 @@ class lease_keeper {
         renews_ = o.auto_renew;
         if (!renews_) {
           const ticks until = valid_until_.load();
-          if (until != never) renewal_.lasts_until(std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until)));
+          if (until != never)
+            renewal_.lasts_until(std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until)));
         }
       } catch (...) {
         valid_until_.store(never, std::memory_order_release);
@@ -231,7 +233,7 @@ class lease_keeper {
   /// the same hold).
   template <class Send>
   bool extend(std::chrono::milliseconds lease, Send&& send) {
-    watchdog::pause paused = hold_back();  // empty unless renewed
+    watchdog::pause paused = hold_back();                                                 // empty unless renewed
     const std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();  // before: conservative
     // The server may run it at once: it counts from now. A renewed hold whose renewals could not
     // be held back (found lost, or an on_lost asking while another extend holds them) counts
