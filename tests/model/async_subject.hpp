@@ -8,8 +8,14 @@
 // The async API's members map onto the subject's: try_lock is async_try_lock_for(0), lock is
 // async_lock, still_held asks async_remaining_lease (there is no async still_held), and
 // remaining() reports the larger of async_remaining_lease and what lease_confirmed_until()
-// (auto_renew) promises from the call's start: the optimism check then holds both to the
-// server's state.
+// promises from the call's start: the optimism check then holds both to the server's state
+// (and the lease_clock check lease_confirmed_until() itself: model.cpp).
+// Extreme durations (subjects.hpp): lock becomes async_try_lock_for(max()) of several periods,
+// try_lock async_try_lock_for(0) of them, for a third of the calls.
+//
+// broken_async_extend (a self-test): lease_confirmed_until() keeps the later of the ends before
+// and after a confirmed extend, as the async hold did before the lease clock (issue 39, item
+// 1): a shorter extend then leaves it believing in more than the server keeps.
 
 #include "subjects.hpp"
 
@@ -20,6 +26,7 @@
 
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -58,18 +65,23 @@ class async_server_error : public redislock::reply_error {
   using redislock::reply_error::reply_error;
 };
 
-class async_mutex_subject final : public subject {
+class async_mutex_subject : public subject {
  public:
   async_mutex_subject(redislock::async_client& c, const std::string& name, const redislock::lock_options& o)
       : mutex_(c, name, o) {}
 
   bool acquire(acquire_mode mode, milliseconds timeout, bool) override {
+    const int variant = std::exchange(variant_, 0);
+    const bool extreme = variant > 0 && mode != acquire_mode::try_for, zero = mode == acquire_mode::try_once;
     auto [e, h] = wait<redislock::async_hold>([&](auto done) {
-      if (mode == acquire_mode::block) mutex_.async_lock(std::move(done));
-      else mutex_.async_try_lock_for(mode == acquire_mode::try_once ? milliseconds(0) : timeout, std::move(done));
+      if (extreme) with_extreme(variant, zero, [&](auto d) { mutex_.async_try_lock_for(d, std::move(done)); });
+      else if (mode == acquire_mode::block) mutex_.async_lock(std::move(done));
+      else mutex_.async_try_lock_for(zero ? milliseconds(0) : timeout, std::move(done));
     });
     raise(e);
     hold_ = std::move(h);
+    if (extreme && !zero && !hold_.owns_lock())
+      extreme_failure_ = "async_try_lock_for(" + extreme_name(variant, zero) + ") completed without the lock";
     return hold_.owns_lock();
   }
   bool extend(milliseconds lease) override {
@@ -85,7 +97,7 @@ class async_mutex_subject final : public subject {
   bool still_held() override { return server_remaining().count() > 0; }
   milliseconds remaining() override {
     const auto start = std::chrono::steady_clock::now();
-    const auto confirmed = hold_.lease_confirmed_until();
+    const auto confirmed = confirmed_until();
     const milliseconds server = server_remaining();
     if (!confirmed || *confirmed <= start) return server;
     return std::max(server, std::chrono::floor<milliseconds>(*confirmed - start));
@@ -97,6 +109,12 @@ class async_mutex_subject final : public subject {
   bool owns() const override { return hold_.owns_lock(); }
   bool lost() const override { return hold_.lost(); }
   std::string owner() const override { return hold_.token(); }
+  std::optional<std::chrono::steady_clock::time_point> confirmed_until() const override {
+    return hold_.lease_confirmed_until();
+  }
+
+ protected:
+  redislock::async_hold& current_hold() { return hold_; }
 
  private:
   // Starts an async call with a completion that hands (error, value) to this thread, and
@@ -123,6 +141,36 @@ class async_mutex_subject final : public subject {
 
   redislock::async_mutex mutex_;
   redislock::async_hold hold_;  // after the mutex: destroyed first (released in the background)
+};
+
+/// Test-only (a self-test's subject): the async mutex whose lease_confirmed_until() keeps the
+/// later end when a confirmed extend shortens it (issue 39, item 1, put back without a library
+/// edit).
+class async_extend_max_subject final : public async_mutex_subject {
+ public:
+  using async_mutex_subject::async_mutex_subject;
+  bool acquire(acquire_mode mode, milliseconds timeout, bool write) override {
+    kept_.reset();
+    return async_mutex_subject::acquire(mode, timeout, write);
+  }
+  bool extend(milliseconds lease) override {
+    const auto before = confirmed_until();
+    const bool ok = async_mutex_subject::extend(lease);
+    if (ok && before && (!kept_ || *before > *kept_)) kept_ = before;
+    return ok;
+  }
+  std::optional<std::chrono::steady_clock::time_point> confirmed_until() const override {
+    const auto real = async_mutex_subject::confirmed_until();
+    if (!real || !kept_) return real;
+    return std::max(*real, *kept_);
+  }
+  // Not lost by the clock while the kept end is ahead (the old hold's lost() read that end).
+  bool lost() const override {
+    return async_mutex_subject::lost() && !(kept_ && std::chrono::steady_clock::now() < *kept_);
+  }
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> kept_;
 };
 
 }  // namespace redislock_model

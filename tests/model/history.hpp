@@ -157,7 +157,10 @@ enum class kind {
   broken_optimistic,
   broken_deaf,
   broken_redlock_extend,
-  broken_semaphore  // admits one holder more than semaphore_permits
+  broken_semaphore,    // admits one holder more than semaphore_permits
+  broken_unrenewed,    // without auto_renew: no lease_confirmed_until(), never lost() by the clock
+  broken_never_lost,   // without auto_renew: its lease_confirmed_until(), but never lost() by the clock
+  broken_async_extend  // the async mutex keeping the later lease end when an extend shortens it
 };
 
 inline const char* to_string(kind k) {
@@ -175,6 +178,9 @@ inline const char* to_string(kind k) {
     case kind::broken_deaf: return "broken_deaf";
     case kind::broken_redlock_extend: return "broken_redlock_extend";
     case kind::broken_semaphore: return "broken_semaphore";
+    case kind::broken_unrenewed: return "broken_unrenewed";
+    case kind::broken_never_lost: return "broken_never_lost";
+    case kind::broken_async_extend: return "broken_async_extend";
   }
   return "?";
 }

@@ -4,7 +4,8 @@
 //                   [--threads 4] [--names 2] [--ops 30] [--lease-ms 500] [--no-faults]
 //                   [--kind mutex|fair_mutex|reentrant|shared|redlock|semaphore|async_mutex|
 //                           election|broken_stealing|broken_optimistic|broken_deaf|
-//                           broken_redlock_extend|broken_semaphore]
+//                           broken_redlock_extend|broken_semaphore|broken_unrenewed|
+//                           broken_never_lost|broken_async_extend]
 //                   [--no-extend-shorter] [--slack-ms 150] [--shrink-seconds 120] [--reruns 3]
 //                   [--stop-on-finding] [--verbose] [--run-timeout-seconds 120] [--repeat 1]
 //                   [--mixed-kinds] [--processes 0]
@@ -27,6 +28,17 @@
 //               master data loss, a failover that may lose writes);
 //   early_loss  the server never answers "not yours" (extend false, still_held false,
 //               release lease_expired) to a hold before its certain bound ends;
+//   lease_clock every hold seen with owns_lock() && !lost() (after each of its calls): without
+//               auto_renew it has a lease_confirmed_until(), no later than the end of its last
+//               confirmed acquisition or extend + that lease; with or without renewal, once
+//               lease_confirmed_until() has passed lost() is true, and (after remaining,
+//               still_held and pause) the server, looked at right after on an independent
+//               connection, keeps the lease at least until lease_confirmed_until() - 2 ms
+//               (Redlock: a majority), unless the hold is lost() by then or revoked;
+//   extreme     a third of the lock() calls are try_lock_for(max()) of several periods (the
+//               election first waits for a change with wait_for_change_for(max())), which must
+//               never return false; a third of the try_lock() calls try_lock_for(0), held to
+//               try_lock's deadline (subjects.hpp, extreme_variant);
 //   fence       tokens of certainly-valid holds of one name increase with time;
 //   deadline    every call returns within its deadline (try_lock_for) + slack, every other
 //               call (but lock()) within the slack: connect + command timeout + --slack-ms;
@@ -61,6 +73,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -104,9 +117,10 @@ struct config {
 }
 
 kind kind_named(const std::string& s) {
-  for (kind k : {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::semaphore,
-                 kind::async_mutex, kind::election, kind::broken_stealing, kind::broken_optimistic, kind::broken_deaf,
-                 kind::broken_redlock_extend, kind::broken_semaphore})
+  for (kind k :
+       {kind::mutex, kind::fair_mutex, kind::reentrant, kind::shared, kind::redlock, kind::semaphore, kind::async_mutex,
+        kind::election, kind::broken_stealing, kind::broken_optimistic, kind::broken_deaf, kind::broken_redlock_extend,
+        kind::broken_semaphore, kind::broken_unrenewed, kind::broken_never_lost, kind::broken_async_extend})
     if (s == to_string(k)) return k;
   usage("unknown kind " + s);
 }
@@ -163,10 +177,10 @@ config parse(int argc, char** argv) {
       usage("kind " + c.forced_kind + (is_redlock(k) ? " needs --topology redlock" : " does not run on Redlock"));
     if (is_broken(k) && c.shape.where != topology::single && c.shape.where != topology::redlock)
       usage("the broken kinds run on one server or Redlock");
-    if (k == kind::async_mutex && c.shape.where != topology::single)
+    if (is_async(k) && c.shape.where != topology::single)
       usage("the async mutex runs on one server (async_client has no Sentinel or Cluster variant)");
 #ifndef REDISLOCK_MODEL_ASYNC
-    if (k == kind::async_mutex) usage("this redislock_model was built without asio: no async_mutex");
+    if (is_async(k)) usage("this redislock_model was built without asio: no async_mutex");
 #endif
   }
   if (c.replay && !c.seed_given) usage("--replay needs --seed");
@@ -423,7 +437,7 @@ class run {
         observers_[t].plain.push_back(std::make_unique<redislock::client>(direct));
       }
 #ifdef REDISLOCK_MODEL_ASYNC
-      if (std::count(kinds_.begin(), kinds_.end(), kind::async_mutex) > 0) {
+      if (std::count_if(kinds_.begin(), kinds_.end(), is_async) > 0) {
         if (!async_) async_ = std::make_unique<async_runtime>();
         redislock::async_client_options o;
         o.connection = clients_[t].plain.front()->options().connection;  // through the thread's proxy
@@ -511,6 +525,9 @@ class run {
     std::unique_ptr<subject> s;
     bool auto_renew = false;
     int hold = -1;  // index in log_.holds while held
+    // The end of the last confirmed call that set the lease (acquisition, extend, nested
+    // acquisition) + that lease: no lease_confirmed_until() without renewal may be later.
+    std::int64_t clock_bound_ns = 0;
   };
 
   void thread_body(std::size_t t) {
@@ -602,6 +619,8 @@ class run {
 #ifdef REDISLOCK_MODEL_ASYNC
     if (k == kind::async_mutex)
       return std::make_unique<async_mutex_subject>(*clients_[t].async, name_of(name), options_for(k, auto_renew));
+    if (k == kind::broken_async_extend)
+      return std::make_unique<async_extend_max_subject>(*clients_[t].async, name_of(name), options_for(k, auto_renew));
 #endif
     if (!clients_[t].plain.empty())
       return make_subject(k, clients_of(t), name_of(name), options_for(k, auto_renew),
@@ -757,8 +776,12 @@ class run {
       switch (o.kind) {
         case op_kind::acquire: {
           if (o.mode == acquire_mode::try_for) limit_ms = o.arg_ms;
+          const int variant = extreme_variant(o.thread, o.index, o.name);
+          s->set_variant(variant);
           const bool ok = s->acquire(o.mode, milliseconds(o.arg_ms), o.write);
           r.outcome = ok ? "true" : "false";
+          if (variant > 0)
+            r.outcome += std::string(" (") + extreme_name(variant, o.mode == acquire_mode::try_once) + ")";
           break;
         }
         case op_kind::extend: {
@@ -812,6 +835,10 @@ class run {
       }
     }
     r.end_ns = now_ns();
+    // An unbounded wait that gave up (also when the call threw after it).
+    if (const std::string failed = o.kind == op_kind::acquire ? s->take_extreme_failure() : ""; !failed.empty())
+      add_finding("extreme",
+                  describe(o) + ": " + failed + " (" + at(r.start_ns) + ".." + at(r.end_ns) + ", " + r.outcome + ")");
     if (o.kind == op_kind::extend && sl.hold >= 0) {
       std::lock_guard<std::mutex> g(m_);
       hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
@@ -838,6 +865,10 @@ class run {
     if (sl.hold >= 0 && ((o.kind == op_kind::extend && r.outcome == "true") || nested)) {
       // The server set the lease at some time in the call: certainly ours from its end.
       const long lease_ms = nested || sl.auto_renew ? cfg_.shape.lease_ms : o.arg_ms;
+      // The lease clock counts from the last confirmed call (a nested acquisition may leave
+      // a longer lease in place: the larger end then).
+      const std::int64_t end = r.end_ns + (nested ? cfg_.shape.lease_ms : o.arg_ms) * 1000000LL;
+      sl.clock_bound_ns = nested ? std::max(sl.clock_bound_ns, end) : end;
       std::lock_guard<std::mutex> g(m_);
       hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
       h.caps.push_back({r.start_ns, r.end_ns, until(r.start_ns, lease_ms), false});
@@ -865,6 +896,7 @@ class run {
           {sl.hold, static_cast<int>(t), o.index, static_cast<std::uint64_t>(r.value), r.start_ns, r.end_ns});
     }
     if (o.kind == op_kind::remaining && r.value > 0 && s->owns() && !s->lost()) check_optimism(t, r, sl, *s, k);
+    if (s && s->owns()) check_clock(t, r, sl, *s, k);
     r.hold = sl.hold >= 0 ? sl.hold : r.hold;
     if (depth_before > 0 && depth_after == 0) end_hold(sl, r);
     push(r);
@@ -882,6 +914,7 @@ class run {
     h.certain.emplace_back(r.end_ns, until(r.start_ns, cfg_.shape.lease_ms));
     h.longest_lease_ms = cfg_.shape.lease_ms;
     h.first_op = h.last_op = o.index;
+    sl.clock_bound_ns = r.end_ns + lease_ns_;
     try {
       h.owner = s.owner();
     } catch (...) {
@@ -905,15 +938,16 @@ class run {
     }
   }
 
-  // Invariant 2: the server, read right after on an independent connection, has at least r - eps.
-  void check_optimism(std::size_t t, const record& r, const slot& sl, subject& s, kind k) {
+  // What the server, read now on an independent connection, keeps of this hold's lease (ms;
+  // Redlock: what a majority of masters keeps; LLONG_MAX: no expiry), and what it saw. nullopt
+  // when no look was possible (a crash finding, unless a failover or slot move is settling).
+  std::optional<long long> server_left(std::size_t t, int name, subject& s, kind k, std::string& seen) {
     const std::string owner = s.owner();
     long long server_ms = 0;
-    std::string seen;
     try {
       if (is_redlock(k)) {
         // Validity r promises a majority holds our key for r more: count the masters that do.
-        const std::string key = "model:{" + name_of(r.o.name) + "}";
+        const std::string key = "model:{" + name_of(name) + "}";
         std::vector<long long> left;
         for (auto& c : observers_[t].plain) {
           try {
@@ -933,7 +967,7 @@ class run {
       } else {
         const redislock::lock_info info = observe([&] {
           return observers_[t].with(
-              [&](auto& c) { return redislock::inspect(c, name_of(r.o.name), options_for(k, false)); });
+              [&](auto& c) { return redislock::inspect(c, name_of(name), options_for(k, false)); });
         });
         for (const auto& holder : info.holders)
           if (holder.owner == owner && (holder.role == "reader") == !s.writing())
@@ -943,10 +977,18 @@ class run {
     } catch (const std::exception& e) {
       // While a failover or slot move settles, the observer's client may not reach the master
       // either: no look, no check.
-      if (topology_unsettled()) return;
-      add_finding("crash", std::string("observer failed: ") + e.what());
-      return;
+      if (!topology_unsettled()) add_finding("crash", std::string("observer failed: ") + e.what());
+      return std::nullopt;
     }
+    return server_ms;
+  }
+
+  // Invariant 2: the server, read right after on an independent connection, has at least r - eps.
+  void check_optimism(std::size_t t, const record& r, const slot& sl, subject& s, kind k) {
+    std::string seen;
+    const auto left = server_left(t, r.o.name, s, k, seen);
+    if (!left) return;
+    const long long server_ms = *left;
     const std::int64_t observed = now_ns();
     const long long eps_ms = (observed - r.start_ns) / 1000000 + 2;
     if (server_ms >= r.value - eps_ms) return;
@@ -961,6 +1003,53 @@ class run {
                                 ", the server had " + std::to_string(server_ms) + " ms (" + seen + ") at " +
                                 at(observed) + ", eps " + std::to_string(eps_ms) + " ms; " +
                                 describe_hold(log_, h, t0_));
+  }
+
+  // The lease clock (issue 39, items 1 and 2), after each call of a hold seen with owns_lock():
+  // while !lost(), a hold without auto_renew has a lease_confirmed_until(), no later than the end
+  // of its last confirmed acquisition or extend + that lease (the library counts from the send,
+  // which is earlier); once it has passed, lost() is true; and after remaining, still_held and
+  // pause, the server (an independent look) keeps the lease at least until then.
+  void check_clock(std::size_t t, const record& r, const slot& sl, subject& s, kind k) {
+    if (sl.hold < 0) return;
+    const std::int64_t before = now_ns();
+    const auto confirmed = s.confirmed_until();
+    if (s.lost()) return;
+    auto finding = [&](const std::string& what) {
+      std::lock_guard<std::mutex> g(m_);
+      log_.findings.push_back(
+          {"lease_clock", "after " + describe(r.o) + " (" + at(r.start_ns) + ".." + at(r.end_ns) + "), " + what + "; " +
+                              describe_hold(log_, log_.holds[static_cast<std::size_t>(sl.hold)], t0_)});
+    };
+    if (!confirmed) {
+      if (!sl.auto_renew) finding("owns_lock() && !lost() without auto_renew, and no lease_confirmed_until()");
+      return;
+    }
+    const std::int64_t until_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(confirmed->time_since_epoch()).count();
+    if (until_ns <= before) {
+      finding("lease_confirmed_until() " + at(until_ns) + " had passed at " + at(before) + ", lost() still false");
+      return;
+    }
+    if (!sl.auto_renew && until_ns > sl.clock_bound_ns + 1000000LL) {
+      finding("lease_confirmed_until() " + at(until_ns) +
+              " is after the end of its last confirmed acquisition or extend + that lease, " + at(sl.clock_bound_ns));
+      return;
+    }
+    if (r.o.kind != op_kind::remaining && r.o.kind != op_kind::still_held && r.o.kind != op_kind::pause) return;
+    std::string seen;
+    const auto left = server_left(t, r.o.name, s, k, seen);
+    if (!left) return;
+    const std::int64_t observed = now_ns();
+    const long long left_ms = std::min<long long>(*left, 1000LL * 1000 * 1000);
+    if (until_ns <= observed + left_ms * 1000000LL + 2000000LL) return;
+    if (s.lost()) return;  // known lost by now
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (revoked(log_, r.o.name, log_.holds[static_cast<std::size_t>(sl.hold)].acquire_start_ns, observed)) return;
+    }
+    finding("lease_confirmed_until() " + at(until_ns) + ", the server kept " + std::to_string(*left) + " ms (" + seen +
+            ") at " + at(observed) + ": until " + at(observed + left_ms * 1000000LL));
   }
 
   // ---- the faults -----------------------------------------------------------------------
@@ -1223,7 +1312,7 @@ class run {
   void check_wrong_type() {
     for (const auto& r : log_.records) {
       // The async API reports another kind's key as async_errc::server_error (async_subject.hpp).
-      const bool async = kind_of(static_cast<std::size_t>(r.o.thread), r.o.name) == kind::async_mutex;
+      const bool async = is_async(kind_of(static_cast<std::size_t>(r.o.thread), r.o.name));
       if (r.outcome != "error:wrong_type_error" && !(async && r.outcome == "error:server_error")) continue;
       ++log_.wrong_types;
       const int family = family_of(kind_of(static_cast<std::size_t>(r.o.thread), r.o.name));
@@ -1360,8 +1449,11 @@ void print_records(const outcome& o) {
 }
 
 std::string summary(const config& cfg, std::uint64_t seed, const history& h, const run_log& log) {
-  std::size_t executed = 0, skipped = 0;
-  for (const auto& r : log.records) (r.outcome == "skip" ? skipped : executed)++;
+  std::size_t executed = 0, skipped = 0, extremes = 0;
+  for (const auto& r : log.records) {
+    (r.outcome == "skip" ? skipped : executed)++;
+    if (r.o.kind == op_kind::acquire && r.outcome.find(" (") != std::string::npos) ++extremes;
+  }
   std::string faults;
   int fault_count = 0;
   for (const auto& [k, n] : log.faults_by_kind) {
@@ -1377,11 +1469,11 @@ std::string summary(const config& cfg, std::uint64_t seed, const history& h, con
   char b[1536];
   std::snprintf(b, sizeof b,
                 "model: seed=%llu topology=%s kinds=%s threads=%zu ops=%zu executed=%zu skipped=%zu holds=%zu "
-                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d failover_overlaps=%d unplanned_failovers=%d "
-                "wrong_types=%d findings=%zu%s %s",
+                "faults=%d (%s) max_overrun_ms=%lld (%s) waits_checked=%d extremes=%zu failover_overlaps=%d "
+                "unplanned_failovers=%d wrong_types=%d findings=%zu%s %s",
                 (unsigned long long)seed, to_string(cfg.shape.where), kinds.c_str(), h.threads.size(), h.op_count(),
                 executed, skipped, log.holds.size(), fault_count, faults.empty() ? "none" : faults.c_str(),
-                log.max_overrun_ms, log.max_overrun_op.c_str(), log.waits_checked, log.failover_overlaps,
+                log.max_overrun_ms, log.max_overrun_op.c_str(), log.waits_checked, extremes, log.failover_overlaps,
                 log.unplanned_failovers, log.wrong_types, log.findings.size(), findings.c_str(),
                 log.findings.empty() ? "PASS" : "FAIL");
   return b;
@@ -1440,8 +1532,8 @@ history shrink(const config& cfg, servers& srv, const history& full, std::uint64
 // The invariant a failing run is shrunk for: safety first (two holders), then the rest.
 std::string first_by_priority(const run_log& log) {
   const auto found = invariants_of(log);
-  for (const char* i :
-       {"overlap", "fence", "early_loss", "optimism", "deadline", "liveness", "contract", "wrong_type", "leak"})
+  for (const char* i : {"overlap", "fence", "early_loss", "optimism", "lease_clock", "extreme", "deadline", "liveness",
+                        "contract", "wrong_type", "leak"})
     if (found.count(i)) return i;
   return log.findings.front().invariant;
 }
