@@ -129,7 +129,7 @@ std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_
   using handler_t = std::decay_t<Handler>;
   auto ex = asio::get_associated_executor(handler, fallback);
   struct state {
-    state(handler_t&& h, decltype(ex) e) : h(std::move(h)), work(e) {}
+    state(handler_t&& handler_in, decltype(ex) e) : h(std::move(handler_in)), work(e) {}
     std::optional<handler_t> h;
     asio::executor_work_guard<decltype(ex)> work;
   };
@@ -530,9 +530,9 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   void schedule_renewal(const hold_ptr& h, steady::time_point at) {
     h->renew_timer->expires_at(at);
     h->renew_timer->async_wait([w = std::weak_ptr<async_hold_state>(h)](const asio::error_code& e) {
-      auto h = w.lock();
-      if (e || !h || h->released) return;
-      h->core->renew(h);
+      auto held = w.lock();
+      if (e || !held || held->released) return;
+      held->core->renew(held);
     });
   }
   // The renewal found the lease gone (or the clock says it may be): lost, reported once.
@@ -1370,7 +1370,7 @@ class async_lock_object {
           if (slot.is_connected()) {
             slot.assign([w = std::weak_ptr<async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
               asio::post(strand, [w] {
-                if (auto op = w.lock()) op->cancel();
+                if (auto pending = w.lock()) pending->cancel();
               });
             });
           }
