@@ -8,7 +8,8 @@
 inline const char* server_url_from_env() {
   if (const char* url = std::getenv("REDISLOCK_URL")) return url;
   if (const char* uri = std::getenv("REDISLOCK_URI")) {
-    std::fprintf(stderr, "note: REDISLOCK_URI is deprecated and will be ignored in a later version; set REDISLOCK_URL\n");
+    std::fprintf(stderr,
+                 "note: REDISLOCK_URI is deprecated and will be ignored in a later version; set REDISLOCK_URL\n");
     return uri;
   }
   return nullptr;
