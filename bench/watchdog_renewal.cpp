@@ -1,10 +1,11 @@
 // How the one watchdog thread renews many auto_renew locks: round trips and time per tick.
 // Usage: watchdog_renewal [--locks N] [--lease-ms L] [--rounds R] [redis://host:port]
-//        (default URI: $REDISLOCK_URI, then redis://127.0.0.1:6379; use a throwaway server:
+//        (default URI: $REDISLOCK_URL, then redis://127.0.0.1:6379; use a throwaway server:
 //         it counts EVALSHA calls in INFO commandstats, so nothing else should run EVALSHA.)
 // Acquires N locks with auto_renew, waits for one warm-up round, then for each of R rounds (N renewals) prints the
 // watchdog's ticks, pipelined batches, EVALSHA calls seen by the server, and tick durations.
 #include <redislock/redislock.hpp>
+#include "../examples/server_url.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,7 @@ long long evalsha_calls(client& c) {
 int main(int argc, char** argv) {
   std::size_t n = 10000, rounds = 5;
   long lease_ms = 6000;
-  const char* uri = std::getenv("REDISLOCK_URI");
+  const char* uri = server_url_from_env();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--locks") && i + 1 < argc) n = std::stoul(argv[++i]);
     else if (!std::strcmp(argv[i], "--lease-ms") && i + 1 < argc) lease_ms = std::stol(argv[++i]);

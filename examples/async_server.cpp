@@ -3,8 +3,9 @@
 // writes it back, under the distributed lock "stock", so neither the handlers interleaving on
 // this loop nor other processes running the same server oversell. The program also plays the
 // clients: 8 connections, 25 requests each, against 100 items in stock.
-// Usage: async_server [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: async_server [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/asio.hpp>
+#include "server_url.hpp"
 
 #include <asio/buffer.hpp>
 #include <asio/co_spawn.hpp>
@@ -82,7 +83,7 @@ awaitable<int> customer(tcp::endpoint server, int requests) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   asio::io_context io;
   redislock::async_client redis(io.get_executor(), {redislock::parse_uri(uri ? uri : "redis://127.0.0.1:6379")});
   redislock::async_mutex lock(redis, "stock");

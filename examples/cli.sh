@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The redislock command-line tool from shell jobs: run a command under a lock, look at it,
 # and see that a second run on the same name waits or gives up.
-# Usage: cli.sh   (uses $REDISLOCK_URL or $REDISLOCK_URI for the server; $REDISLOCK_CLI or
-#                  `redislock` on PATH for the tool)
+# Usage: cli.sh   (uses $REDISLOCK_URL for the server, or the deprecated $REDISLOCK_URI;
+#                  $REDISLOCK_CLI or `redislock` on PATH for the tool)
 set -euo pipefail
 redislock=${REDISLOCK_CLI:-redislock}
+if [ -z "${REDISLOCK_URL:-}" ] && [ -n "${REDISLOCK_URI:-}" ]; then
+  echo "note: REDISLOCK_URI is deprecated and will be ignored in a later version; set REDISLOCK_URL" >&2
+fi
 export REDISLOCK_URL=${REDISLOCK_URL:-${REDISLOCK_URI:-redis://127.0.0.1:6379}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

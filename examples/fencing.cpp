@@ -1,8 +1,9 @@
 // Fencing tokens: a lease alone cannot stop a holder that was paused (GC, swapped out, a
 // stalled VM) past its lease from writing after someone else took the lock. The storage must
 // reject the late write; the lock's fencing token makes that possible.
-// Usage: fencing [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: fencing [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -53,7 +54,7 @@ return 1
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
   fenced_store ledger(redis, "fencing-example:{ledger}");
   redislock::lock_options short_lease;

@@ -2,8 +2,9 @@
 // when the lock is taken away anyway (here an operator force-releases it; in production a
 // partition or a paused process), on_lost fires, lost() turns true, and the stale holder's
 // fencing token no longer passes the storage's check.
-// Usage: lease_loss [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: lease_loss [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <chrono>
 #include <condition_variable>
@@ -12,7 +13,7 @@
 #include <mutex>
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
 
   std::mutex m;

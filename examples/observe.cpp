@@ -2,9 +2,10 @@
 // and per hold forwarded to a tracer of your own (OpenTelemetry's, in a real program: see
 // docs/observability.md). Four threads contend for three names; the metrics are printed at
 // the end (docs/observability.md shows this program's output).
-// Usage: observe [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: observe [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/observe/prometheus.hpp>
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -150,7 +151,7 @@ class fan_out : public redislock::lock_observer {
 };
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
 
   redislock::prometheus_options options;

@@ -1,7 +1,8 @@
 // A reentrant lock: a thread that holds it may lock it again (nested calls that each guard
 // the same resource), and other threads and processes wait until the outermost unlock.
-// Usage: reentrant [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: reentrant [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -31,7 +32,7 @@ void transfer_fee_and_amount(int amount) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
   redislock::reentrant_mutex lock(redis, "account:42");
   account_lock = &lock;

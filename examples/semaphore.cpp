@@ -1,8 +1,9 @@
 // A semaphore: at most N holders of one name at a time, across threads and processes. Here
 // eight workers share three permits for "calls to a rate-limited API"; each permit has its own
 // lease, so a worker that crashed would give its permit back when its lease ends.
-// Usage: semaphore [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: semaphore [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +14,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
   constexpr int permits = 3, workers = 8, calls_each = 5;
 

@@ -1,6 +1,7 @@
 // A read/write lock across processes: many readers at once, or one writer alone.
-// Usage: shared [redis://host:port]   (default: $REDISLOCK_URI, then redis://127.0.0.1:6379)
+// Usage: shared [redis://host:port]   (default: $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -11,7 +12,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  const char* uri = argc > 1 ? argv[1] : std::getenv("REDISLOCK_URI");
+  const char* uri = argc > 1 ? argv[1] : server_url_from_env();
   redislock::client redis(uri ? uri : "redis://127.0.0.1:6379");
   redislock::shared_mutex config(redis, "config:pricing");
 

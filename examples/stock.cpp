@@ -4,8 +4,9 @@
 // without it, processes sell the same unit twice; with redislock::mutex, never.
 //
 // Usage: stock [--uri redis://...] [--workers N] [--orders N]
-//        (the URI defaults to $REDISLOCK_URI, then redis://127.0.0.1:6379)
+//        (the URI defaults to $REDISLOCK_URL, then redis://127.0.0.1:6379)
 #include <redislock/redislock.hpp>
+#include "server_url.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,7 +99,7 @@ bool run(const settings& s, bool use_lock) {
 
 int main(int argc, char** argv) {
   settings s;
-  const char* env = std::getenv("REDISLOCK_URI");
+  const char* env = server_url_from_env();
   s.uri = env ? env : "redis://127.0.0.1:6379";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--uri")) s.uri = argv[i + 1];

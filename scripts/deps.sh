@@ -3,7 +3,7 @@
 # the packages that are missing. Safe to run again. Debian 12 / Ubuntu 22.04 or newer.
 set -euo pipefail
 
-packages=(g++ cmake make pkg-config git libhiredis-dev libasio-dev redis-server redis-sentinel libgtest-dev libbenchmark-dev libssl-dev openssl clang-format libcap2-bin)
+packages=(g++ cmake make pkg-config git libhiredis-dev libasio-dev redis-server redis-sentinel libgtest-dev libbenchmark-dev libssl-dev openssl clang-format libcap2-bin clang help2man dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

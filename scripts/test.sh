@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine: installs missing packages, then
-#   1. build/test  plain RelWithDebInfo build: every test, examples and consumer projects;
+#   1. build/test  plain RelWithDebInfo build: every test, examples and consumer projects, then
+#      the Debian packages (scripts/deb_check.sh: cpack -G DEB, installed, used, removed);
 #   2. build/asan  AddressSanitizer + UndefinedBehaviorSanitizer (findings abort the test);
 #   3. build/tsan  ThreadSanitizer;
 #   4. build/hiredis1  plain build against hiredis 1.2.0 with TLS support (REDISLOCK_WITH_TLS),
@@ -181,6 +182,9 @@ for v in "${variants[@]}"; do
       plain_configure
       cmake --build build/test -j "$jobs"
       bounded_ctest --test-dir build/test
+      # The Debian packages: cpack, apt-get install, the consumers against /usr, removed (30 s).
+      phase "packages (scripts/deb_check.sh)"
+      scripts/deb_check.sh build/test
       ;;
     asan)
       sanitized build/asan address,undefined -O0

@@ -2,8 +2,13 @@
 //  - the README's two set-up commands are the ones .ci/run runs (it reads them from the README);
 //  - every ```cpp block is a complete translation unit that compiles (-fsyntax-only);
 //  - every relative link resolves to a file in the tree, and every #anchor to a heading;
-//  - no development history (issue numbers, review rounds, commit hashes) in the docs.
-// REDISLOCK_SOURCE_DIR and REDISLOCK_CXX are set by CMake.
+//  - no development history (issue numbers, review rounds, commit hashes) in the docs;
+//  - no placeholder host (example.invalid, example.com, *.example) a reader would copy;
+//  - the pages that enumerate the lock kinds name every kind (the kinds are listed once, below),
+//    and no page counts them wrong ("the five kinds");
+//  - every path to a program of the build (build/<dir>/tests/..., bench/...) names a build
+//    directory the page or scripts/ configures, and the program exists after the build.
+// REDISLOCK_SOURCE_DIR, REDISLOCK_BINARY_DIR and REDISLOCK_CXX are set by CMake.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -25,6 +30,29 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path source_dir = REDISLOCK_SOURCE_DIR;
+const fs::path binary_dir = REDISLOCK_BINARY_DIR;
+
+// The lock kinds, once: every page that enumerates them is checked against this list.
+const std::vector<std::string> lock_kinds = {"mutex", "reentrant_mutex", "shared_mutex", "semaphore",
+                                             "latch", "election",        "redlock"};
+
+// The pages' enumerations of kinds: the text that starts one (it runs to the next heading) and
+// the kinds it leaves out on purpose.
+struct kind_enumeration {
+  std::string file;
+  std::string marker;
+  std::vector<std::string> exempt;
+};
+const std::vector<kind_enumeration> kind_enumerations = {
+    {"README.md", "| you need | use | header | example |", {}},
+    {"docs/lock-kinds.md", "| kind | like | holds belong to | header |", {}},
+    {"docs/observability.md", "Every lock kind reports the same events", {}},
+    {"docs/observability.md", "**Labels.** Every lock metric has", {"latch"}},  // a latch is never held
+    {"docs/topologies.md", "Every kind takes it as its template argument", {}},
+    {"docs/waiting-and-fairness.md", "| kind | what a release hands over |", {}},
+    // The contract is what held kinds promise alike: the latch is never held, Redlock has tests of its own.
+    {"docs/testing.md", "What every lock kind promises alike", {"latch", "redlock"}},
+};
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -220,6 +248,97 @@ TEST_P(Docs, LeaveNoPlaceholderToFill) {
   for (const std::string& line : lines_of(read_file(GetParam()))) {
     if (line.find("<!-- lead") != std::string::npos)
       ADD_FAILURE() << in_tree(GetParam()) << ":" << line_number << ": a placeholder left to fill: " << line;
+    ++line_number;
+  }
+}
+
+TEST_P(Docs, NameNoPlaceholderHost) {
+  // RFC 2606/6761 names: they resolve nowhere, so a snippet holding one cannot run as written.
+  static const std::regex placeholder(
+      R"((^|[^A-Za-z0-9.-])(([A-Za-z0-9-]+\.)*(example\.(com|net|org)|[A-Za-z0-9-]+\.(invalid|example)))\b)");
+  int line_number = 1;
+  for (const std::string& line : lines_of(read_file(GetParam()))) {
+    std::smatch m;
+    if (std::regex_search(line, m, placeholder))
+      ADD_FAILURE() << in_tree(GetParam()) << ":" << line_number << ": a placeholder host (\"" << m.str(2)
+                    << "\"): show a form a reader can run as written";
+    ++line_number;
+  }
+}
+
+TEST_P(Docs, CountTheKindsRight) {
+  static const char* const numbers[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"};
+  static const std::regex counted(
+      R"(\b(the|all|its|all of the) (one|two|three|four|five|six|seven|eight|nine|ten) (lock )?kinds\b)");
+  const std::string prose = prose_of(read_file(GetParam()));
+  int line_number = 1;
+  for (const std::string& line : lines_of(prose)) {
+    for (std::sregex_iterator it(line.begin(), line.end(), counted), end; it != end; ++it)
+      if ((*it)[2] != numbers[lock_kinds.size() - 1])
+        ADD_FAILURE() << in_tree(GetParam()) << ":" << line_number << ": \"" << it->str() << "\": there are "
+                      << lock_kinds.size() << " kinds";
+    ++line_number;
+  }
+}
+
+TEST(DocsKinds, EveryEnumerationNamesEveryKind) {
+  for (const kind_enumeration& e : kind_enumerations) {
+    const std::string text = read_file(source_dir / e.file);
+    const std::size_t at = text.find(e.marker);
+    ASSERT_NE(at, std::string::npos) << e.file << ": \"" << e.marker << "\" not found (update kind_enumerations)";
+    static const std::regex heading(R"(\n#+ )");  // it runs up to the next heading
+    std::smatch next;
+    const std::string from = text.substr(at);
+    const std::string span = std::regex_search(from, next, heading) ? from.substr(0, next.position(0)) : from;
+    for (const std::string& kind : lock_kinds) {
+      if (std::find(e.exempt.begin(), e.exempt.end(), kind) != e.exempt.end()) continue;
+      std::string pattern = kind;  // shared_mutex also matches "shared mutex", and basic_shared_mutex
+      for (std::size_t i = 0; (i = pattern.find('_', i)) != std::string::npos; i += 6) pattern.replace(i, 1, "[_\\s]");
+      EXPECT_TRUE(std::regex_search(span, std::regex("(\\b|basic_)" + pattern + "\\b")))
+          << e.file << " (\"" << e.marker << "\") leaves out the kind " << kind;
+    }
+  }
+}
+
+TEST_P(Docs, ProgramPathsExistAfterTheBuild) {
+  const std::string text = read_file(GetParam());
+  // The build directories this page configures (cmake -B DIR) and those scripts/ configure.
+  std::set<std::string> build_dirs = {"build/test", "build/asan", "build/tsan", "build/hiredis1", "build/bench"};
+  static const std::regex configured(R"(-B\s+(build[A-Za-z0-9_./-]*))");
+  for (std::sregex_iterator it(text.begin(), text.end(), configured), end; it != end; ++it) {
+    std::string dir = (*it)[1];
+    while (!dir.empty() && dir.back() == '/') dir.pop_back();
+    build_dirs.insert(dir);
+  }
+  static const std::regex path(R"(\bbuild/[A-Za-z0-9_./-]*[A-Za-z0-9_])");
+  static const std::regex program(R"((^|/)(tests|bench|examples|tools)/|(^|/)(test|bench)_[a-z0-9_]+$)");
+  int line_number = 1;
+  for (const std::string& line : lines_of(text)) {
+    for (std::sregex_iterator it(line.begin(), line.end(), path), end; it != end; ++it) {
+      const std::string p = it->str();
+      const std::string last = p.substr(p.rfind('/') + 1);
+      if (last.find('.') != std::string::npos || !std::regex_search(p.substr(std::string("build/").size()), program))
+        continue;  // not a program: a report, a log, a prefix, ...
+      // Under each configured build directory it starts with (build/bench/x: x in build/bench,
+      // or bench/x in build), the program must exist after the build; programs of parts this
+      // build leaves out (the benchmarks, when off) cannot be checked here.
+      bool configured_dir = false, found = false;
+      std::string looked_for;
+      for (const std::string& d : build_dirs) {
+        if (p.rfind(d + "/", 0) != 0) continue;
+        configured_dir = true;
+        const std::string rest = p.substr(d.size() + 1);
+        const std::size_t slash = rest.find('/');
+        if (fs::exists(binary_dir / rest) ||
+            (slash != std::string::npos && !fs::exists(binary_dir / rest.substr(0, slash))))
+          found = true;
+        looked_for += " " + rest;
+      }
+      const std::string where = in_tree(GetParam()) + ":" + std::to_string(line_number) + ": " + p;
+      if (!configured_dir)
+        ADD_FAILURE() << where << ": no build directory of that name is configured (scripts/test.sh builds build/test)";
+      else EXPECT_TRUE(found) << where << ": the build makes none of" << looked_for;
+    }
     ++line_number;
   }
 }

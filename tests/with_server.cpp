@@ -1,7 +1,7 @@
 // redislock_test_with_server [--topology single|sentinel|cluster|redlock] <program> [args...]
 // Starts throwaway servers on free loopback ports, runs the program with their address in its
 // environment, stops the servers, and exits with the program's status:
-//   single    one redis-server                           REDISLOCK_URI=redis://127.0.0.1:PORT
+//   single    one redis-server                           REDISLOCK_URL=redis://127.0.0.1:PORT
 //   sentinel  a master, a replica and three sentinels    REDISLOCK_SENTINEL_URI=redis-sentinel://...
 //   cluster   a 3-master Redis Cluster                    REDISLOCK_CLUSTER_URI=redis-cluster://...
 //   redlock   three independent masters                  REDISLOCK_REDLOCK_URIS=redis://A,redis://B,redis://C
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   try {
     if (topology == "single") {
       redislock_test::redis_server server;
-      ::setenv("REDISLOCK_URI", server.uri().c_str(), 1);
+      ::setenv("REDISLOCK_URL", server.uri().c_str(), 1);
       return run_program(argv + first, argv + argc);
     }
     if (topology == "sentinel") {

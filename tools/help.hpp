@@ -57,7 +57,7 @@ EXIT STATUS
 
 EXAMPLES
     redislock run nightly-report -- /usr/local/bin/report --since yesterday
-    redislock run --no-wait --lease 5m backup -- ./backup.sh || echo "backup already running"
+    redislock run --no-wait --lease 5m backup -- ./backup.sh; [ $? -eq 75 ] && echo "backup already running"
     redislock status --json nightly-report backup
     redislock status --watch --interval 2s nightly-report
     redislock top order:

@@ -131,7 +131,7 @@ std::function<void(Args...)> make_completion(Handler&& handler, const asio::any_
   using handler_t = std::decay_t<Handler>;
   auto ex = asio::get_associated_executor(handler, fallback);
   struct state {
-    state(handler_t&& h, decltype(ex) e) : h(std::move(h)), work(e) {}
+    state(handler_t&& handler_in, decltype(ex) e) : h(std::move(handler_in)), work(e) {}
     std::optional<handler_t> h;
     asio::executor_work_guard<decltype(ex)> work;
   };
@@ -552,12 +552,12 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
     if (!h->renew_timer) return;  // neither renewed nor watched
     h->renew_timer->expires_at(at);
     h->renew_timer->async_wait([w = std::weak_ptr<async_hold_state>(h)](const asio::error_code& e) {
-      auto h = w.lock();
-      if (e || !h || h->released) return;
-      async_lock_core& m = *h->core;
-      if (m.options_.auto_renew) return m.renew(h);
-      if (h->is_lost()) return m.report_lost(h);
-      m.schedule_renewal(h, h->clock.until());
+      auto held = w.lock();
+      if (e || !held || held->released) return;
+      async_lock_core& m = *held->core;
+      if (m.options_.auto_renew) return m.renew(held);
+      if (held->is_lost()) return m.report_lost(held);
+      m.schedule_renewal(held, held->clock.until());
     });
   }
   // The renewal found the lease gone (or the clock says it may be): lost, reported once.
@@ -1435,7 +1435,7 @@ class async_lock_object {
           if (slot.is_connected()) {
             slot.assign([w = std::weak_ptr<async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
               asio::post(strand, [w] {
-                if (auto op = w.lock()) op->cancel();
+                if (auto pending = w.lock()) pending->cancel();
               });
             });
           }

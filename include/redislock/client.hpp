@@ -45,6 +45,7 @@
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/eviction.hpp>
+#include <redislock/lock_kind.hpp>  // before the kinds' aliases (lock_kind.hpp)
 #include <redislock/options.hpp>
 #include <redislock/stats.hpp>
 #include <redislock/watchdog.hpp>

@@ -501,7 +501,9 @@ class cluster_client {
     generation_.fetch_add(1, std::memory_order_acq_rel);
     routing_epoch_.fetch_add(1, std::memory_order_acq_rel);
     const steady::rep failed_at = first_failure_at_.exchange(0, std::memory_order_relaxed);
-    for (const auto& [from, to] : promotions) {
+    for (const auto& promotion : promotions) {  // not a structured binding: the lambda captures it (C++17)
+      const auto& from = promotion.first;
+      const auto& to = promotion.second;
       detail::notify([&](lock_observer& o) {
         failover_event e;
         e.topology = "cluster";

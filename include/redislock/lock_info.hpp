@@ -17,6 +17,7 @@
 #include <redislock/detail/semaphore_scripts.hpp>
 #include <redislock/detail/shared_scripts.hpp>
 #include <redislock/errors.hpp>
+#include <redislock/lock_kind.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
 
@@ -28,31 +29,6 @@
 #include <vector>
 
 namespace redislock {
-
-enum class lock_kind {
-  none,       ///< no key: the lock is free (and was never held, or was released)
-  mutex,      ///< redislock::mutex (a string key)
-  reentrant,  ///< redislock::reentrant_mutex (a hash, @kind = reentrant)
-  shared,     ///< redislock::shared_mutex (a hash, @kind = shared)
-  semaphore,  ///< redislock::semaphore (a zset of holders with the "#permits" member)
-  latch,      ///< redislock::latch (a hash, @kind = latch; never held: see lock_info::latch_count)
-  election,   ///< redislock::election (a hash, @kind = election; its leader is the one holder)
-  foreign,    ///< the key holds something else (lock_info::foreign_type says what)
-};
-
-inline const char* to_string(lock_kind k) noexcept {
-  switch (k) {
-    case lock_kind::none: return "none";
-    case lock_kind::mutex: return "mutex";
-    case lock_kind::reentrant: return "reentrant";
-    case lock_kind::shared: return "shared";
-    case lock_kind::semaphore: return "semaphore";
-    case lock_kind::latch: return "latch";
-    case lock_kind::election: return "election";
-    case lock_kind::foreign: return "foreign";
-  }
-  return "?";
-}
 
 /// One hold of a lock.
 struct lock_holder {

@@ -671,7 +671,9 @@ class watchdog {
       }
     }
     std::uint64_t pipelines = 0;
-    for (const auto& [server, group] : by_server) {
+    for (const auto& server_batch : by_server) {  // no structured binding: a lambda captures group (C++17)
+      const std::string& server = server_batch.first;
+      const std::vector<std::size_t>& group = server_batch.second;
       steady::time_point reply_deadline = steady::time_point::max();
       steady::duration retry = steady::duration::max();
       for (std::size_t i : group) {

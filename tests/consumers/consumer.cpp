@@ -1,5 +1,5 @@
 // A program as a user would write it, built by a separate CMake project that pulls in
-// redislock with FetchContent or find_package. Run with REDISLOCK_URI set.
+// redislock with FetchContent or find_package. Run with REDISLOCK_URL set.
 #include <redislock/redislock.hpp>
 
 #include <cstdio>
@@ -7,9 +7,9 @@
 #include <mutex>
 
 int main() {
-  const char* uri = std::getenv("REDISLOCK_URI");
+  const char* uri = std::getenv("REDISLOCK_URL");
   if (uri == nullptr) {
-    std::fprintf(stderr, "REDISLOCK_URI is not set\n");
+    std::fprintf(stderr, "REDISLOCK_URL is not set\n");
     return 2;
   }
   // The hiredis this program was built against; the hiredis-1.x test variant insists on it.

@@ -20,8 +20,8 @@ inline constexpr int cluster_slot_count = 16384;
 /// Cluster uses for key slots. Bitwise: a few hundred ns per key, far below one round trip.
 inline std::uint16_t crc16_xmodem(std::string_view data) noexcept {
   std::uint16_t crc = 0;
-  for (unsigned char byte : data) {
-    crc = static_cast<std::uint16_t>(crc ^ (static_cast<std::uint16_t>(byte) << 8));
+  for (char c : data) {
+    crc = static_cast<std::uint16_t>(crc ^ (static_cast<std::uint16_t>(static_cast<unsigned char>(c)) << 8));
     for (int bit = 0; bit < 8; ++bit) crc = static_cast<std::uint16_t>((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
   }
   return crc;

@@ -48,8 +48,8 @@ class timed_lockable {
   }
 
   template <class Clock, class Duration>
-  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return timed_acquire(deadline_at(deadline), true);
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
+    return timed_acquire(deadline_at(abs_time), true);
   }
 
   /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
@@ -115,8 +115,8 @@ class shared_timed_lockable {
   }
 
   template <class Clock, class Duration>
-  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return timed_acquire_shared(deadline_at(deadline), true);
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
+    return timed_acquire_shared(deadline_at(abs_time), true);
   }
 
   /// Drops one shared hold. Never throws; the outcome is kept in last_release(). Within a

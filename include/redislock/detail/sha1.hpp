@@ -59,7 +59,7 @@ inline std::string sha1_hex(std::string_view data) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string out(40, '0');
   for (int i = 0; i < 5; ++i)
-    for (int j = 0; j < 8; ++j) out[i * 8 + j] = digits[(h[i] >> (28 - 4 * j)) & 0xfu];
+    for (int j = 0; j < 8; ++j) out[static_cast<std::size_t>(i * 8 + j)] = digits[(h[i] >> (28 - 4 * j)) & 0xfu];
   return out;
 }
 
