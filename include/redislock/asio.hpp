@@ -1214,18 +1214,18 @@ class async_hold {
           const detail::steady::time_point sent = detail::steady::now();  // before: conservative
           const detail::lease_clock::ticket ticket = m.sending_lease(s, sent, sent_lease);
           m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease, ticket](redisReply* r) {
-            auto& m = *s->core;
+            auto& core = *s->core;
             if (r == nullptr) {
               s->renew_lease = sent_lease;  // with auto_renew, the renewals send it from now on
-              m.count_lease(s, sent, sent_lease, -1, ticket);
+              core.count_lease(s, sent, sent_lease, -1, ticket);
               return done(async_errc::connection_failed, false);
             }
             if (r->type != REDIS_REPLY_INTEGER) {
-              m.count_lease(s, sent, sent_lease, -2, ticket);  // refused: it did not run
+              core.count_lease(s, sent, sent_lease, -2, ticket);  // refused: it did not run
               return done(async_errc::server_error, false);
             }
             if (r->integer == 1) s->renew_lease = sent_lease;
-            m.count_lease(s, sent, sent_lease, r->integer == 1 ? 1 : 0, ticket);
+            core.count_lease(s, sent, sent_lease, r->integer == 1 ? 1 : 0, ticket);
             done({}, r->integer == 1);
           });
         });
