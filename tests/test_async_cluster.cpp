@@ -368,7 +368,9 @@ bool caught_up(int master, int replica) {
         const std::string r = redis_cluster::text(redis_cluster::admin(replica).command({"INFO", "replication"}));
         return std::atoll(info_value(r, "slave_repl_offset").c_str()) >= target;
       },
-      steady::now() + seconds(5));
+      // A demoted master first reconnects to its new master and resyncs: under TSan on a
+      // loaded 2-core machine that took more than 5 s once (the fail-back below).
+      steady::now() + seconds(20));
 }
 
 // A master is replaced by its replica (CLUSTER FAILOVER TAKEOVER): the holder's extend reaches
