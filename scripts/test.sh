@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine: installs missing packages, then
-#   1. build/test  plain RelWithDebInfo build: every test, examples and consumer projects, then
-#      the Debian packages (scripts/deb_check.sh: cpack -G DEB, installed, used, removed);
+#   1. build/test  plain build (-O1, line tables): every test, examples, benchmark smoke runs and
+#      consumer projects, then the Debian packages (scripts/deb_check.sh: cpack -G DEB,
+#      installed, used, removed);
 #   2. build/asan  AddressSanitizer + UndefinedBehaviorSanitizer (findings abort the test);
 #   3. build/tsan  ThreadSanitizer;
 #   4. build/hiredis1  plain build against hiredis 1.2.0 with TLS support (REDISLOCK_WITH_TLS),
 #      built from ../shared/deps/hiredis-1.2.0.tar.gz (or $REDISLOCK_HIREDIS1_TARBALL) into a
-#      prefix in the build tree; every test, the consumers included, and the bench smoke run
-#      (its uncontended cases include the TLS-vs-TCP cycle). Skipped, saying so, when
-#      the tarball is absent (a user's clone has none).
+#      prefix in the build tree: the tests that exercise hiredis itself (connections, replies,
+#      scripts, pub/sub, pipelines, TLS, the CLI), the consumers, and bench_mutex's smoke run (its
+#      uncontended cases include the TLS-vs-TCP cycle); not the lock protocols again. Skipped,
+#      saying so, when the tarball is absent (a user's clone has none).
 #   5. redis6, redis8, valkey9  the lock protocols against Redis 6.0.16, Redis 8.6.3 and Valkey
 #      9.1.2 (and valkey9-nolua: the Lua-free path's tests against Valkey 9.1.2 built without
 #      Lua, a few seconds), built once per machine by scripts/servers.sh into a cache outside the clone; they
@@ -17,23 +19,26 @@
 #      sentinel is the server binary with --sentinel). Skipped, saying so, when the server's
 #      tarball is absent (set REDISLOCK_SERVER_TARBALLS).
 # Sanitizer builds skip the consumer/example tests and run shorter torture scenarios and
-# model-checker runs; line tables (-g1) are enough for their reports. ASan+UBSan compiles -O0: half the compile time of
-# -O1 (3.1 against 6.2 min on 2 cores), and its tests took as long (2.8 against 2.7 min: they
-# wait on Redis, not on the CPU). TSan compiles -O1, as it recommends (it slows -O0 code far
-# more). The hiredis1 variant runs the tests that exercise hiredis itself (connections,
-# replies, scripts, pub/sub, pipelines, TLS, the CLI, consumers, the bench), not the lock
-# protocols again. On 2 cores, from a fresh clone with the four servers built in the background,
-# the first four variants took 27.6 minutes and the server variants 1.8 to 2 minutes each (33.5
-# in all: docs/testing.md); building the servers on a cold cache takes 10 minutes of CPU, once
-# per machine.
+# model-checker runs; line tables (-g1) are enough for their reports. ASan+UBSan compiles -O0
+# (a test program: 28.9 s of CPU, against 61.7 at -O1 and 102.6 at -O2), and its tests take as
+# long as at -O1: they wait on Redis, not on the CPU. TSan compiles -O1, as it recommends (it
+# slows -O0 code far more).
+# The builds are the suite's CPU: while one variant's tests run, the next variants are built in
+# the background at the lowest priority (build_ahead below). docs/testing.md has the minutes.
 # Every test starts its own throwaway redis-server on a free loopback port (never 6379).
 # Usage: scripts/test.sh [plain|asan|tsan|hiredis1|redis6|redis8|valkey9|valkey9-nolua ...]   (default: all)
+#        scripts/test.sh --build-only <variant...>   (configure and build only: the suite's builds ahead)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
-
-# The code follows .clang-format (scripts/format.sh --fix reformats): checked first, in seconds.
-bash scripts/format.sh --check
+build_only=""
+if [ "${1:-}" = "--build-only" ]; then
+  build_only=1
+  shift
+else
+  scripts/deps.sh
+  # The code follows .clang-format (scripts/format.sh --fix reformats): checked first, in seconds.
+  bash scripts/format.sh --check
+fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # Tests wait on Redis far more than on the CPU (a plain run used 3.2 CPU-minutes in 3.4 minutes on
@@ -92,17 +97,91 @@ slow_in_plain_only+="|torture_detects_.*|torture_redlock_detects_a_minority_lock
 slow_in_plain_only+="|model_kind_.*|model_detects_.*|model_replay_.*|AsyncMutexTest\.AStaleHandOffNoticeMakesNoSecondHolder)$"
 
 # -g1: line tables only (stack traces name file:line); full debug info doubles compile time.
-sanitized() {  # <dir> <sanitizers> <optimisation>
+sanitized() {  # <dir> <sanitizers> <optimisation> <jobs>
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$3 -g1 -DNDEBUG" \
     -DREDISLOCK_BUILD_BENCH=OFF -DREDISLOCK_BUILD_EXAMPLES=OFF \
     -DREDISLOCK_TEST_CONSUMERS=OFF -DREDISLOCK_SANITIZE="$2" -DREDISLOCK_TORTURE_SECONDS=8 \
     -DREDISLOCK_MODEL_SECONDS=10
-  cmake --build "$1" -j "$jobs"
+  cmake --build "$1" -j "$4"
 }
 
-plain_configure() {
-  cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-    -DREDISLOCK_BUILD_BENCH=ON -DREDISLOCK_BUILD_EXAMPLES=ON
+hiredis1_tarball="${REDISLOCK_HIREDIS1_TARBALL:-$PWD/../shared/deps/hiredis-1.2.0.tar.gz}"
+hiredis1_prefix="$PWD/build/hiredis1-prefix"
+# The hiredis1 variant's programs: the tests that exercise hiredis itself, and bench_mutex (its
+# TLS-vs-TCP cycle); not the other benchmarks, nor the strict consumers.
+hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
+hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls"
+hiredis_tests+=";bench_mutex"
+
+# Configures and builds one variant's tree (nothing for a variant without a build of its own, or
+# without its tarball). Make keeps every object an earlier, stopped build finished.
+build_variant() {  # <variant> <jobs>
+  case "$1" in
+    plain)
+      # The test builds compile -O1: 38 % less compile time than -O2 (a test program: 19.0
+      # against 30.7 s of CPU), and the tests wait on Redis, not on the CPU. The benchmark figures
+      # come from scripts/bench.sh's own Release build; the strict consumers compile -O2 for GCC.
+      cmake -S . -B build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+        -DREDISLOCK_BUILD_BENCH=ON -DREDISLOCK_BUILD_EXAMPLES=ON
+      cmake --build build/test -j "$2"
+      ;;
+    asan) sanitized build/asan address,undefined -O0 "$2" ;;
+    tsan) sanitized build/tsan thread -O1 "$2" ;;
+    hiredis1)
+      [ -f "$hiredis1_tarball" ] || return 0
+      local stamp="$hiredis1_prefix/.built-from"
+      if [ "$(cat "$stamp" 2>/dev/null)" != "$hiredis1_tarball $(stat -c %s "$hiredis1_tarball")" ]; then
+        rm -rf build/hiredis1-src build/hiredis1-build "$hiredis1_prefix" && mkdir -p build/hiredis1-src
+        tar xzf "$hiredis1_tarball" -C build/hiredis1-src --strip-components=1
+        cmake -S build/hiredis1-src -B build/hiredis1-build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_SSL=ON \
+          -DDISABLE_TESTS=ON -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_PREFIX="$hiredis1_prefix" \
+          -DCMAKE_INSTALL_LIBDIR=lib > /dev/null
+        cmake --build build/hiredis1-build -j "$2" > /dev/null
+        cmake --install build/hiredis1-build > /dev/null
+        echo "$hiredis1_tarball $(stat -c %s "$hiredis1_tarball")" > "$stamp"
+      fi
+      cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+        -DCMAKE_PREFIX_PATH="$hiredis1_prefix" -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON \
+        -DREDISLOCK_BUILD_EXAMPLES=OFF -DREDISLOCK_TEST_ONLY="$hiredis_tests"
+      cmake --build build/hiredis1 -j "$2"
+      ;;
+  esac
+}
+
+if [ -n "$build_only" ]; then
+  for v in "$@"; do build_variant "$v" "$jobs"; done
+  exit 0
+fi
+
+# Building ahead: a variant's tests wait on Redis and leave about a core idle, so while they run,
+# the variants still to come are built in the background at the lowest priority (nice 19: the
+# tests' processes and servers run first whenever they want the CPU; build/ahead.log). When a
+# variant's turn comes, that background build is stopped and the variant's own build finishes
+# what it left.
+ahead_file=build/ahead.pgid
+build_ahead() {  # <variants still to come...>
+  local later=() w
+  for w in "$@"; do
+    case "$w" in asan | tsan | hiredis1) later+=("$w") ;; esac
+  done
+  [ ${#later[@]} -gt 0 ] || return 0
+  mkdir -p build
+  phase "building ${later[*]} ahead, in the background at the lowest priority (build/ahead.log)"
+  # setsid: its own process group, so that stop_ahead stops the compilers too.
+  setsid nice -n 19 scripts/test.sh --build-only "${later[@]}" > build/ahead.log 2>&1 < /dev/null &
+  echo $! > "$ahead_file"
+}
+stop_ahead() {
+  [ -f "$ahead_file" ] || return 0
+  local group
+  group=$(cat "$ahead_file")
+  rm -f "$ahead_file"
+  kill -TERM -- "-$group" 2>/dev/null || return 0
+  for _ in $(seq 100); do  # make deletes the object it was writing; bounded at 10 s
+    kill -0 -- "-$group" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL -- "-$group" 2>/dev/null || true
 }
 
 # What runs against the other servers: the lock protocols (contract, waiting, hand-off,
@@ -151,7 +230,7 @@ fi
 # A variant that cannot run here (its tarball is absent: a user's clone has no ../shared) calls
 # skip with the reason: it ends the variant, and the summary says "skipped" and why, not "passed".
 skip_note=$(mktemp)
-trap 'rm -f "$skip_note"' EXIT
+trap 'rm -f "$skip_note"; stop_ahead' EXIT
 skip() {  # <reason>
   echo "=== $v variant skipped: $1"
   printf '%s' "$1" > "$skip_note"
@@ -161,7 +240,10 @@ skip() {  # <reason>
 failed=()
 skipped=()
 timings=()
-for v in "${variants[@]}"; do
+for ((i = 0; i < ${#variants[@]}; i++)); do
+  v=${variants[i]}
+  later=("${variants[@]:i+1}")
+  stop_ahead
   phase "redislock tests: $v"
   variant_started=$(date +%s)
   : > "$skip_note"
@@ -179,20 +261,22 @@ for v in "${variants[@]}"; do
   set -e
   case "$v" in
     plain)
-      plain_configure
-      cmake --build build/test -j "$jobs"
+      build_variant plain "$jobs"
+      build_ahead "${later[@]}"
       bounded_ctest --test-dir build/test
       # The Debian packages: cpack, apt-get install, the consumers against /usr, removed (30 s).
       phase "packages (scripts/deb_check.sh)"
       scripts/deb_check.sh build/test
       ;;
     asan)
-      sanitized build/asan address,undefined -O0
+      build_variant asan "$jobs"
+      build_ahead "${later[@]}"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         bounded_ctest --test-dir build/asan -E "$slow_in_plain_only"
       ;;
     tsan)
-      sanitized build/tsan thread -O1
+      build_variant tsan "$jobs"
+      build_ahead "${later[@]}"
       # On some kernels (large vm.mmap_rnd_bits) TSan aborts with "unexpected memory mapping";
       # without address randomisation it always runs.
       # (ctest passes the personality on to every test it starts.)
@@ -202,22 +286,11 @@ for v in "${variants[@]}"; do
         bounded_ctest --test-dir build/tsan -E "$slow_in_plain_only"
       ;;
     hiredis1)
-      tarball="${REDISLOCK_HIREDIS1_TARBALL:-$PWD/../shared/deps/hiredis-1.2.0.tar.gz}"
-      [ -f "$tarball" ] || skip "$tarball not found (set REDISLOCK_HIREDIS1_TARBALL to test hiredis 1.x)"
-      prefix="$PWD/build/hiredis1-prefix"
-      rm -rf build/hiredis1-src && mkdir -p build/hiredis1-src
-      tar xzf "$tarball" -C build/hiredis1-src --strip-components=1
-      cmake -S build/hiredis1-src -B build/hiredis1-build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_SSL=ON \
-        -DDISABLE_TESTS=ON -DBUILD_SHARED_LIBS=ON -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib > /dev/null
-      cmake --build build/hiredis1-build -j "$jobs" > /dev/null
-      cmake --install build/hiredis1-build > /dev/null
-      hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
-      hiredis_tests+=";test_lease_loss;test_redis_down;test_deadline;test_security;test_cli;test_async_mutex;test_async_tls;test_async_cluster;test_async_sentinel"
-      cmake -S . -B build/hiredis1 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-        -DCMAKE_PREFIX_PATH="$prefix" -DREDISLOCK_WITH_TLS=ON -DREDISLOCK_BUILD_BENCH=ON \
-        -DREDISLOCK_BUILD_EXAMPLES=OFF -DREDISLOCK_TEST_ONLY="$hiredis_tests"
-      cmake --build build/hiredis1 -j "$jobs"
+      [ -f "$hiredis1_tarball" ] || skip "$hiredis1_tarball not found (set REDISLOCK_HIREDIS1_TARBALL to test hiredis 1.x)"
+      build_variant hiredis1 "$jobs"
+      build_ahead "${later[@]}"
       # The consumers must be built against hiredis 1.x too (consumer.cpp checks HIREDIS_MAJOR).
+      prefix=$hiredis1_prefix
       LD_LIBRARY_PATH="$prefix/lib" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" REDISLOCK_EXPECT_HIREDIS_MAJOR=1 \
         bounded_ctest --test-dir build/hiredis1
       ;;
@@ -233,8 +306,7 @@ for v in "${variants[@]}"; do
       [ $rc -eq 0 ]
       echo "=== $v: $("$bin/redis-server" --version)"
       if [[ " ${variants[*]} " != *" plain "* ]]; then  # run alone: build/test first (no-op when current)
-        plain_configure
-        cmake --build build/test -j "$jobs"
+        build_variant plain "$jobs"
       fi
       REDISLOCK_REDIS_SERVER="$bin/redis-server" REDISLOCK_REDIS_CLI="$bin/redis-cli" \
         bounded_ctest --test-dir build/test -R "$(server_subset "$v")"
