@@ -176,6 +176,8 @@ stop_ahead() {
   local group
   group=$(cat "$ahead_file")
   rm -f "$ahead_file"
+  # Only our own build: a file left by a run that was itself killed may name a reused pid.
+  ps -o args= -p "$group" 2>/dev/null | grep -q -- '--build-only' || return 0
   kill -TERM -- "-$group" 2>/dev/null || return 0
   for _ in $(seq 100); do  # make deletes the object it was writing; bounded at 10 s
     kill -0 -- "-$group" 2>/dev/null || return 0
@@ -230,6 +232,7 @@ fi
 # A variant that cannot run here (its tarball is absent: a user's clone has no ../shared) calls
 # skip with the reason: it ends the variant, and the summary says "skipped" and why, not "passed".
 skip_note=$(mktemp)
+stop_ahead  # one left running by a run that was stopped
 trap 'rm -f "$skip_note"; stop_ahead' EXIT
 skip() {  # <reason>
   echo "=== $v variant skipped: $1"
