@@ -1038,6 +1038,43 @@ TEST_F(AsyncMutexTest, TlsAskedOfABuildWithoutItIsRefusedAtConstruction) {
 }
 #endif
 
+// A name held by another kind fails with server_error; the observer's error names the lock,
+// the kind that holds it and the kind asked for, as the blocking kinds' wrong_type_error does.
+TEST_F(AsyncMutexTest, AnotherKindsNameFailsAndTheObserverHearsWhichKinds) {
+  struct errors : lock_observer {
+    std::mutex m;
+    std::vector<std::string> seen;
+    void on_not_acquired(const not_acquired_event& e) override {
+      const std::lock_guard<std::mutex> g(m);
+      seen.push_back(std::string(e.error));
+    }
+  };
+  auto heard = std::make_shared<errors>();
+  semaphore p(*pool, "clash", 2);
+  ASSERT_TRUE(p.try_acquire());
+  reentrant_mutex r(*pool, "clash-r");
+  ASSERT_TRUE(r.try_lock());
+  set_observer(heard);
+  async_mutex m(*client, "clash");
+  auto [e1, h1] = outcome<async_hold>([&](auto cb) { m.async_try_lock_for(milliseconds(0), cb); });
+  lock_options fair;
+  fair.fair = true;
+  async_mutex f(*client, "clash", fair);  // by its script, not SET NX GET
+  auto [e2, h2] = outcome<async_hold>([&](auto cb) { f.async_try_lock_for(milliseconds(0), cb); });
+  async_shared_mutex s(*client, "clash");
+  auto [e3, h3] = outcome<async_hold>([&](auto cb) { s.async_try_lock_shared_for(milliseconds(0), cb); });
+  async_semaphore q(*client, "clash-r", 2);
+  auto [e4, h4] = outcome<async_hold>([&](auto cb) { q.async_try_acquire_for(milliseconds(0), cb); });
+  set_observer(nullptr);
+  for (const std::error_code& e : {e1, e2, e3, e4}) EXPECT_EQ(e, make_error_code(async_errc::server_error));
+  EXPECT_FALSE(h1.owns_lock() || h2.owns_lock() || h3.owns_lock() || h4.owns_lock());
+  const std::lock_guard<std::mutex> g(heard->m);
+  EXPECT_EQ(heard->seen, (std::vector<std::string>{"'clash' is a semaphore; a mutex cannot use it",
+                                                   "'clash' is a semaphore; a mutex cannot use it",
+                                                   "'clash' is a semaphore; a shared mutex cannot use it",
+                                                   "'clash-r' is a reentrant mutex; a semaphore cannot use it"}));
+}
+
 // The observer (observe.hpp) hears the async kinds as it hears the blocking ones: an attempt,
 // then acquired (direct, or by a release's hand-off after waking on its notice) or not
 // acquired, the fencing token, renewals, a loss once, and the release with its hold's number.

@@ -387,6 +387,21 @@ TEST_F(cli_test, PermitsLetAtMostNRunsHoldAtOnce) {
   ASSERT_EQ(b.line(), "ready");
   const result third = run({"run", "--permits", "2", "--no-wait", "enc", "--", "true"});
   EXPECT_EQ(third.status, 75) << third.err;
+  EXPECT_EQ(third.err, "redislock: the semaphore 'enc': 2 of 2 permits held\n");
+  // Another count than the stored one: it seeds an idle semaphore only, and the refusal says so.
+  const result more = run({"run", "--permits", "3", "--no-wait", "enc", "--", "true"});
+  EXPECT_EQ(more.status, 75) << more.err;
+  EXPECT_EQ(more.err,
+            "redislock: the semaphore 'enc': 2 of 2 permits held (stored count 2; --permits 3 applies when the "
+            "semaphore is idle)\n");
+  // Another kind on the semaphore's name: named, with both kinds.
+  const result as_mutex = run({"run", "--no-wait", "enc", "--", "true"});
+  EXPECT_EQ(as_mutex.status, 69) << as_mutex.err;
+  EXPECT_EQ(as_mutex.err, "redislock: 'enc' is a semaphore; a mutex cannot use it\n");
+  const result as_reader = run({"run", "--shared", "--no-wait", "enc", "--", "true"});
+  EXPECT_EQ(as_reader.err, "redislock: 'enc' is a semaphore; a shared mutex cannot use it\n");
+  const result as_leader = run({"elect", "--no-wait", "enc", "--", "true"});
+  EXPECT_EQ(as_leader.err, "redislock: 'enc' is a semaphore; an election cannot use it\n");
   const result s = run({"status", "--json", "enc"});
   EXPECT_EQ(s.status, 0);
   EXPECT_EQ(json_field(s.out, "kind"), "\"semaphore\"");

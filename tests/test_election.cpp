@@ -421,6 +421,113 @@ TEST_F(Election, AnotherKindOnTheSameNameIsWrongType) {
   r2.unlock();
 }
 
+// Every kind refused by every other kind (and by data that is no lock) says so by name: the
+// lock, the kind that holds the name and the kind that asked, in what() and the accessors;
+// server_message() stays the server's WRONGTYPE.
+TEST_F(Election, EveryKindPairNamesTheLockAndBothKinds) {
+  struct holder {
+    const char* label;
+    lock_kind kind;
+    std::string type;                                               // foreign: the Redis type
+    std::function<std::function<void()>(const std::string&)> take;  // returns the release
+  };
+  auto held_by = [](auto lock) { return [lock] { lock->unlock(); }; };
+  const std::vector<holder> holders = {
+      {"mutex", lock_kind::mutex, "",
+       [&](const std::string& n) {
+         auto m = std::make_shared<mutex>(*pool, n);
+         EXPECT_TRUE(m->try_lock());
+         return held_by(m);
+       }},
+      {"reentrant", lock_kind::reentrant, "",
+       [&](const std::string& n) {
+         auto r = std::make_shared<reentrant_mutex>(*pool, n);
+         EXPECT_TRUE(r->try_lock());
+         return held_by(r);
+       }},
+      {"shared", lock_kind::shared, "",
+       [&](const std::string& n) {
+         auto s = std::make_shared<shared_mutex>(*pool, n);
+         EXPECT_TRUE(s->try_lock_shared());
+         return std::function<void()>([s] { s->unlock_shared(); });
+       }},
+      {"semaphore", lock_kind::semaphore, "",
+       [&](const std::string& n) {
+         auto p = std::make_shared<semaphore>(*pool, n, 2);
+         EXPECT_TRUE(p->try_acquire());
+         return held_by(p);
+       }},
+      {"latch", lock_kind::latch, "",
+       [&](const std::string& n) {
+         auto l = std::make_shared<latch>(*pool, n, 1);
+         return std::function<void()>([l] {});
+       }},
+      {"election", lock_kind::election, "",
+       [&](const std::string& n) {
+         auto e = std::make_shared<election>(*pool, n);
+         EXPECT_TRUE(e->try_campaign("v"));
+         return std::function<void()>([e] { e->resign(); });
+       }},
+      {"hash", lock_kind::foreign, "hash",
+       [&](const std::string& n) {
+         admin->command({"HSET", mutex(*pool, n).key(), "f", "v"});
+         return std::function<void()>([] {});
+       }},
+      {"list", lock_kind::foreign, "list",
+       [&](const std::string& n) {
+         admin->command({"RPUSH", mutex(*pool, n).key(), "v"});
+         return std::function<void()>([] {});
+       }},
+  };
+  lock_options fair;
+  fair.fair = true;
+  struct asker {
+    const char* noun;
+    lock_kind kind;
+    std::function<void(const std::string&)> call;
+  };
+  const std::vector<asker> askers = {
+      {"mutex", lock_kind::mutex, [&](const std::string& n) { mutex(*pool, n).try_lock(); }},
+      {"mutex", lock_kind::mutex, [&](const std::string& n) { mutex(*pool, n, fair).try_lock_for(milliseconds(50)); }},
+      {"mutex", lock_kind::mutex, [&](const std::string& n) { mutex(*pool, n).lock(); }},
+      {"reentrant mutex", lock_kind::reentrant, [&](const std::string& n) { reentrant_mutex(*pool, n).try_lock(); }},
+      {"shared mutex", lock_kind::shared, [&](const std::string& n) { shared_mutex(*pool, n).try_lock(); }},
+      {"shared mutex", lock_kind::shared, [&](const std::string& n) { shared_mutex(*pool, n).try_lock_shared(); }},
+      {"semaphore", lock_kind::semaphore, [&](const std::string& n) { semaphore(*pool, n, 2).try_acquire(); }},
+      {"semaphore", lock_kind::semaphore, [&](const std::string& n) { semaphore(*pool, n, 2).permits(); }},
+      {"latch", lock_kind::latch, [&](const std::string& n) { latch(*pool, n, 1); }},
+      {"election", lock_kind::election, [&](const std::string& n) { election(*pool, n).try_campaign("v"); }},
+      {"election", lock_kind::election, [&](const std::string& n) { election(*pool, n).leader(); }},
+  };
+  int checked = 0;
+  for (const holder& h : holders) {
+    for (const asker& a : askers) {
+      if (h.kind == a.kind) continue;
+      const std::string name = std::string("clash-") + h.label + "-" + std::to_string(checked++);
+      const std::function<void()> release = h.take(name);
+      const std::string want = h.kind == lock_kind::foreign
+                                   ? "'" + name + "' holds a Redis " + h.type + " that is not a redislock lock; a" +
+                                         (a.kind == lock_kind::election ? "n " : " ") + a.noun + " cannot use it"
+                                   : "'" + name + "' is a" + (h.kind == lock_kind::election ? "n " : " ") +
+                                         detail::kind_noun(h.kind).data() + "; a" +
+                                         (a.kind == lock_kind::election ? "n " : " ") + a.noun + " cannot use it";
+      try {
+        a.call(name);
+        ADD_FAILURE() << "no wrong_type_error: " << want;
+      } catch (const wrong_type_error& e) {
+        EXPECT_EQ(std::string(e.what()), want);
+        EXPECT_EQ(e.lock_name(), name);
+        EXPECT_EQ(e.held_kind(), h.kind) << want;
+        EXPECT_EQ(e.held_type(), h.type) << want;
+        EXPECT_EQ(e.asked_kind(), a.kind) << want;
+        EXPECT_NE(e.server_message().find("WRONGTYPE"), std::string::npos) << e.server_message();
+      }
+      release();
+    }
+  }
+  EXPECT_EQ(checked, 77);
+}
+
 // inspect() shows the leader as the one holder; force_release() hands leadership to the
 // waiting campaigner with a new term (woken by its notice), and the removed leader learns it.
 TEST_F(Election, InspectShowsTheLeaderAndForceReleaseHandsLeadershipOn) {

@@ -150,6 +150,60 @@ TEST(Errors, AScriptErrorIsTypedByItsCommandsErrorOnEveryServer) {
             "reply:ERR Error running script (call to f_0a9a): @user_script:");
 }
 
+// A kind clash names the lock and both kinds; when what holds the name cannot be told (the
+// look-up failed, or the name changed kind meanwhile) it still names the lock and the asked
+// kind. server_message() is the server's text, unchanged.
+TEST(Errors, AKindClashNamesTheLockAndBothKinds) {
+  const std::string bare = "WRONGTYPE Operation against a key holding the wrong kind of value";
+  auto clash = [&](lock_kind asked, std::string_view noun, auto look_up) -> wrong_type_error {
+    try {
+      detail::throw_kind_clash(wrong_type_error(bare), "orders", asked, noun, look_up);
+    } catch (const wrong_type_error& e) {
+      return e;
+    }
+    return wrong_type_error("none");
+  };
+  auto holds = [](lock_kind k, std::string type = {}) { return [=] { return detail::held_by{k, type}; }; };
+  const wrong_type_error e = clash(lock_kind::mutex, {}, holds(lock_kind::semaphore));
+  EXPECT_STREQ(e.what(), "'orders' is a semaphore; a mutex cannot use it");
+  EXPECT_EQ(e.server_message(), bare);
+  EXPECT_EQ(e.lock_name(), "orders");
+  EXPECT_EQ(e.held_kind(), lock_kind::semaphore);
+  EXPECT_EQ(e.held_type(), "");
+  EXPECT_EQ(e.asked_kind(), lock_kind::mutex);
+  EXPECT_STREQ(clash(lock_kind::election, {}, holds(lock_kind::reentrant)).what(),
+               "'orders' is a reentrant mutex; an election cannot use it");
+  EXPECT_STREQ(clash(lock_kind::latch, {}, holds(lock_kind::shared)).what(),
+               "'orders' is a shared mutex; a latch cannot use it");
+  EXPECT_STREQ(clash(lock_kind::semaphore, {}, holds(lock_kind::election)).what(),
+               "'orders' is an election; a semaphore cannot use it");
+  EXPECT_STREQ(clash(lock_kind::mutex, "redlock", holds(lock_kind::latch)).what(),
+               "'orders' is a latch; a redlock cannot use it");
+  const wrong_type_error foreign = clash(lock_kind::mutex, {}, holds(lock_kind::foreign, "hash"));
+  EXPECT_STREQ(foreign.what(), "'orders' holds a Redis hash that is not a redislock lock; a mutex cannot use it");
+  EXPECT_EQ(foreign.held_kind(), lock_kind::foreign);
+  EXPECT_EQ(foreign.held_type(), "hash");
+  const wrong_type_error unknown =
+      clash(lock_kind::shared, {}, []() -> detail::held_by { throw connection_error("connection lost"); });
+  EXPECT_STREQ(unknown.what(), "'orders' is another kind of lock, or other data; a shared mutex cannot use it");
+  EXPECT_EQ(unknown.lock_name(), "orders");
+  EXPECT_EQ(unknown.held_kind(), lock_kind::none);
+  EXPECT_EQ(unknown.asked_kind(), lock_kind::shared);
+  EXPECT_STREQ(clash(lock_kind::mutex, {}, holds(lock_kind::mutex)).what(),
+               "'orders' is another kind of lock, or other data; a mutex cannot use it")
+      << "changed kind meanwhile";
+  // A bare command's error names nothing; an error that names its lock is passed on as it is.
+  const wrong_type_error plain(bare);
+  EXPECT_EQ(plain.lock_name(), "");
+  EXPECT_EQ(plain.held_kind(), lock_kind::none);
+  EXPECT_EQ(plain.asked_kind(), lock_kind::none);
+  try {
+    detail::throw_kind_clash(e, "other", lock_kind::latch, {}, holds(lock_kind::mutex));
+  } catch (const wrong_type_error& again) {
+    EXPECT_STREQ(again.what(), e.what());
+  }
+}
+
 // A write refused inside a script on a node that is no longer the master: Redis 6 wraps the
 // READONLY (with its leading '-') in its script error; Sentinel failover must still see it.
 TEST(Errors, AReadOnlyRefusalInsideAScriptMeansNotTheMasterOnEveryServer) {

@@ -257,6 +257,30 @@ TEST(Redlock, AnotherObjectIsRefusedWhileHeld) {
   b.unlock();
 }
 
+// A name that became another kind's while held: the refusal names the lock, the kind that
+// holds it on the masters and the redlock.
+TEST(Redlock, AnotherKindOnTheNameIsNamedInTheError) {
+  masters m(3);
+  redlock r(m.refs(), "kinds");
+  ASSERT_TRUE(r.try_lock());
+  m.settled(r);
+  std::vector<std::unique_ptr<reentrant_mutex>> others;  // held on every master until the end
+  for (std::size_t i = 0; i < 3; ++i) {
+    m.admins[i]->command({"DEL", r.key()});
+    others.push_back(std::make_unique<reentrant_mutex>(*m.clients[i], "kinds"));
+    ASSERT_TRUE(others.back()->try_lock());
+  }
+  try {
+    r.extend();
+    ADD_FAILURE() << "no wrong_type_error";
+  } catch (const wrong_type_error& e) {
+    EXPECT_STREQ(e.what(), "'kinds' is a reentrant mutex; a redlock cannot use it");
+    EXPECT_EQ(e.lock_name(), "kinds");
+    EXPECT_EQ(e.held_kind(), lock_kind::reentrant);
+    EXPECT_EQ(e.asked_kind(), lock_kind::mutex);
+  }
+}
+
 TEST(Redlock, AMinorityAcquisitionIsDeletedOnEveryMaster) {
   masters m(3);
   redlock r(m.refs(), "minority");

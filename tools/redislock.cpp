@@ -303,10 +303,33 @@ class interrupt_while_waiting {
   std::thread thread_;
 };
 
+// Why `run` did not get the lock: for a semaphore, its holders and the stored count (inspect(),
+// one more round trip on this path only) and, when that count is not --permits, that --permits
+// only seeds an idle semaphore.
+template <class Lock>
+std::string not_obtained(const run_options& o, Lock& lock) {
+  if (o.lock_kind == run_options::kind::semaphore) {
+    try {
+      const redislock::lock_info i = redislock::inspect(lock.client(), o.name, lock.options());
+      if (i.kind == redislock::lock_kind::semaphore) {
+        std::string m = "the semaphore '" + o.name + "': " + std::to_string(i.holders.size()) + " of " +
+                        std::to_string(i.permits) + " permits held";
+        if (i.permits != o.permits)
+          m += " (stored count " + std::to_string(i.permits) + "; --permits " + std::to_string(o.permits) +
+               " applies when the semaphore is idle)";
+        return m;
+      }
+    } catch (const redislock::error&) {  // the plain message
+    }
+  }
+  return "the lock '" + o.name + "' is held by someone else";
+}
+
 // The three ways `run` holds a lock, behind one face.
 template <class Lock, bool Read>
 struct held {
   Lock& lock;
+  std::string not_obtained(const run_options& o) { return redislock_cli::not_obtained(o, lock); }
   bool acquire(const std::optional<std::chrono::milliseconds>& wait) {
     if constexpr (Read) {
       if (!wait) {
@@ -344,6 +367,7 @@ template <class Election>
 struct held_leadership {
   Election& election;
   std::string value;
+  std::string not_obtained(const run_options& o) const { return "the election '" + o.name + "' has another leader"; }
   bool acquire(const std::optional<std::chrono::milliseconds>& wait) {
     if (!wait) {
       election.campaign(value);
@@ -366,8 +390,7 @@ int run_holding(const run_options& o, Hold hold, int sigfd, const event_flag& lo
     acquired = hold.acquire(o.wait);
   }
   if (!acquired) {
-    say((o.lock_kind == run_options::kind::election ? "the election '" + o.name + "' has another leader"
-                                                    : "the lock '" + o.name + "' is held by someone else") +
+    say(hold.not_obtained(o) +
         (o.wait && o.wait->count() > 0 ? " (waited " + std::to_string(o.wait->count()) + " ms)" : ""));
     return o.conflict_code;
   }
@@ -895,7 +918,7 @@ int main(int argc, char** argv) {
     say(e.what());
     return exit_usage;
   } catch (const redislock::wrong_type_error& e) {
-    say(std::string("the name is used by another kind of lock: ") + e.what());
+    say(e.what());  // names the lock, the kind that holds it and the kind asked for
     return exit_unavailable;
   } catch (const redislock::connection_error& e) {
     say(std::string("cannot reach Redis: ") + e.what());

@@ -25,6 +25,7 @@
 #include <redislock/detail/asio_lock_kinds.hpp>
 #include <redislock/detail/asio_redis.hpp>
 #include <redislock/detail/asio_sentinel.hpp>
+#include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/random.hpp>
@@ -678,7 +679,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
         c.set_get_supported = false;
         return self->first_attempt();
       }
-      if (r->type == REDIS_REPLY_ERROR) return self->failed(async_errc::server_error, false);
+      if (r->type == REDIS_REPLY_ERROR) return self->failed(async_errc::server_error, false, r);
       if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS)
         return self->on_attempt(std::nullopt, sent);
       if (!with_get || std::string_view(r->str, r->len) == self->token) return self->attempt("try");
@@ -705,7 +706,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
       if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
           r->element[1]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 || r->element[0]->integer > 1)
-        return self->failed(async_errc::server_error, self->queued);
+        return self->failed(async_errc::server_error, self->queued, r);
       if (r->element[0]->integer == 1) return self->on_attempt(std::nullopt, sent);
       if (wait) self->queued = true;
       if (leave) {
@@ -802,7 +803,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   // our token holds is released (owner-checked: a no-op when it holds nothing). Posted: when
   // the connection just failed, hiredis is still freeing it (the next command reconnects only
   // once it is gone).
-  void failed(async_errc e, bool leave_queue) {
+  void failed(async_errc e, bool leave_queue, const redisReply* reply = nullptr) {
     if (phase == phase_t::done) return;
     asio::post(core->strand(), [m = core, t = token, leave_queue] {
       // By source: a server that never ran the script would answer NOSCRIPT, and that reply
@@ -815,7 +816,28 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       m->run_attempt(
           t, "leave", [release](redisReply*) { release(); }, true);
     });
+    if (observer != nullptr && reply != nullptr && reply->type == REDIS_REPLY_ERROR &&
+        detail::starts_with(detail::script_error_cause(std::string_view(reply->str, reply->len)), "WRONGTYPE"))
+      return name_the_clash(e);
     finish(e);
+  }
+
+  // WRONGTYPE: the name is another kind's. The observer's not_acquired_event::error names the
+  // lock, the kind that holds its name and ours, as a blocking kind's wrong_type_error does
+  // (detail/kind_clash.hpp: one more round trip, on this path only, and only for an observer:
+  // the caller's error_code is server_error either way).
+  void name_the_clash(async_errc e) {
+    const async_keys& k = core->keys();
+    core->run({detail::kind_script(), {k.lock}, {}}, [self = shared_from_this(), e](redisReply* r) {
+      detail::held_by held;
+      try {
+        if (r != nullptr) held = detail::held_from(*r);
+      } catch (const error&) {  // told as unknown
+      }
+      self->error_text =
+          detail::kind_clash_message(self->core->name(), held.kind, held.type, self->core->kind().asked_kind(), {});
+      self->finish(e);
+    });
   }
 
   // We got the lock but must not keep it (cancelled): release it, then complete (at the first
@@ -878,7 +900,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     n.wait = waited;
     n.attempts = attempts;
     n.reason = e ? not_acquired_reason::error : not_acquired_reason::timeout;
-    const std::string why = e ? e.message() : std::string();
+    const std::string why = !error_text.empty() ? error_text : e ? e.message() : std::string();
     n.error = why;
     tell([&](lock_observer& o) { o.on_not_acquired(n); });
   }
@@ -917,6 +939,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   steady::time_point started{};
   std::uint32_t attempts = 0;  // commands or scripts sent to try, "leave" included
   bool handoff = false;        // a release's notice handed it the lock
+  std::string error_text;      // the observer's error, when it says more than the error_code
 };
 
 std::shared_ptr<async_acquire_op> async_lock_core::acquisition(deadline d, acquire_done done) {

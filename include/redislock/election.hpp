@@ -137,9 +137,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   /// The current leader, read with one script: nullopt when nobody leads. Throws
   /// wrong_type_error when the name is used by another lock kind.
   std::optional<leader_info> leader() {
-    return this->client_.run(this->keys_.lock, [&](connection& c) {
-      return parse_leader(run_script(c, detail::election_scripts::leader(), "#"));
-    });
+    return this->run_on_lock(
+        [&](connection& c) { return parse_leader(run_script(c, detail::election_scripts::leader(), "#")); });
   }
 
   /// Waits until the leadership differs from `seen` (another grant, or nobody leading where
@@ -250,7 +249,7 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
                  {token, keys_.waiter_prefix, keys_.notices, more.a4, more.a5, more.a6, more.a7});
   }
   std::int64_t run_integer(const script& s, std::string_view token, const script_args& more = script_args()) {
-    return client_.run(keys_.lock, [&](connection& c) { return detail::as_integer(*run_script(c, s, token, more)); });
+    return this->run_on_lock([&](connection& c) { return detail::as_integer(*run_script(c, s, token, more)); });
   }
 
   static std::optional<leader_info> parse_leader(const reply_ptr& r) {
@@ -287,7 +286,7 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   attempt_result attempt_once(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
     const std::string value = this->value();
-    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
+    reply_ptr r = this->run_on_lock([&](connection& c) {
       return run_script(c, detail::election_scripts::attempt(), token_,
                         script_args(lease_ms_, mode, wait_lease_ms_, value));
     });

@@ -12,7 +12,8 @@
 ///   │                         for another name, unreadable CA/certificate/key files
 ///   ├── reply_error           the server answered with an error reply (text kept verbatim)
 ///   │   ├── noscript_error    NOSCRIPT: script cache empty (handled inside the library)
-///   │   ├── wrong_type_error  WRONGTYPE: the lock's key holds another kind of value
+///   │   ├── wrong_type_error  WRONGTYPE: the lock's name is another kind of lock, or other data
+///   │   │                     (lock_name(), held_kind(), asked_kind(); what() names all three)
 ///   │   ├── auth_error        NOAUTH / WRONGPASS / NOPERM
 ///   │   │   └── scripting_unavailable_error  the server runs no Lua scripts for this connection
 ///   │   │                     (an ACL user without @scripting, Valkey without its Lua engine)
@@ -28,11 +29,55 @@
 ///
 /// Messages never contain passwords.
 
+#include <redislock/lock_kind.hpp>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 namespace redislock {
+
+namespace detail {
+
+/// The user-facing name of a kind: "mutex", "reentrant mutex", "shared mutex", "semaphore",
+/// "latch", "election" ("" for none and foreign).
+inline std::string_view kind_noun(lock_kind k) noexcept {
+  switch (k) {
+    case lock_kind::mutex: return "mutex";
+    case lock_kind::reentrant: return "reentrant mutex";
+    case lock_kind::shared: return "shared mutex";
+    case lock_kind::semaphore: return "semaphore";
+    case lock_kind::latch: return "latch";
+    case lock_kind::election: return "election";
+    case lock_kind::none:
+    case lock_kind::foreign: break;
+  }
+  return "";
+}
+
+/// "a <noun>" or "an <noun>".
+inline std::string with_article(std::string_view noun) {
+  const bool vowel = !noun.empty() && std::string_view("aeiou").find(noun[0]) != std::string_view::npos;
+  return (vowel ? "an " : "a ") + std::string(noun);
+}
+
+/// wrong_type_error's what(): "'orders' is a semaphore; a mutex cannot use it", "'orders'
+/// holds a Redis hash that is not a redislock lock; a mutex cannot use it", or, when what holds
+/// the name could not be told (held none, or the asked kind itself: it changed meanwhile),
+/// "'orders' is another kind of lock, or other data; a mutex cannot use it".
+inline std::string kind_clash_message(std::string_view name, lock_kind held, std::string_view held_type,
+                                      lock_kind asked, std::string_view asked_noun) {
+  const std::string who = "'" + std::string(name) + "' ";
+  std::string what;
+  if (held == lock_kind::foreign)
+    what =
+        who + "holds a Redis " + std::string(held_type.empty() ? "value" : held_type) + " that is not a redislock lock";
+  else if (held == lock_kind::none || held == asked) what = who + "is another kind of lock, or other data";
+  else what = who + "is " + with_article(kind_noun(held));
+  return what + "; " + with_article(asked_noun.empty() ? kind_noun(asked) : asked_noun) + " cannot use it";
+}
+
+}  // namespace detail
 
 class error : public std::runtime_error {
  public:
@@ -80,9 +125,39 @@ class noscript_error : public reply_error {
   using reply_error::reply_error;
 };
 
+/// WRONGTYPE: the lock's name is held by another kind of lock (a semaphore's name used as a
+/// mutex), or by data that is not a redislock lock. Every lock kind throws it with the lock's
+/// name, the kind that holds the name and the kind asked for, what() reading
+/// "'orders' is a semaphore; a mutex cannot use it" (detail/kind_clash.hpp: the kind holding
+/// the name is looked up on this error's path only, one round trip). server_message() is the
+/// server's reply verbatim. Thrown by a bare command (connection::command, script::run), it
+/// names nothing: lock_name() empty, both kinds none.
 class wrong_type_error : public reply_error {
  public:
   using reply_error::reply_error;
+  /// `held`: none when it could not be told (the look-up failed, or the name changed kind
+  /// meanwhile); `type`: the key's Redis TYPE when held is foreign. `asked_noun`: how
+  /// what() names the asked kind when not by kind_noun(asked) (a redlock asks as a mutex).
+  wrong_type_error(std::string server_message, std::string name, lock_kind held, std::string type, lock_kind asked,
+                   std::string_view asked_noun = {})
+      : reply_error(std::move(server_message), detail::kind_clash_message(name, held, type, asked, asked_noun)),
+        lock_name_(std::move(name)),
+        held_type_(std::move(type)),
+        held_(held),
+        asked_(asked) {}
+  /// The lock's name ("" from a bare command).
+  const std::string& lock_name() const noexcept { return lock_name_; }
+  /// The kind that holds the name: foreign for other data (held_type() says which), none when
+  /// unknown.
+  lock_kind held_kind() const noexcept { return held_; }
+  /// held_kind() foreign: the key's Redis type ("hash", "list", ...); "" otherwise.
+  const std::string& held_type() const noexcept { return held_type_; }
+  /// The kind that was asked for (a redlock: mutex, the key it would write); none from a bare command.
+  lock_kind asked_kind() const noexcept { return asked_; }
+
+ private:
+  std::string lock_name_, held_type_;
+  lock_kind held_ = lock_kind::none, asked_ = lock_kind::none;
 };
 
 class auth_error : public reply_error {

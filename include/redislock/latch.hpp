@@ -24,6 +24,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/call_deadline.hpp>
+#include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/latch_scripts.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
@@ -78,7 +79,7 @@ class basic_latch {
         initial_(expected) {
     const std::string fresh = detail::random_token();
     auto send = [&] {
-      return client_.run(keys_.lock, [&](connection& c) {
+      return run_on_lock([&](connection& c) {
         return detail::latch_scripts::create().run(c, {keys_.lock}, {std::to_string(expected), lease_ms_, fresh});
       });
     };
@@ -128,7 +129,7 @@ class basic_latch {
     const std::string call = std::to_string(++last_call_);
     std::optional<detail::steady::time_point> first_sent;
     auto send = [&] {
-      return client_.run(keys_.lock, [&](connection& c) {
+      return run_on_lock([&](connection& c) {
         const detail::steady::time_point now = detail::steady::now();
         if (!first_sent) first_sent = now;
         else if (now - *first_sent >= detail::latch_scripts::resend_horizon)
@@ -232,9 +233,15 @@ class basic_latch {
                                "' is gone (its lease ended, or it was made anew); it was not seen open");
   }
 
+  // client_.run for this latch: a WRONGTYPE refusal names it and the kind holding its name
+  // (detail/kind_clash.hpp).
+  template <class F>
+  decltype(auto) run_on_lock(F&& f) {
+    return detail::run_on_lock(client_, keys_.lock, name_, detail::latch_scripts::keys::kind, std::forward<F>(f));
+  }
+
   state read(const char* what) {
-    reply_ptr r = client_.run(keys_.lock,
-                              [&](connection& c) { return detail::latch_scripts::read().run(c, {keys_.lock}, {id_}); });
+    reply_ptr r = run_on_lock([&](connection& c) { return detail::latch_scripts::read().run(c, {keys_.lock}, {id_}); });
     const std::int64_t count = detail::as_integer(detail::element(*r, 0));
     if (count == detail::latch_scripts::expired) throw expired_error(what);
     return {count, std::chrono::milliseconds(detail::as_integer(detail::element(*r, 2)))};

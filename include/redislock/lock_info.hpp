@@ -11,6 +11,7 @@
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/election_scripts.hpp>
+#include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/lock_info_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
@@ -79,25 +80,7 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
   lock_info info;
   info.name = std::move(name);
   info.key = std::move(key);
-  const std::string kind(as_string(element(r, 0)));
-  if (kind == "none") {
-    info.kind = lock_kind::none;
-  } else if (kind == "mutex") {
-    info.kind = lock_kind::mutex;
-  } else if (kind == "reentrant") {
-    info.kind = lock_kind::reentrant;
-  } else if (kind == "shared") {
-    info.kind = lock_kind::shared;
-  } else if (kind == "semaphore") {
-    info.kind = lock_kind::semaphore;
-  } else if (kind == "latch") {
-    info.kind = lock_kind::latch;
-  } else if (kind == "election") {
-    info.kind = lock_kind::election;
-  } else {
-    info.kind = lock_kind::foreign;
-    info.foreign_type = kind.substr(kind.find(' ') + 1);
-  }
+  info.kind = kind_named(as_string(element(r, 0)), info.foreign_type);
   info.key_ttl = std::chrono::milliseconds(as_integer(element(r, 1)));
   info.last_fence = static_cast<std::uint64_t>(as_integer(element(r, 2)));
   info.waiters = as_integer(element(r, 3));

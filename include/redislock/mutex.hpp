@@ -159,7 +159,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
     if (queued) this->leave_after_failure();  // "leave" where scripts run again; else a new token
     try {
       if (!token.empty()) {
-        client_.run(keys_.lock, [&](connection& c) {
+        this->run_on_lock([&](connection& c) {
           return detail::mutex_scripts::release_without_script(c, c.features(), keys_.lock, token);
         });
       }
@@ -172,7 +172,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // ran nothing: the Lua-free release follows on the same connection.
   std::int64_t send_release() { return release_token(token_); }
   std::int64_t release_token(const std::string& token) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       if (c.features().scripting) {
         try {
           return detail::as_integer(*detail::mutex_scripts::release().run(
@@ -188,18 +188,18 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
 
   std::int64_t run_extend(const std::string& token, const std::string& lease_ms) {
     const detail::renewal_target target = renewal_of(token, lease_ms);
-    return client_.run(keys_.lock, [&](connection& c) { return detail::renew_once(c, target); });
+    return this->run_on_lock([&](connection& c) { return detail::renew_once(c, target); });
   }
 
   std::int64_t run_remaining(const std::string& token) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       if (!c.features().scripting) return detail::mutex_scripts::remaining_without_script(c, keys_.lock, token);
       return detail::as_integer(*detail::mutex_scripts::remaining().run(c, {keys_.lock}, {token}));
     });
   }
 
   std::int64_t run_fence(const std::string& token) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       if (!c.features().scripting)
         throw scripting_unavailable_error("", "fencing_token: lock '" + name_ + "' is on " + c.features().describe() +
                                                   ", which runs no scripts for this connection; a fencing token "
@@ -240,7 +240,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
     detail::steady::time_point sent = detail::steady::now();  // the lease starts no earlier
     const bool with_get = set_get_supported_.load(std::memory_order_relaxed);
     bool lua_free = false, no_get = false;
-    const outcome o = client_.run(keys_.lock, [&](connection& c) {
+    const outcome o = this->run_on_lock([&](connection& c) {
       lua_free = !c.features().scripting;  // a round trip on a socket's first use only
       if (lua_free) require_lua_free_path(c.features());
       else if (options_.fair) return outcome::ask_script;  // fair mode must not jump the queue
@@ -314,7 +314,7 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   // mode: "wait" (join or keep our place), "try", "leave" (see mutex_scripts::queue_attempt).
   attempt_result queue_attempt(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
-    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
+    reply_ptr r = this->run_on_lock([&](connection& c) {
       try {
         return detail::mutex_scripts::queue_attempt().run(
             c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},

@@ -664,11 +664,29 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     throw_unreachable(r, what);
   }
 
+  // What holds the name on the masters, for a WRONGTYPE refusal: the first master that names
+  // another kind than ours (a string key) or none; throws when none could be asked.
+  detail::held_by held_kind_anywhere() const {
+    std::exception_ptr failed;
+    for (std::size_t i = 0; i < quorum_->size(); ++i) {
+      try {
+        detail::held_by h = detail::held_kind(quorum_->client(i), keys_.lock);
+        if (h.kind != lock_kind::none && h.kind != lock_kind::mutex) return h;
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    return {};
+  }
+
   [[noreturn]] void throw_unreachable(const detail::round& r, const char* what) const {
     const std::exception_ptr e = r.first_error();
     if (e) {
       try {
         std::rethrow_exception(e);
+      } catch (const wrong_type_error& w) {
+        detail::throw_kind_clash(w, name_, lock_kind::mutex, "redlock", [&] { return held_kind_anywhere(); });
       } catch (const reply_error&) {
         throw;  // an error reply (WRONGTYPE, NOPERM, ...) keeps its type
       } catch (const std::exception& x) {

@@ -136,8 +136,8 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   /// true: write nothing).
   std::uint64_t fencing_token() {
     const bool kept = owners_.mine().fence != 0;
-    const std::uint64_t fence = detail::draw_fence(client_, keys_, owners_, detail::reentrant_scripts::fence(), name_,
-                                                   [](hold& h) { h.lease->mark_lost(); });
+    const std::uint64_t fence =
+        this->draw_fence(owners_, detail::reentrant_scripts::fence(), [](hold& h) { h.lease->mark_lost(); });
     if (!kept) this->observe_fenced(fence);
     return fence;
   }
@@ -168,6 +168,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   using core::last_release_;
   using core::name_;
   using core::options_;
+  using core::run_integer;
 
   struct hold {
     bool idle() const noexcept { return count == 0; }
@@ -339,7 +340,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
                                                          detail::steady::time_point& sent) {
     const detail::steady::time_point now = detail::steady::now();
     if (mode == "wait" && !w.first_wait_sent) w.first_wait_sent = now;  // a hand-off's lease starts after it
-    const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
+    const auto [ok, value] = this->run_on_lock([&](connection& c) {
       reply_ptr r = detail::reentrant_scripts::acquire().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
           {owner, keys_.lease_ms, count, mode, options_.fair ? "1" : "0", keys_.wait_lease_ms, keys_.waiter_prefix});
@@ -365,15 +366,11 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   }
 
   std::int64_t run_release(const std::string& owner, std::int64_t count) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       return detail::as_integer(
           *detail::reentrant_scripts::release().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
                                                     {owner, keys_.waiter_prefix, std::to_string(count)}));
     });
-  }
-
-  std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {
-    return detail::run_integer(client_, keys_, s, args);
   }
 
   void require_held(const char* what) const { detail::require_held(hold_count() > 0, what, name_, "this thread"); }

@@ -165,7 +165,7 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
 
   // Runs a script on the holders key with all four keys, or only holders and fence.
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args, bool all_keys = true) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       if (all_keys) return detail::as_integer(*s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, args));
       return detail::as_integer(*s.run(c, {keys_.lock, keys_.fence}, args));
     });
@@ -173,7 +173,7 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
 
   std::pair<std::int64_t, std::int64_t> counts() {
     const std::int64_t own = permits_.load(std::memory_order_relaxed);
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       reply_ptr r =
           detail::semaphore_scripts::count().run(c, {keys_.lock}, {"#", keys_.waiter_prefix, std::to_string(own)});
       const std::int64_t stored = detail::as_integer(detail::element(*r, 0));
@@ -207,7 +207,7 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   // released (owner-checked) and the token replaced (object_hold's release_unheard_attempt).
   attempt_result attempt_once(std::string_view mode) {
     const detail::steady::time_point sent = this->attempt_sent(mode);
-    reply_ptr r = client_.run(keys_.lock, [&](connection& c) {
+    reply_ptr r = this->run_on_lock([&](connection& c) {
       return detail::semaphore_scripts::acquire().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
           {token_, keys_.waiter_prefix, permits_arg(), lease_ms_, mode, options_.fair ? "1" : "0", wait_lease_ms_});

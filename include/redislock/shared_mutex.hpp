@@ -187,9 +187,9 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// lost_shared() is true: write nothing).
   std::uint64_t fencing_token() {
     const hold before = owners_.mine();
-    const std::uint64_t fence =
-        detail::draw_fence(client_, keys_, owners_, detail::shared_scripts::fence(), name_,
-                           [](hold& h) { (h.writing ? h.lease->write : h.lease->read).mark_lost(); });
+    const std::uint64_t fence = this->draw_fence(owners_, detail::shared_scripts::fence(), [](hold& h) {
+      (h.writing ? h.lease->write : h.lease->read).mark_lost();
+    });
     if (before.fence == 0 && before.writing) this->observe_fenced(fence);
     if (before.fence == 0 && !before.writing) this->observe_fenced_shared(fence);
     return fence;
@@ -391,7 +391,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   attempt_result send_attempt(const std::string& owner, std::string_view mode, char side, const std::string& wait,
                               const std::string& count, const std::string& continues) {
     const std::string_view side_arg = side == 'w' ? "w" : "r";
-    const auto [ok, value] = client_.run(keys_.lock, [&](connection& c) {
+    const auto [ok, value] = this->run_on_lock([&](connection& c) {
       reply_ptr r =
           detail::shared_scripts::acquire().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
                                                 {owner, keys_.channel, keys_.lease_ms, mode, options_.fair ? "1" : "0",
@@ -504,7 +504,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   }
 
   std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {
-    return client_.run(keys_.lock, [&](connection& c) {
+    return this->run_on_lock([&](connection& c) {
       return detail::as_integer(*s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters}, args));
     });
   }

@@ -72,6 +72,8 @@ class async_lock_kind {
   virtual script_call remaining(const async_keys& k, const std::string& token) const = 0;
   /// How observers (observe.hpp) name the kind and side.
   virtual lock_type observed_type(const lock_options& o) const noexcept = 0;
+  /// The kind a refusal by another kind's name names as asked for (detail/kind_clash.hpp).
+  virtual lock_kind asked_kind() const noexcept = 0;
   virtual lock_mode observed_mode() const noexcept { return lock_mode::exclusive; }
 };
 
@@ -103,6 +105,7 @@ class async_mutex_kind final : public async_lock_kind {
   lock_type observed_type(const lock_options& o) const noexcept override {
     return o.fair ? lock_type::fair_mutex : lock_type::mutex;
   }
+  lock_kind asked_kind() const noexcept override { return mutex_scripts::keys::kind; }
 };
 
 /// redislock::semaphore's scripts (detail/semaphore_scripts.hpp), with the object's permit
@@ -134,6 +137,7 @@ class async_semaphore_kind final : public async_lock_kind {
   }
   const std::string& permits() const noexcept { return permits_; }
   lock_type observed_type(const lock_options&) const noexcept override { return lock_type::semaphore; }
+  lock_kind asked_kind() const noexcept override { return semaphore_scripts::keys::kind; }
 
   /// The object's own count (as semaphore::set_permits() stores its own). On the strand.
   void set_own_permits(std::int64_t permits) {
@@ -192,6 +196,7 @@ class async_shared_kind final : public async_lock_kind {
     return {shared_scripts::remaining(), {k.lock, k.fence}, {token, k.waiter_prefix, side()}};
   }
   lock_type observed_type(const lock_options&) const noexcept override { return lock_type::shared_mutex; }
+  lock_kind asked_kind() const noexcept override { return shared_scripts::keys::kind; }
   lock_mode observed_mode() const noexcept override { return write_ ? lock_mode::exclusive : lock_mode::shared; }
 
  private:

@@ -50,6 +50,7 @@ namespace redislock::detail::election_scripts {
 
 /// The keys, channels and fixed script arguments of one election (layout above).
 struct keys {
+  static constexpr lock_kind kind = lock_kind::election;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
         fence(lock + ":fence"),

@@ -62,6 +62,7 @@ namespace redislock::detail::latch_scripts {
 
 /// The keys of one latch (layout above).
 struct keys {
+  static constexpr lock_kind kind = lock_kind::latch;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o) : lock(base_key(name, o)), channel(lock + ":open") {}
   /// The call record of the object `caller` (layout above).
   std::string record(std::string_view caller) const { return lock + ":c:" + std::string(caller); }

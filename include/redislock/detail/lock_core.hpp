@@ -16,9 +16,11 @@
 /// build on lock_core through detail/object_hold.hpp.
 ///
 /// The owner-table helpers at the end serve the kinds whose owners are threads (reentrant and
-/// shared); run_integer() sends KEYS = {lock, fence} (their extend, fence and remaining scripts).
+/// shared). Every command of a kind goes through lock_core::run_on_lock(), which names the lock
+/// and the kinds in a WRONGTYPE refusal (detail/kind_clash.hpp).
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/owners.hpp>
 #include <redislock/detail/wait.hpp>
@@ -123,38 +125,45 @@ class lock_core : public lock_identity<Keys> {
                         drop);
   }
 
+  /// client_.run(key(), f), for every command of this lock: a WRONGTYPE refusal becomes the
+  /// wrong_type_error naming this lock, the kind that holds its name and this one (Keys::kind).
+  template <class F>
+  decltype(auto) run_on_lock(F&& f) {
+    return detail::run_on_lock(client_, this->keys_.lock, this->name_, Keys::kind, std::forward<F>(f));
+  }
+
+  /// Runs a script with KEYS = {lock, fence}; the reply is an integer.
+  std::int64_t run_integer(const script& s, std::initializer_list<std::string_view> args) {
+    return run_on_lock([&](connection& c) {
+      return as_integer(*s.run(c, {this->keys_.lock, this->keys_.fence}, args));
+    });
+  }
+
+  /// The fencing token of the calling thread's current hold (reentrant, shared): drawn from
+  /// the lock's counter on the first call per hold (one round trip, script `s` with ARGV owner,
+  /// channel; it replies 0 when the owner holds nothing on the server) and kept in State::fence
+  /// until the thread's holds all end. Throws lock_error when the thread holds nothing, or when
+  /// its lease has run out (after on_lost(state): write nothing then).
+  template <class State, class OnLost>
+  std::uint64_t draw_fence(owner_table<State>& owners, const script& s, OnLost&& on_lost) {
+    State h = owners.mine();
+    require_held(!h.idle(), "fencing_token", this->name_, "this thread");
+    if (h.fence != 0) return h.fence;
+    const std::int64_t fence = run_integer(s, {owners.owner_id(), fence_arg(this->keys_)});
+    if (fence <= 0) {
+      on_lost(h);
+      throw lock_error("fencing_token: the lease on lock '" + this->name_ + "' has run out");
+    }
+    h = owners.mine();  // only this thread changes its own state: the same hold
+    h.fence = static_cast<std::uint64_t>(fence);
+    owners.set_mine(h);
+    return h.fence;
+  }
+
   Client& client_;
 };
 
 // ---- helpers of the kinds whose owners are threads (reentrant, shared) ----
-
-/// Runs a lock script with KEYS = {lock, fence}; the reply is an integer.
-template <class Client, class Keys>
-std::int64_t run_integer(Client& client, const Keys& k, const script& s, std::initializer_list<std::string_view> args) {
-  return client.run(k.lock, [&](connection& c) { return as_integer(*s.run(c, {k.lock, k.fence}, args)); });
-}
-
-/// The fencing token of the calling thread's current hold: drawn from the lock's counter on
-/// the first call per hold (one round trip, script `s` with ARGV owner, channel; it replies 0
-/// when the owner holds nothing on the server) and kept in State::fence until the thread's
-/// holds all end. Throws lock_error when the thread holds nothing, or when its lease has run
-/// out (after on_lost(state): write nothing then).
-template <class Client, class Keys, class State, class OnLost>
-std::uint64_t draw_fence(Client& client, const Keys& k, owner_table<State>& owners, const script& s,
-                         const std::string& name, OnLost&& on_lost) {
-  State h = owners.mine();
-  require_held(!h.idle(), "fencing_token", name, "this thread");
-  if (h.fence != 0) return h.fence;
-  const std::int64_t fence = run_integer(client, k, s, {owners.owner_id(), fence_arg(k)});
-  if (fence <= 0) {
-    on_lost(h);
-    throw lock_error("fencing_token: the lease on lock '" + name + "' has run out");
-  }
-  h = owners.mine();  // only this thread changes its own state: the same hold
-  h.fence = static_cast<std::uint64_t>(fence);
-  owners.set_mine(h);
-  return h.fence;
-}
 
 /// Records a release outcome in an atomic and returns it.
 inline release_status record(std::atomic<release_status>& last, release_status s) noexcept {

@@ -63,6 +63,7 @@
 /// The fencing counter is kept: the next holder's token is still higher than the removed one's.
 
 #include <redislock/detail/election_scripts.hpp>
+#include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/latch_scripts.hpp>
 #include <redislock/detail/mutex_scripts.hpp>
 #include <redislock/detail/reentrant_scripts.hpp>
@@ -74,23 +75,11 @@
 
 namespace redislock::detail::lock_info_scripts {
 
-/// Defines kind_of_lock() (the kind of KEYS[1], as described above), now_ms(), fence_value(),
-/// live_waiters() (the places in the queue KEYS[3] whose KEYS[4] entry has not lapsed) and
-/// add_holder() (appends one holder's group of 4 to a reply).
-inline const char* kind_lua() {
-  return R"lua(
-local function kind_of_lock()
-  local t = redis.call('TYPE', KEYS[1])['ok']
-  if t == 'none' then return 'none' end
-  if t == 'string' then return 'mutex' end
-  if t == 'hash' then
-    local k = redis.call('HGET', KEYS[1], '@kind')
-    if k == 'reentrant' or k == 'shared' or k == 'latch' or k == 'election' then return k end
-    return 'foreign hash'
-  end
-  if t == 'zset' and redis.call('ZSCORE', KEYS[1], '#permits') then return 'semaphore' end
-  return 'foreign ' .. t
-end
+/// Defines kind_of_lock() (the kind of KEYS[1], as described above: detail/kind_clash.hpp),
+/// now_ms(), fence_value(), live_waiters() (the places in the queue KEYS[3] whose KEYS[4] entry
+/// has not lapsed) and add_holder() (appends one holder's group of 4 to a reply).
+inline std::string kind_lua() {
+  return std::string(kind_of_lock_lua()) + R"lua(
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -66,6 +66,7 @@ namespace redislock::detail::mutex_scripts {
 
 /// The keys of one mutex, as in the layout above (waiter_prefix: the channels' "P{N}:w:").
 struct keys {
+  static constexpr lock_kind kind = lock_kind::mutex;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
         fence(lock + ":fence"),

@@ -231,6 +231,8 @@ class quorum {
   }
 
   std::size_t size() const noexcept { return clients_.size(); }
+  /// Master i's client, for a call outside the rounds (an error's diagnosis).
+  Client& client(std::size_t i) const noexcept { return *clients_[i]; }
   /// A majority: N/2 + 1.
   std::size_t needed() const noexcept { return clients_.size() / 2 + 1; }
   std::chrono::milliseconds instance_timeout() const noexcept { return timeout_; }

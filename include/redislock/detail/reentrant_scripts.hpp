@@ -55,6 +55,7 @@ namespace redislock::detail::reentrant_scripts {
 /// The keys and constant arguments of one reentrant lock (layout above), built from a validated name and options
 /// (detail::lock_identity).
 struct keys {
+  static constexpr lock_kind kind = lock_kind::reentrant;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
         fence(lock + ":fence"),

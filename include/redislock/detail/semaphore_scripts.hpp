@@ -77,6 +77,7 @@ inline std::int64_t checked_permits(std::int64_t n, const char* what) {
 
 /// The keys and fixed script arguments of one semaphore (layout above).
 struct keys {
+  static constexpr lock_kind kind = lock_kind::semaphore;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
         fence(lock + ":fence"),

@@ -91,6 +91,7 @@ namespace redislock::detail::shared_scripts {
 /// The keys and fixed script arguments of one shared lock (layout above), built from a
 /// validated name and options (detail::lock_identity).
 struct keys {
+  static constexpr lock_kind kind = lock_kind::shared;  ///< the kind asked for (wrong_type_error)
   keys(std::string_view name, const lock_options& o)
       : lock(base_key(name, o)),
         fence(lock + ":fence"),
