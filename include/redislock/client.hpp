@@ -40,7 +40,7 @@
 /// subscription to the subscriber the client names then.
 
 #include <redislock/connection.hpp>
-#include <redislock/detail/call_deadline.hpp>
+#include <redislock/detail/connection_pool.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/subscriber.hpp>
 #include <redislock/errors.hpp>
@@ -50,10 +50,6 @@
 #include <redislock/stats.hpp>
 #include <redislock/watchdog.hpp>
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -61,19 +57,15 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace redislock {
 
 class client {
  public:
-  explicit client(client_options options = {}) : options_(std::move(options)) {
-    if (options_.pool_size == 0) throw invalid_argument("client: pool_size must be at least 1");
-    if (options_.pool_wait_timeout.count() < 0)
-      throw invalid_argument("client: pool_wait_timeout must not be negative");
-    detail::check_connection_options(options_.connection, "client");
-    idle_.reserve(options_.pool_size);
-  }
+  explicit client(client_options options = {})
+      : options_(checked(std::move(options))),
+        pool_("client", options_.pool_size, options_.pool_wait_timeout, options_.connection.connect_timeout,
+              options_.on_warning) {}
   /// Same as client(client_options{parse_uri(uri)}).
   explicit client(std::string_view uri) : client(client_options{parse_uri(uri)}) {}
 
@@ -102,7 +94,7 @@ class client {
   template <class F>
   auto run(std::string_view /*key*/, F&& f) -> std::invoke_result_t<F, connection&> {
     lease l(*this, borrow());
-    return std::forward<F>(f)(*l.conn);
+    return std::forward<F>(f)(*l.lent.conn);
   }
 
   /// Convenience: one command on the pool (e.g. PING, INFO).
@@ -125,7 +117,7 @@ class client {
   detail::subscriber& subscriber() {
     std::call_once(subscriber_once_, [&] {
       auto s = std::make_unique<detail::subscriber>(options_.connection);
-      std::lock_guard<std::mutex> g(mutex_);  // wait_stats() reads it under the pool's lock
+      std::lock_guard<std::mutex> g(mutex_);  // wait_stats() reads it under mutex_
       subscriber_ = std::move(s);
     });
     return *subscriber_;
@@ -139,100 +131,40 @@ class client {
 
   /// Whether the server may evict held locks (eviction.hpp), as found on this client's first
   /// connection; eviction_risk::unknown before that or where CONFIG GET is refused.
-  eviction_check eviction() const {
-    std::lock_guard<std::mutex> g(mutex_);
-    return eviction_;
-  }
+  eviction_check eviction() const { return pool_.eviction(); }
 
   /// Connections currently open (idle or lent out).
-  std::size_t open_connections() const {
-    std::lock_guard<std::mutex> g(mutex_);
-    return open_;
-  }
+  std::size_t open_connections() const { return pool_.open_connections(); }
 
  private:
-  using connection_ptr = std::unique_ptr<connection>;
+  static client_options checked(client_options o) {
+    if (o.pool_size == 0) throw invalid_argument("client: pool_size must be at least 1");
+    if (o.pool_wait_timeout.count() < 0) throw invalid_argument("client: pool_wait_timeout must not be negative");
+    detail::check_connection_options(o.connection, "client");
+    return o;
+  }
 
   struct lease {
     client& owner;
-    connection_ptr conn;
-    lease(client& o, connection_ptr c) : owner(o), conn(std::move(c)) {}
+    detail::connection_pool::pooled lent;
+    lease(client& o, detail::connection_pool::pooled p) : owner(o), lent(std::move(p)) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
-    ~lease() { owner.give_back(std::move(conn)); }
+    ~lease() { owner.pool_.give_back(std::move(lent), true); }  // a broken one reconnects on next use
   };
 
-  connection_ptr borrow() {
+  detail::connection_pool::pooled borrow() {
     if (forked_.inherited())
       throw error("client: created before fork(), in the parent process; create a new client in the child");
-    std::unique_lock<std::mutex> g(mutex_);
-    // A timed call waits no longer than its deadline plus one connect timeout (detail/call_deadline.hpp).
-    const std::chrono::milliseconds wait =
-        detail::call_deadline::cut_pool_wait(options_.pool_wait_timeout, options_.connection.connect_timeout);
-    const bool ready = available_.wait_for(g, wait, [&] { return !idle_.empty() || open_ < options_.pool_size; });
-    if (!ready)
-      throw timeout_error("client: no free connection within " + std::to_string(wait.count()) + " ms (pool_size " +
-                          std::to_string(options_.pool_size) + ")");
-    if (!idle_.empty()) {
-      connection_ptr c = std::move(idle_.back());
-      idle_.pop_back();
-      return c;
-    }
-    ++open_;
-    g.unlock();
-    try {  // connect outside the pool's lock
-      connection_ptr c = std::make_unique<connection>(options_.connection);
-      check_eviction_once(*c);
-      return c;
-    } catch (...) {
-      g.lock();
-      --open_;
-      g.unlock();
-      available_.notify_one();
-      throw;
-    }
-  }
-
-  // The first connection asks whether the server may evict lock keys and warns once if so.
-  // One round trip, paid once per client; tried again on a later connection if it failed.
-  void check_eviction_once(connection& c) {
-    if (eviction_checked_.exchange(true)) return;
-    eviction_check e;
-    try {
-      e = check_eviction(c);
-    } catch (...) {
-      eviction_checked_.store(false);
-      throw;
-    }
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      eviction_ = e;
-    }
-    detail::warn_if_evicting(e, options_.connection.endpoint(), options_.on_warning);
-  }
-
-  void give_back(connection_ptr c) noexcept {
-    connection_ptr unusable;  // closed outside the pool's lock
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      if (c && c->pending() == 0) {
-        idle_.push_back(std::move(c));  // capacity reserved; a broken one reconnects on next use
-      } else {
-        unusable = std::move(c);  // replies still owed: the stream position is lost
-        --open_;
-      }
-    }
-    available_.notify_one();
+    return pool_.borrow(
+        [](const detail::connection_pool::pooled&) { return true; },
+        [&] { return detail::connection_pool::pooled{std::make_unique<connection>(options_.connection)}; });
   }
 
   client_options options_;
+  detail::connection_pool pool_;
   detail::fork_guard forked_;
-  mutable std::mutex mutex_;
-  std::condition_variable available_;
-  std::vector<connection_ptr> idle_;
-  std::size_t open_ = 0;
-  std::atomic<bool> eviction_checked_{false};
-  eviction_check eviction_;  // under mutex_
+  mutable std::mutex mutex_;  // subscriber_, once set
   std::once_flag subscriber_once_;
   std::unique_ptr<detail::subscriber> subscriber_;  // after the pool: stopped before it goes
   std::once_flag watchdog_once_;

@@ -33,6 +33,7 @@
 
 #include <redislock/connection.hpp>
 #include <redislock/detail/call_deadline.hpp>
+#include <redislock/detail/connection_pool.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/sentinel_discovery.hpp>
@@ -223,10 +224,10 @@ inline void report_sentinel_failover(const std::string& from, const std::string&
 
 class sentinel_client {
  public:
-  explicit sentinel_client(sentinel_options options) : options_(std::move(options)) {
-    detail::check_sentinel_options(options_, "sentinel_client");
-    idle_.reserve(options_.pool_size);
-  }
+  explicit sentinel_client(sentinel_options options)
+      : options_(checked(std::move(options))),
+        pool_("sentinel_client", options_.pool_size, options_.pool_wait_timeout, options_.connection.connect_timeout,
+              options_.on_warning) {}
   /// Same as sentinel_client(parse_sentinel_uri(uri)).
   explicit sentinel_client(std::string_view uri) : sentinel_client(parse_sentinel_uri(uri)) {}
 
@@ -272,7 +273,7 @@ class sentinel_client {
       std::optional<lease> l;
       try {
         l.emplace(*this, borrow());
-      } catch (const pool_timeout&) {
+      } catch (const detail::pool_timeout&) {
         throw;  // the pool is busy, not the master gone
       } catch (const discovery_error&) {
         if (last) throw;
@@ -290,7 +291,7 @@ class sentinel_client {
       }
       try {
         if constexpr (std::is_same_v<result, reply_ptr>) {
-          reply_ptr r = f(*l->conn);  // f may be called again: never moved from
+          reply_ptr r = f(*l->lent.conn);  // f may be called again: never moved from
           if (!last && r && r->type == REDIS_REPLY_ERROR &&
               detail::is_not_master_reply(std::string_view(r->str, r->len))) {
             l->stale();
@@ -298,7 +299,7 @@ class sentinel_client {
           }
           return r;
         } else {
-          return f(*l->conn);
+          return f(*l->lent.conn);
         }
       } catch (const reply_error& e) {
         if (last || !detail::is_not_master_reply(e.server_message())) throw;
@@ -388,44 +389,44 @@ class sentinel_client {
   }
 
   /// As client::eviction(), for the first master connected to.
-  eviction_check eviction() const {
-    std::lock_guard<std::mutex> g(mutex_);
-    return eviction_;
-  }
+  eviction_check eviction() const { return pool_.eviction(); }
 
   /// Connections to the master currently open (idle or lent out).
-  std::size_t open_connections() const {
-    std::lock_guard<std::mutex> g(mutex_);
-    return open_;
-  }
+  std::size_t open_connections() const { return pool_.open_connections(); }
 
  private:
-  using connection_ptr = std::unique_ptr<connection>;
-  struct not_master {};  // ROLE said replica: internal, becomes connection_error when out of retries
-  struct pool_timeout : timeout_error {
-    using timeout_error::timeout_error;
-  };
+  static sentinel_options checked(sentinel_options o) {
+    detail::check_sentinel_options(o, "sentinel_client");
+    return o;
+  }
 
-  struct pooled {
-    connection_ptr conn;
-    std::uint64_t generation = 0;  // of the master it is connected to
-  };
+  struct not_master {};  // ROLE said replica: internal, becomes connection_error when out of retries
+  using pooled = detail::connection_pool::pooled;  // generation: of the master it is connected to
 
   struct lease {
     sentinel_client& owner;
-    connection_ptr conn;
-    std::uint64_t generation;
+    pooled lent;
     bool drop = false;
-    lease(sentinel_client& o, pooled p) : owner(o), conn(std::move(p.conn)), generation(p.generation) {}
+    lease(sentinel_client& o, pooled p) : owner(o), lent(std::move(p)) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
-    ~lease() { owner.give_back(std::move(conn), generation, drop); }
+    // Kept only while it is connected to the current master: not one that failed (it is never
+    // reconnected here), nor one to an older master.
+    ~lease() {
+      const bool keep = !drop && lent.conn && !lent.conn->broken() && owner.is_current(lent.generation);
+      owner.pool_.give_back(std::move(lent), keep);
+    }
     // The node refused as a non-master: forget it, and this connection.
     void stale() {
       drop = true;
-      owner.forget_master(generation);
+      owner.forget_master(lent.generation);
     }
   };
+
+  bool is_current(std::uint64_t generation) const {
+    std::lock_guard<std::mutex> g(mutex_);
+    return generation == generation_ && master_;
+  }
 
   // The master's address: the cached one, or a fresh answer from the sentinels. Returns the
   // address with its generation. Discoveries are serialised: threads that found the same
@@ -493,105 +494,47 @@ class sentinel_client {
     if (forked_.inherited())
       throw error("sentinel_client: created before fork(), in the parent process; create a new client in the child");
     (void)current_master();  // the cached address, or a (re)discovery when due or unknown
-    std::unique_lock<std::mutex> g(mutex_);
-    for (;;) {
-      // A timed call waits no longer than its deadline plus one connect timeout (detail/call_deadline.hpp).
-      const std::chrono::milliseconds wait =
-          detail::call_deadline::cut_pool_wait(options_.pool_wait_timeout, options_.connection.connect_timeout);
-      const bool ready = available_.wait_for(g, wait, [&] { return !idle_.empty() || open_ < options_.pool_size; });
-      if (!ready)
-        throw pool_timeout("sentinel_client: no free connection within " + std::to_string(wait.count()) +
-                           " ms (pool_size " + std::to_string(options_.pool_size) + ")");
-      if (idle_.empty()) break;
-      pooled p = std::move(idle_.back());
-      idle_.pop_back();
-      // An idle connection to an older master, or one the server closed (a demoted master
-      // drops its clients), is not reconnected to the same address: it is dropped.
-      if (p.generation == generation_ && master_ && !p.conn->needs_reconnect()) return p;
-      --open_;
-      g.unlock();
-      p.conn.reset();  // closed outside the pool's lock
-      g.lock();
-    }
-    ++open_;
-    g.unlock();
-    try {  // connect outside the pool's lock
-      auto [address, generation] = current_master();
-      connection_options o = options_.connection;
-      o.unix_path.clear();
-      o.host = address.host;
-      o.port = address.port;
-      pooled p{nullptr, generation};
-      try {
-        p.conn = std::make_unique<connection>(std::move(o));
-        if (!detail::is_master(*p.conn)) throw not_master{};
-      } catch (const reply_error& e) {
-        if (detail::is_not_master_reply(e.server_message())) forget_master(generation);
-        throw;
-      } catch (const connection_error&) {
-        forget_master(generation);  // down, or not reachable: ask the sentinels again
-        throw;
-      } catch (const not_master&) {
-        forget_master(generation);
-        throw;
-      }
-      check_eviction_once(*p.conn);
-      return p;
-    } catch (...) {
-      g.lock();
-      --open_;
-      g.unlock();
-      available_.notify_one();
-      throw;
-    }
+    // An idle connection to an older master, or one the server closed (a demoted master drops
+    // its clients), is not reconnected to the same address: it is closed.
+    return pool_.borrow([&](const pooled& p) { return is_current(p.generation) && !p.conn->needs_reconnect(); },
+                        [&] { return connect_to_master(); });
   }
 
-  void check_eviction_once(connection& c) {
-    if (eviction_checked_.exchange(true)) return;
-    eviction_check e;
+  pooled connect_to_master() {
+    auto [address, generation] = current_master();
+    connection_options o = options_.connection;
+    o.unix_path.clear();
+    o.host = address.host;
+    o.port = address.port;
+    pooled p{nullptr, generation};
     try {
-      e = check_eviction(c);
-    } catch (...) {
-      eviction_checked_.store(false);
+      p.conn = std::make_unique<connection>(std::move(o));
+      if (!detail::is_master(*p.conn)) throw not_master{};
+    } catch (const reply_error& e) {
+      if (detail::is_not_master_reply(e.server_message())) forget_master(generation);
+      throw;
+    } catch (const connection_error&) {
+      forget_master(generation);  // down, or not reachable: ask the sentinels again
+      throw;
+    } catch (const not_master&) {
+      forget_master(generation);
       throw;
     }
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      eviction_ = e;
-    }
-    detail::warn_if_evicting(e, c.options().endpoint(), options_.on_warning);
-  }
-
-  void give_back(connection_ptr c, std::uint64_t generation, bool drop) noexcept {
-    connection_ptr unusable;  // closed outside the pool's lock
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      if (c && !drop && c->pending() == 0 && !c->broken() && generation == generation_) {
-        idle_.push_back(pooled{std::move(c), generation});  // capacity reserved
-      } else {
-        unusable = std::move(c);  // replies owed, failed (never reconnected here), or an old master
-        --open_;
-      }
-    }
-    available_.notify_one();
+    return p;
   }
 
   sentinel_options options_;
   detail::fork_guard forked_;
   mutable std::mutex mutex_;
   std::mutex discovery_mutex_;  // one discovery at a time; taken before mutex_
-  std::condition_variable available_;
-  std::vector<pooled> idle_;
-  std::size_t open_ = 0;
-  std::optional<detail::master_address> master_;            // under mutex_; empty: ask the sentinels
-  std::optional<detail::master_address> last_master_;       // under mutex_; what generation_ refers to
-  std::chrono::steady_clock::time_point master_lost_at_{};  // under mutex_; when the master was first found gone
-  std::uint64_t generation_ = 0;                            // under mutex_; +1 per master address change
-  std::atomic<std::uint64_t> routing_epoch_{0};             // generation_, readable without mutex_
-  std::size_t preferred_sentinel_ = 0;                      // under mutex_; the one that answered last
-  std::chrono::steady_clock::time_point recheck_at_{};      // under mutex_; next periodic discovery
-  std::atomic<bool> eviction_checked_{false};
-  eviction_check eviction_;                                   // under mutex_
+  detail::connection_pool pool_;
+  std::optional<detail::master_address> master_;              // under mutex_; empty: ask the sentinels
+  std::optional<detail::master_address> last_master_;         // under mutex_; what generation_ refers to
+  std::chrono::steady_clock::time_point master_lost_at_{};    // under mutex_; when the master was first found gone
+  std::uint64_t generation_ = 0;                              // under mutex_; +1 per master address change
+  std::atomic<std::uint64_t> routing_epoch_{0};               // generation_, readable without mutex_
+  std::size_t preferred_sentinel_ = 0;                        // under mutex_; the one that answered last
+  std::chrono::steady_clock::time_point recheck_at_{};        // under mutex_; next periodic discovery
   std::vector<std::unique_ptr<detail::subscriber>> retired_;  // under mutex_; replaced subscribers
   std::unique_ptr<detail::subscriber> subscriber_;            // under mutex_
   std::uint64_t subscriber_generation_ = 0;                   // under mutex_
