@@ -21,7 +21,8 @@
 ///    run and counts for nothing.
 /// A client's belief is then never more optimistic than the server's state (the server's
 /// clock may still run slower or faster: docs/leases-and-fencing.md says by how much).
-/// Redlock subtracts its drift allowance from what this counts (redlock.hpp).
+/// Redlock follows the same rule with arithmetic of its own, per round and minus its drift
+/// allowance (basic_redlock::extend_hold in redlock.hpp); merging it here is open work.
 
 #include <algorithm>
 #include <chrono>
