@@ -173,13 +173,15 @@ build_ahead() {  # <variants still to come...>
   setsid nice -n 19 scripts/test.sh --build-only "${later[@]}" > build/ahead.log 2>&1 < /dev/null &
   echo $! > "$ahead_file"
 }
-stop_ahead() {
+stop_ahead() {  # [stale]: a file left by a run that was itself killed
   [ -f "$ahead_file" ] || return 0
   local group
   group=$(cat "$ahead_file")
   rm -f "$ahead_file"
-  # Only our own build: a file left by a run that was itself killed may name a reused pid.
-  ps -o args= -p "$group" 2>/dev/null | grep -q -- '--build-only' || return 0
+  # A stale file may name a process group id reused since: only a group building in this tree.
+  if [ "${1:-}" = stale ]; then
+    pgrep -g "$group" -f -- "--build-only|$PWD/build/" > /dev/null 2>&1 || return 0
+  fi
   kill -TERM -- "-$group" 2>/dev/null || return 0
   for _ in $(seq 100); do  # make deletes the object it was writing; bounded at 10 s
     kill -0 -- "-$group" 2>/dev/null || return 0
@@ -234,8 +236,12 @@ fi
 # A variant that cannot run here (its tarball is absent: a user's clone has no ../shared) calls
 # skip with the reason: it ends the variant, and the summary says "skipped" and why, not "passed".
 skip_note=$(mktemp)
-stop_ahead  # one left running by a run that was stopped
+stop_ahead stale  # one left running by a run that was stopped
 trap 'rm -f "$skip_note"; stop_ahead' EXIT
+# The build ahead has a process group of its own, which Ctrl-C does not reach: stopping the
+# suite exits through the EXIT trap, which stops it.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 skip() {  # <reason>
   echo "=== $v variant skipped: $1"
   printf '%s' "$1" > "$skip_note"
