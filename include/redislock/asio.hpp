@@ -1372,17 +1372,7 @@ class async_client {
   /// Sends nothing; the first operation connects. Throws invalid_argument for bad options.
   explicit async_client(asio::any_io_executor executor, async_client_options options = {}) {
     if (options.cluster) {
-      // As cluster_client's: TCP seeds, database 0.
-      const cluster_options& c = *options.cluster;
-      if (c.seeds.empty()) throw invalid_argument("async_client: a cluster needs at least one seed");
-      if (c.max_redirects < 0) throw invalid_argument("async_client: max_redirects must not be negative");
-      if (c.retry_timeout.count() < 0) throw invalid_argument("async_client: retry_timeout must not be negative");
-      for (const connection_options& s : c.seeds) {
-        if (!s.unix_path.empty()) throw invalid_argument("async_client: seeds must be TCP endpoints, not unix sockets");
-        if (s.db != 0) throw invalid_argument("async_client: a cluster has only database 0");
-        if (s.host.empty()) throw invalid_argument("async_client: bad seed endpoint");
-        detail::check_connection_options(s, "async_client");
-      }
+      detail::check_cluster_options(*options.cluster, "async_client");
     } else {
       detail::check_connection_options(options.connection, "async_client");
     }

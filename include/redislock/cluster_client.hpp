@@ -139,24 +139,33 @@ inline cluster_options parse_cluster_uri(std::string_view uri) {
   return o;
 }
 
+namespace detail {
+
+/// Throws invalid_argument (naming `who` and the option) for cluster_options no client can use
+/// (cluster_client, and async_client given a cluster): TCP seeds, database 0.
+inline void check_cluster_options(const cluster_options& o, const char* who) {
+  const std::string w(who);
+  if (o.seeds.empty()) throw invalid_argument(w + ": a cluster needs at least one seed");
+  if (o.pool_size == 0) throw invalid_argument(w + ": pool_size must be at least 1");
+  if (o.max_redirects < 0) throw invalid_argument(w + ": max_redirects must not be negative");
+  if (o.retry_timeout.count() < 0) throw invalid_argument(w + ": retry_timeout must not be negative");
+  if (o.pool_wait_timeout.count() < 0) throw invalid_argument(w + ": pool_wait_timeout must not be negative");
+  for (const connection_options& s : o.seeds) {
+    if (!s.unix_path.empty()) throw invalid_argument(w + ": seeds must be TCP endpoints, not unix sockets");
+    if (s.db != 0) throw invalid_argument(w + ": a cluster has only database 0");
+    if (s.host.empty()) throw invalid_argument(w + ": bad seed endpoint");
+    check_connection_options(s, who);
+  }
+}
+
+}  // namespace detail
+
 class cluster_client {
  public:
   using steady = std::chrono::steady_clock;
 
   explicit cluster_client(cluster_options options) : options_(std::move(options)) {
-    if (options_.seeds.empty()) throw invalid_argument("cluster_client: at least one seed is needed");
-    if (options_.pool_size == 0) throw invalid_argument("cluster_client: pool_size must be at least 1");
-    if (options_.max_redirects < 0) throw invalid_argument("cluster_client: max_redirects must not be negative");
-    if (options_.retry_timeout.count() < 0)
-      throw invalid_argument("cluster_client: retry_timeout must not be negative");
-    if (options_.pool_wait_timeout.count() < 0)
-      throw invalid_argument("cluster_client: pool_wait_timeout must not be negative");
-    for (const connection_options& s : options_.seeds) {
-      if (!s.unix_path.empty()) throw invalid_argument("cluster_client: seeds must be TCP endpoints, not unix sockets");
-      if (s.db != 0) throw invalid_argument("cluster_client: a cluster has only database 0");
-      if (s.host.empty()) throw invalid_argument("cluster_client: bad seed endpoint");
-      detail::check_connection_options(s, "cluster_client");
-    }
+    detail::check_cluster_options(options_, "cluster_client");
     slot_owner_.assign(detail::cluster_slot_count, -1);
   }
   /// Same as cluster_client(parse_cluster_uri(uri)).
