@@ -11,6 +11,7 @@
 #include <redislock/detail/cluster_slots.hpp>
 #include <redislock/lock_info.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -566,6 +567,17 @@ pid_t first_child_of(pid_t pid) {
   return in >> child ? child : 0;
 }
 
+// How many descriptors `pid` has open (-1 when it is gone).
+int open_descriptors(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
 // A shell command that prints, for each pid, "dead" or "running" (as `running` above).
 std::string report_states(const std::vector<pid_t>& pids) {
   std::string list;
@@ -616,13 +628,19 @@ TEST_F(cli_test, CommandThatEndedAsItsStopCameDueKeepsItsStatus) {
   const pid_t command = pid_in(pid_file);
   const pid_t keeper = first_child_of(t.pid());
   ASSERT_GT(keeper, 0);
+  // Stopped only once it kept just its kill switch and its SIGCHLD descriptor: it has closed its
+  // end of the start-up report then, which the tool reads to its end before it supervises
+  // (stopped earlier, the tool would wait for that end, supervising nothing, until SIGCONT).
+  ASSERT_TRUE(redislock_test::eventually([&] { return open_descriptors(keeper) == 2; }, bound))
+      << open_descriptors(keeper) << " descriptors open";
   ASSERT_EQ(::kill(keeper, SIGSTOP), 0);
   const std::shared_ptr<void> resume(nullptr, [keeper](void*) { ::kill(keeper, SIGCONT); });
   ASSERT_TRUE(redislock_test::eventually([&] { return state_of(keeper) == 'T'; }, bound));
   std::ofstream(go) << "go\n";
   ASSERT_TRUE(redislock_test::eventually([&] { return state_of(command) == 'Z'; }, bound));
   proxy.set_stalled(true);  // renewals go unconfirmed: the stop comes due in 1.3 s
-  EXPECT_NE(t.err_line().find("not confirmed"), std::string::npos);
+  const std::string said = t.err_line();
+  EXPECT_NE(said.find("not confirmed"), std::string::npos) << "[" << said << "]";
   ::kill(keeper, SIGCONT);
   EXPECT_EQ(t.wait(), 3) << t.err();
 }
