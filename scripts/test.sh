@@ -61,8 +61,16 @@ phase() { echo "=== [$(since_start)] $*"; }
 # still running are listed (the log then says what hung) and ctest is stopped.
 ctest_minutes=${REDISLOCK_CTEST_MINUTES:-20}
 ctest_prefix=()  # a command ctest runs under (tsan: setarch -R)
+# A failed run's tests are named in the suite's closing table (failed_tests_note, per variant).
 bounded_ctest() {  # <ctest arguments...>
   phase "ctest $*"
+  local dir=. prev="" a
+  for a in "$@"; do
+    [ "$prev" != --test-dir ] || dir=$a
+    prev=$a
+  done
+  local failed_list="$dir/Testing/Temporary/LastTestsFailed.log"
+  rm -f "$failed_list"  # ctest writes it only when a test fails
   "${ctest_prefix[@]}" ctest -j "$test_jobs" --output-on-failure --timeout 300 "$@" &
   local pid=$! rc=0 waited=0
   (
@@ -80,6 +88,13 @@ bounded_ctest() {  # <ctest arguments...>
   local watcher=$!
   wait "$pid" || rc=$?
   wait "$watcher" 2>/dev/null || true
+  if [ "$rc" -ne 0 ]; then
+    if [ -s "$failed_list" ]; then
+      cut -d: -f2- "$failed_list" | tr '\n' ' ' >> "$failed_tests_note"
+    else
+      printf '(ctest exited %s, naming no failed test) ' "$rc" >> "$failed_tests_note"
+    fi
+  fi
   return "$rc"
 }
 # The server variants come right after plain, whose build they reuse: their tests wait on Redis
@@ -239,8 +254,9 @@ fi
 # A variant that cannot run here (its tarball is absent: a user's clone has no ../shared) calls
 # skip with the reason: it ends the variant, and the summary says "skipped" and why, not "passed".
 skip_note=$(mktemp)
+failed_tests_note=$(mktemp)
 stop_ahead stale  # one left running by a run that was stopped
-trap 'rm -f "$skip_note"; stop_ahead' EXIT
+trap 'rm -f "$skip_note" "$failed_tests_note"; stop_ahead' EXIT
 # The build ahead has a process group of its own, which Ctrl-C does not reach: stopping the
 # suite exits through the EXIT trap, which stops it.
 trap 'exit 130' INT
@@ -261,6 +277,7 @@ for ((i = 0; i < ${#variants[@]}; i++)); do
   phase "redislock tests: $v"
   variant_started=$(date +%s)
   : > "$skip_note"
+  : > "$failed_tests_note"
   case "$v" in
     redis6 | redis8 | valkey9 | valkey9-nolua)
       if [ -n "$server_build_pid" ]; then  # once: then every server is built or its failure shown
@@ -332,7 +349,8 @@ for ((i = 0; i < ${#variants[@]}; i++)); do
   set -e
   took=$(($(date +%s) - variant_started))
   if [ $rc -ne 0 ]; then
-    outcome=FAILED
+    outcome="FAILED: $(cat "$failed_tests_note")"
+    [ -s "$failed_tests_note" ] || outcome+="before its tests (see its build or set-up above)"
     failed+=("$v")
   elif [ -s "$skip_note" ]; then
     outcome="skipped: $(cat "$skip_note")"

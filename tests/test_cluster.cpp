@@ -83,31 +83,6 @@ long long error_count(int port, const std::string& code) {
   return redislock_test::info_counter(admin, "errorstats", "errorstat_" + code, "count");
 }
 
-// Moves `slot` from the master on src to the master on dst the way redis-cli does, with
-// hooks after the slot is marked migrating and after its keys moved.
-template <class AfterMigrating, class AfterKeys>
-void migrate_slot(int slot, int src, int dst, AfterMigrating&& after_migrating, AfterKeys&& after_keys) {
-  const std::string s = std::to_string(slot), src_id = redis_cluster::node_id(src),
-                    dst_id = redis_cluster::node_id(dst);
-  connection source = redis_cluster::admin(src), target = redis_cluster::admin(dst);
-  target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", src_id});
-  source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
-  after_migrating();
-  for (int round = 0; round < 100; ++round) {
-    reply_ptr keys = source.command({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
-    if (keys->elements == 0) break;
-    std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(dst), "", "0", "5000", "KEYS"};
-    for (std::size_t i = 0; i < keys->elements; ++i) argv.emplace_back(keys->element[i]->str, keys->element[i]->len);
-    std::vector<std::string_view> views(argv.begin(), argv.end());
-    source.command(views);
-  }
-  after_keys();
-  target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
-  source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
-  for (int port : cluster->masters())
-    if (port != src && port != dst) redis_cluster::admin(port).command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
-}
-
 // Redis 7.0 can leave the two masters of a quick move back each naming the other as the
 // slot's owner, for good (seen twice in CI under sanitizers: MOVED back and forth for 10 s).
 // wait_until_stable() keeps the next move from starting before the epochs that cause it have
@@ -510,8 +485,7 @@ TEST(Cluster, StaleMapFollowsMoved) {
   const std::string name = name_on(stale, masters[0], "moved-");
   ASSERT_FALSE(name.empty());
   const int slot = detail::key_slot(name);
-  migrate_slot(
-      slot, masters[0], masters[1], [] {}, [] {});
+  cluster->migrate_slot(slot, masters[0], masters[1]);
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
   const std::uint64_t before = stale.map_generation();
   EXPECT_EQ(stale.node_of("{" + name + "}"), "127.0.0.1:" + std::to_string(masters[0]));  // still the old owner
@@ -571,8 +545,7 @@ TEST(Cluster, ALatchWaiterFollowsItsSlotAndWakesByTheShardedNotice) {
   auto opened = std::async(std::launch::async, [&] { return waiter.wait_for(seconds(15)); });
   ASSERT_TRUE(eventually([&] { return shard_subscribers(masters[0], channel) == 1; }));
   counter.count_down();
-  migrate_slot(
-      detail::key_slot(name), masters[0], masters[1], [] {}, [] {});
+  cluster->migrate_slot(detail::key_slot(name), masters[0], masters[1]);
   ASSERT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
   ASSERT_TRUE(eventually([&] { return shard_subscribers(masters[1], channel) == 1; }));
   EXPECT_EQ(opened.wait_for(milliseconds(0)), std::future_status::timeout) << "woke before the count reached zero";
@@ -608,7 +581,7 @@ TEST(Cluster, LiveReshardingOfAHeldLocksSlot) {
   const std::string waiter_channel = waiter_channel_of(source, name);
   ASSERT_EQ(shard_subscribers(masters[1], waiter_channel), 1);
   const long long tryagain_before = error_count(masters[1], "TRYAGAIN");
-  migrate_slot(
+  cluster->migrate_slot(
       slot, masters[1], masters[2],
       // Migrating with keys still here: the waiter's multi-key script gets TRYAGAIN, retried.
       [&] {
@@ -710,7 +683,7 @@ void hand_off_while_the_slot_migrates(const std::string& base, const std::string
            waiter_client.wait_stats().subscriptions == 1;
   }));
   std::string released;
-  migrate_slot(
+  cluster->migrate_slot(
       slot, masters[0], masters[1],
       [&] {
         try {
@@ -757,7 +730,7 @@ TEST(Cluster, AReleaseWhileTheSlotMigratesPassesOverALapsedPlace) {
   const std::string queue = m.key() + ":queue", waiters = m.key() + ":waiters";
   queue_by_hand(source, queue, waiters, {{"lapsed:1", "1:1000"}});  // its place lapsed long ago
   std::string released;
-  migrate_slot(
+  cluster->migrate_slot(
       detail::key_slot(name), masters[0], masters[1],
       [&] {
         try {
@@ -906,8 +879,7 @@ TEST(Cluster, ExclusiveUnderContentionWhileTheSlotMoves) {
   for (int move = 0; move < 10; ++move) {
     const int before = done.load();
     ASSERT_TRUE(eventually([&] { return done.load() >= before + 30; }, seconds(20)));
-    migrate_slot(
-        slot, from, to, [] {}, [] {});
+    cluster->migrate_slot(slot, from, to);
     // Moving a slot back before every node learned the last move's epoch can leave two nodes
     // each naming the other as owner (Redis 7.0): settle_slot waits for the epochs too, as
     // an operator would, and repairs the tie if it happened anyway.

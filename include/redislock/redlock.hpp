@@ -66,6 +66,11 @@ struct redlock_options {
   /// drift = lease × drift_factor + drift_floor (1 % + 2 ms by default).
   double drift_factor = 0.01;
   std::chrono::milliseconds drift_floor{2};
+
+  /// The drift allowance subtracted from the validity of a round that sends `lease`.
+  std::chrono::milliseconds drift(std::chrono::milliseconds lease) const noexcept {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(lease * drift_factor) + drift_floor;
+  }
 };
 
 template <class Client>
@@ -334,9 +339,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   std::size_t quorum() const noexcept { return quorum_->needed(); }
   /// The drift allowance subtracted from a round's validity that sends `lease`:
   /// lease × drift_factor + drift_floor.
-  std::chrono::milliseconds drift(std::chrono::milliseconds lease) const noexcept {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(lease * redlock_.drift_factor) + redlock_.drift_floor;
-  }
+  std::chrono::milliseconds drift(std::chrono::milliseconds lease) const noexcept { return redlock_.drift(lease); }
   /// The same for options().lease (what an acquisition and the renewal send).
   std::chrono::milliseconds drift() const noexcept { return drift(options_.lease); }
   /// The current hold's token (empty when not held).

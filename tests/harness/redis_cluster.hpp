@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -73,7 +74,9 @@ class redis_cluster {
   std::string uri() const { return "redis-cluster://127.0.0.1:" + std::to_string(nodes_.front()->port()); }
 
   /// A plain connection to the node listening on `port` (commands wait `timeout` for a reply).
-  static redislock::connection admin(int port, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000)) {
+  /// 5 s by default: Valkey (8 on) replicates CLUSTER SETSLOT to the master's replicas and waits
+  /// up to 2 s for them to confirm before it answers (a busy machine made 1 s too short).
+  static redislock::connection admin(int port, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
     redislock::connection_options o;
     o.host = "127.0.0.1";
     o.port = port;
@@ -142,18 +145,21 @@ class redis_cluster {
   }
 
   /// Moves `slot` from the master on `src` to the master on `dst` the way redis-cli reshards:
-  /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master.
+  /// IMPORTING / MIGRATING, MIGRATE of its keys in batches, then SETSLOT NODE on every master;
+  /// `after_migrating` runs once the slot is marked migrating, `after_keys` once its keys moved.
   /// Its commands wait up to 10 s: a node may hold writes back for a while (a manual failover
   /// pauses its old master's clients until the new master is known), and MIGRATE has 5 s.
   /// MIGRATE replaces a key the target already has: while the source holds a key, every client
   /// of it is served there, so the target's copy is an older one (a MIGRATE whose reply was
   /// lost, or a key made through ASK before an earlier move was cut short).
-  void migrate_slot(int slot, int src, int dst) {
+  void migrate_slot(int slot, int src, int dst, const std::function<void()>& after_migrating = {},
+                    const std::function<void()>& after_keys = {}) {
     const std::string s = std::to_string(slot), dst_id = node_id(dst);
     const std::chrono::seconds patient(10);
     redislock::connection source = admin(src, patient), target = admin(dst, patient);
     target.command({"CLUSTER", "SETSLOT", s, "IMPORTING", node_id(src)});
     source.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
+    if (after_migrating) after_migrating();
     for (int round = 0; round < 100; ++round) {
       redislock::reply_ptr keys = source.command({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
       if (keys->elements == 0) break;
@@ -161,6 +167,7 @@ class redis_cluster {
       for (std::size_t i = 0; i < keys->elements; ++i) argv.emplace_back(keys->element[i]->str, keys->element[i]->len);
       source.command(std::vector<std::string_view>(argv.begin(), argv.end()));
     }
+    if (after_keys) after_keys();
     target.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     source.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
     for (int port : masters())

@@ -154,6 +154,16 @@ inline std::vector<std::pair<std::int64_t, std::int64_t>> certain_intervals(cons
 }
 
 /// Whether [from, to] lies inside one certainly-valid interval of `h`.
+/// The end of the certainly-valid interval of a call that started at `start` and set the lease
+/// to `lease_ms`: start + L - margin(L), margin(L) = L / 100 + 2 ms. The margin is at least
+/// Redlock's drift allowance for that lease (redlock_options' defaults: 1 % + 2 ms), so that a
+/// Redlock hold's validity, which ends at its round's start + L - drift(L), never ends before
+/// the interval does: lost() by the clock is then no early loss (model --check-certain-bound).
+inline std::int64_t certain_until(std::int64_t start, long lease_ms) {
+  const std::int64_t lease_ns = lease_ms * 1000000LL;
+  return start + lease_ns - (lease_ns / 100 + 2000000LL);
+}
+
 inline bool certainly_held(const run_log& log, const hold& h, std::int64_t from, std::int64_t to) {
   for (const auto& [a, b] : certain_intervals(log, h))
     if (a <= from && to <= b) return true;

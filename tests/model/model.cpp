@@ -389,12 +389,7 @@ std::string type_of(const std::exception& e) {
 class run {
  public:
   run(const config& cfg, servers& srv, const history& h, std::uint64_t seed)
-      : cfg_(cfg),
-        srv_(srv),
-        h_(h),
-        seed_(seed),
-        lease_ns_(cfg.shape.lease_ms * 1000000LL),
-        margin_ns_(lease_ns_ / 100 + 2000000LL) {
+      : cfg_(cfg), srv_(srv), h_(h), seed_(seed), lease_ns_(cfg.shape.lease_ms * 1000000LL) {
     kinds_ = kinds_for(cfg, seed);
     const std::size_t n = h.threads.size();
     proxies_.resize(n);
@@ -1380,7 +1375,7 @@ class run {
   }
 
   // The lower bound on the expiry of a lease of `lease_ms` set by a call started at `start`.
-  std::int64_t until(std::int64_t start, long lease_ms) const { return start + lease_ms * 1000000LL - margin_ns_; }
+  static std::int64_t until(std::int64_t start, long lease_ms) { return certain_until(start, lease_ms); }
 
   // After a fault or a call of unknown outcome: a late request may take the name for a lease
   // (extends: up to 3 leases), or leave a place in its queue for wait_lease.
@@ -1394,7 +1389,7 @@ class run {
   servers& srv_;
   const history& h_;
   std::uint64_t seed_;
-  std::int64_t lease_ns_, margin_ns_;
+  std::int64_t lease_ns_;
   std::vector<kind> kinds_;
   std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;
 #ifdef REDISLOCK_MODEL_ASYNC
@@ -1544,10 +1539,31 @@ std::string keep_argument(const history& h) {
   return s;
 }
 
+// A self-check (ctest model_certain_bound_within_redlock_validity): for every lease an extend
+// may send, a certainly-valid interval ends no later than the validity of a Redlock round that
+// started with the call (its lost() by the clock is not the server's "not yours"). Returns the
+// process's exit status.
+int check_certain_bound() {
+  const redislock::redlock_options defaults;
+  int wrong = 0;
+  for (long lease_ms = 1; lease_ms <= 60000; ++lease_ms) {
+    const auto lease = std::chrono::milliseconds(lease_ms);
+    const std::int64_t validity_end_ns = (lease - defaults.drift(lease)).count() * 1000000LL;
+    if (certain_until(0, lease_ms) <= validity_end_ns) continue;
+    if (wrong++ < 5)
+      std::printf(
+          "check_certain_bound: a %ld ms lease is certain until %.3f ms, a Redlock round's validity ends at %.3f ms\n",
+          lease_ms, certain_until(0, lease_ms) / 1e6, validity_end_ns / 1e6);
+  }
+  std::printf("check_certain_bound: %s\n", wrong ? "FAIL" : "PASS");
+  return wrong ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--check-crash-worker-records") return check_crash_worker_records();
+  if (argc == 2 && std::string(argv[1]) == "--check-certain-bound") return check_certain_bound();
   if (argc == 7 && std::string(argv[1]) == "--crash-worker")
     crash_worker_main(std::atoi(argv[2]), argv[3], kind_named(argv[4]), std::atol(argv[5]), std::stoull(argv[6]));
   try {
