@@ -138,8 +138,7 @@ class client {
 
  private:
   static client_options checked(client_options o) {
-    if (o.pool_size == 0) throw invalid_argument("client: pool_size must be at least 1");
-    if (o.pool_wait_timeout.count() < 0) throw invalid_argument("client: pool_wait_timeout must not be negative");
+    detail::check_pool_options(o.pool_size, o.pool_wait_timeout, "client");
     detail::check_connection_options(o.connection, "client");
     return o;
   }

@@ -146,10 +146,9 @@ namespace detail {
 inline void check_cluster_options(const cluster_options& o, const char* who) {
   const std::string w(who);
   if (o.seeds.empty()) throw invalid_argument(w + ": a cluster needs at least one seed");
-  if (o.pool_size == 0) throw invalid_argument(w + ": pool_size must be at least 1");
+  check_pool_options(o.pool_size, o.pool_wait_timeout, w);
   if (o.max_redirects < 0) throw invalid_argument(w + ": max_redirects must not be negative");
   if (o.retry_timeout.count() < 0) throw invalid_argument(w + ": retry_timeout must not be negative");
-  if (o.pool_wait_timeout.count() < 0) throw invalid_argument(w + ": pool_wait_timeout must not be negative");
   for (const connection_options& s : o.seeds) {
     if (!s.unix_path.empty()) throw invalid_argument(w + ": seeds must be TCP endpoints, not unix sockets");
     if (s.db != 0) throw invalid_argument(w + ": a cluster has only database 0");

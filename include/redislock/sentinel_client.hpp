@@ -190,7 +190,7 @@ inline void check_sentinel_options(const sentinel_options& o, const char* who) {
   const std::string w(who);
   if (o.sentinels.empty()) throw invalid_argument(w + ": at least one sentinel is needed");
   if (o.service_name.empty()) throw invalid_argument(w + ": service_name must not be empty");
-  if (o.pool_size == 0) throw invalid_argument(w + ": pool_size must be at least 1");
+  check_pool_options(o.pool_size, o.pool_wait_timeout, w);
   if (o.retries < 0 || o.retries > 100) throw invalid_argument(w + ": retries must be in [0, 100]");
   if (o.retry_backoff.count() < 0 || o.retry_backoff > std::chrono::minutes(1))
     throw invalid_argument(w + ": retry_backoff must be in [0, 1 min]");
@@ -198,7 +198,6 @@ inline void check_sentinel_options(const sentinel_options& o, const char* who) {
     throw invalid_argument(w + ": recheck_interval must be in [0, 24 h]");
   for (const auto& s : o.sentinels)
     if (s.host.empty() || s.port <= 0 || s.port > 65535) throw invalid_argument(w + ": bad sentinel address");
-  if (o.pool_wait_timeout.count() < 0) throw invalid_argument(w + ": pool_wait_timeout must not be negative");
   connection_options data = o.connection;  // host and port are Sentinel's to name
   data.unix_path.clear();
   data.port = 1;

@@ -34,6 +34,13 @@ class pool_timeout : public timeout_error {
   using timeout_error::timeout_error;
 };
 
+/// Throws invalid_argument (naming `who`) for pool settings no client can use: the one rule of
+/// client, sentinel_client and cluster_client (and async_client given their options).
+inline void check_pool_options(std::size_t size, std::chrono::milliseconds wait_timeout, const std::string& who) {
+  if (size == 0) throw invalid_argument(who + ": pool_size must be at least 1");
+  if (wait_timeout.count() < 0) throw invalid_argument(who + ": pool_wait_timeout must not be negative");
+}
+
 class connection_pool {
  public:
   using connection_ptr = std::unique_ptr<connection>;
