@@ -73,16 +73,20 @@ struct WakeupTest : redislock_test::server_test {
     }
     contention = std::make_unique<steady_contention>(std::move(rounds));
   }
-  /// An ACL user `user` ("on >pw ~* +@all", then `rules`) whose client waits (try_lock_for
-  /// 30 s) for the lock `user` that contend(user) keeps taken.
-  void wait_as(const std::string& user, const std::vector<std::string>& rules) {
+  /// Makes the ACL user `user` ("on >pw ~* +@all", then `rules`); the client options of it.
+  client_options acl_user(const std::string& user, const std::vector<std::string>& rules) {
     std::vector<std::string> acl = {"ACL", "SETUSER", user, "on", ">pw", "~*", "+@all"};
     acl.insert(acl.end(), rules.begin(), rules.end());
     admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
     client_options o = options();
     o.connection.user = user;
     o.connection.password = "pw";
-    waiter_client = std::make_unique<client>(o);
+    return o;
+  }
+  /// An ACL user `user` (acl_user) whose client waits (try_lock_for 30 s) for the lock `user`
+  /// that contend(user) keeps taken.
+  void wait_as(const std::string& user, const std::vector<std::string>& rules) {
+    waiter_client = std::make_unique<client>(acl_user(user, rules));
     contend(user);
     ASSERT_TRUE(eventually([&] { return contention->acquired() >= 4; }));
     waiter = std::make_unique<mutex>(*waiter_client, user);
@@ -282,13 +286,9 @@ TEST_F(WakeupTest, WaitersOfOneClientShareOneSubscriberConnection) {
 }
 
 TEST_F(WakeupTest, WithoutSubscribePermissionWaitersBackOffAndItIsCounted) {
-  std::vector<std::string> acl = {"ACL", "SETUSER", "nosub", "on", ">pw", "~*", "+@all", "-subscribe"};
-  for (const std::string& rule : acl_channel_rules(*admin, "*")) acl.push_back(rule);
-  admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
-  client_options o = options();
-  o.connection.user = "nosub";
-  o.connection.password = "pw";
-  client holder_client(options()), waiter_client(o);
+  std::vector<std::string> rules = acl_channel_rules(*admin, "*");
+  rules.push_back("-subscribe");
+  client holder_client(options()), waiter_client(acl_user("nosub", rules));
   mutex holder(holder_client, "acl", lease(seconds(20)));
   mutex waiter(waiter_client, "acl");
   holder.lock();
@@ -353,13 +353,7 @@ TEST_F(WakeupTest, AWaiterWhoseSubscriptionWasLostSubscribesAgainDuringItsWait) 
 // handed the lock between two losses (seen on a busy machine), and then has nothing left to
 // subscribe to.
 TEST_F(WakeupTest, AWaiterWhoseSubscriptionIsLostAgainAndAgainSubscribesAgainWithinABound) {
-  std::vector<std::string> acl = {"ACL", "SETUSER", "lossy", "on", ">pw", "~*", "+@all"};
-  for (const std::string& rule : acl_channel_rules(*admin, "*")) acl.push_back(rule);
-  admin->command(std::vector<std::string_view>(acl.begin(), acl.end()));
-  client_options o = options();
-  o.connection.user = "lossy";
-  o.connection.password = "pw";
-  client holder_client(options()), waiter_client(o);
+  client holder_client(options()), waiter_client(acl_user("lossy", acl_channel_rules(*admin, "*")));
   mutex holder(holder_client, "lossy", lease(seconds(30))), waiter(waiter_client, "lossy");
   holder.lock();
   auto waited = std::async(std::launch::async, [&] { return waiter.try_lock_for(seconds(30)); });
