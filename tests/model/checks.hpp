@@ -153,7 +153,6 @@ inline std::vector<std::pair<std::int64_t, std::int64_t>> certain_intervals(cons
   return out;
 }
 
-/// Whether [from, to] lies inside one certainly-valid interval of `h`.
 /// The end of the certainly-valid interval of a call that started at `start` and set the lease
 /// to `lease_ms`: start + L - margin(L), margin(L) = L / 100 + 2 ms. The margin is at least
 /// Redlock's drift allowance for that lease (redlock_options' defaults: 1 % + 2 ms), so that a
@@ -164,6 +163,7 @@ inline std::int64_t certain_until(std::int64_t start, long lease_ms) {
   return start + lease_ns - (lease_ns / 100 + 2000000LL);
 }
 
+/// Whether [from, to] lies inside one certainly-valid interval of `h`.
 inline bool certainly_held(const run_log& log, const hold& h, std::int64_t from, std::int64_t to) {
   for (const auto& [a, b] : certain_intervals(log, h))
     if (a <= from && to <= b) return true;

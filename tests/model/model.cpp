@@ -603,9 +603,8 @@ class run {
   void record_workers() {
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       workers_[i]->kill();  // the run's end: the last ones die too
-      workers_[i]->record(
-          log_, static_cast<int>(first_worker_thread + i), cfg_.shape.lease_ms,
-          [this](std::int64_t start, long lease_ms) { return until(start, lease_ms); }, aftermath_ns());
+      workers_[i]->record(log_, static_cast<int>(first_worker_thread + i), cfg_.shape.lease_ms, certain_until,
+                          aftermath_ns());
     }
   }
 
@@ -826,7 +825,7 @@ class run {
       if (o.kind == op_kind::extend && sl.hold >= 0) {  // may still run later: a cap on every interval
         std::lock_guard<std::mutex> g(m_);
         log_.holds[static_cast<std::size_t>(sl.hold)].caps.push_back(
-            {r.start_ns, 0, until(r.start_ns, o.arg_ms), true});
+            {r.start_ns, 0, certain_until(r.start_ns, o.arg_ms), true});
       }
     }
     r.end_ns = now_ns();
@@ -866,8 +865,8 @@ class run {
       sl.clock_bound_ns = nested ? std::max(sl.clock_bound_ns, end) : end;
       std::lock_guard<std::mutex> g(m_);
       hold& h = log_.holds[static_cast<std::size_t>(sl.hold)];
-      h.caps.push_back({r.start_ns, r.end_ns, until(r.start_ns, lease_ms), false});
-      h.certain.emplace_back(r.end_ns, until(r.start_ns, lease_ms));
+      h.caps.push_back({r.start_ns, r.end_ns, certain_until(r.start_ns, lease_ms), false});
+      h.certain.emplace_back(r.end_ns, certain_until(r.start_ns, lease_ms));
     }
     if (sl.hold >= 0) {
       std::lock_guard<std::mutex> g(m_);
@@ -906,7 +905,7 @@ class run {
     h.auto_renew = sl.auto_renew;
     h.acquire_start_ns = r.start_ns;
     h.acquired_ns = r.end_ns;
-    h.certain.emplace_back(r.end_ns, until(r.start_ns, cfg_.shape.lease_ms));
+    h.certain.emplace_back(r.end_ns, certain_until(r.start_ns, cfg_.shape.lease_ms));
     h.longest_lease_ms = cfg_.shape.lease_ms;
     h.first_op = h.last_op = o.index;
     sl.clock_bound_ns = r.end_ns + lease_ns_;
@@ -1373,9 +1372,6 @@ class run {
       log_.findings.push_back({"crash", std::string("leak check failed: ") + e.what()});
     }
   }
-
-  // The lower bound on the expiry of a lease of `lease_ms` set by a call started at `start`.
-  static std::int64_t until(std::int64_t start, long lease_ms) { return certain_until(start, lease_ms); }
 
   // After a fault or a call of unknown outcome: a late request may take the name for a lease
   // (extends: up to 3 leases), or leave a place in its queue for wait_lease.
