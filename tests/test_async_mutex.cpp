@@ -338,6 +338,19 @@ TEST_F(AsyncMutexTest, FencingTokensExtendAndRemainingLease) {
   EXPECT_EQ(outcome<std::uint64_t>([&](auto cb) { g.async_fencing_token(cb); }).first, async_errc::lease_lost);
 }
 
+// The async token's draw keeps the counter for the lock's fence_lifetime, as the blocking one's.
+TEST_F(AsyncMutexTest, TheFencingCounterLivesForTheLocksFenceLifetime) {
+  lock_options o;
+  o.fence_lifetime = milliseconds(98765);
+  async_mutex m(*client, "f-life", o);
+  async_hold h = m.async_lock(asio::use_future).get();
+  EXPECT_GT(h.async_fencing_token(asio::use_future).get(), 0u);
+  const long long ttl = admin->command({"PTTL", m.key() + ":fence"})->integer;
+  EXPECT_LE(ttl, 98765);
+  EXPECT_GT(ttl, 98765 - 60000);
+  EXPECT_FALSE(unlock_now(h));
+}
+
 #if ASIO_VERSION >= 102200
 TEST_F(AsyncMutexTest, DeferredTokenStartsOnlyWhenInvoked) {
   async_mutex m(*client, "df");

@@ -196,6 +196,8 @@ TEST_F(cli_test, BadInputIsOneLineAndExitTwoBeforeRedisIsTouched) {
       {"run", "--wait", "-1s", "job", "--", "true"},
       {"run", "--lease", "", "job", "--", "true"},
       {"run", "--kill-after", "1..5s", "job", "--", "true"},
+      {"run", "--fence-lifetime", "0s", "job", "--", "true"},
+      {"run", "--fence-lifetime", "721h", "job", "--", "true"},
       {"run", "--conflict-exit-code", "256", "job", "--", "true"},
       {"run", "--on-lost", "sulk", "job", "--", "true"},
       {"run", "--url", "http://127.0.0.1:1", "job", "--", "true"},
@@ -271,6 +273,11 @@ TEST_F(cli_test, CommandGetsNameTokenAndLeaseAndItsStatusIsReturned) {
   EXPECT_FALSE(exists("redislock:{job}")) << "released after the command";
   const result again = run({"run", "job", "--", "sh", "-c", "echo $REDISLOCK_FENCING_TOKEN"});
   EXPECT_GT(std::stoull(again.out), std::stoull(token)) << "tokens increase per acquisition";
+  const long long counter_ttl = admin->command({"PTTL", "redislock:{job}:fence"})->integer;
+  EXPECT_GT(counter_ttl, 86400000 - 60000) << "the counter's default lifetime: 1 day";
+  EXPECT_LE(counter_ttl, 86400000);
+  EXPECT_EQ(run({"run", "--fence-lifetime", "720h", "job", "--", "true"}).status, 0);
+  EXPECT_GT(admin->command({"PTTL", "redislock:{job}:fence"})->integer, 29LL * 86400000) << "--fence-lifetime";
 
   EXPECT_EQ(run({"run", "job", "--", "sh", "-c", "kill -KILL $$"}).status, 128 + SIGKILL);
   EXPECT_EQ(run({"run", "job", "--", "true"}).status, 0);

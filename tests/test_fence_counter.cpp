@@ -1,13 +1,16 @@
 // Fencing tokens on every lock kind: drawn on demand, strictly increasing per name across
 // kinds, across the counter's expiry (or loss), and a lock name used once leaves nothing
 // behind for good: no counter when nobody asked for a token, one with a TTL when someone did.
+#include "eventually.hpp"
 #include "server_fixture.hpp"
 
 #include <redislock/redislock.hpp>
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <thread>
 
 using namespace redislock;
 using std::chrono::seconds;
@@ -60,7 +63,7 @@ TEST_F(FenceCounter, ALockNameUsedOnceLeavesNothingBehind) {
     ASSERT_EQ(key.substr(key.size() - 6), ":fence") << key;
     const long long ttl = admin->command({"PTTL", key})->integer;
     ASSERT_GT(ttl, 0) << key << " never expires";
-    ASSERT_LE(ttl, detail::kFenceTtlMs) << key;
+    ASSERT_LE(ttl, lock_options{}.fence_lifetime.count()) << key;
   }
 }
 
@@ -140,6 +143,116 @@ TEST_F(FenceCounter, TokensIncreaseWhenTheCounterWentBackAsAfterAFailoverToALagg
   EXPECT_THROW(m.fencing_token(), reply_error);
   m.unlock();
   EXPECT_EQ(std::string(admin->command({"GET", m.key() + ":fence"})->str), "not-a-number");
+}
+
+// lock_options::fence_lifetime is the counter's expiry after the draw, on every kind that
+// draws: a fencing token, an election's new term (its own win, a hand-off on resignation, a
+// hand-off by force_release()), and the async API's token.
+TEST_F(FenceCounter, TheCounterLivesForTheDrawingHoldersFenceLifetimeOnEveryKind) {
+  lock_options o;
+  o.fence_lifetime = std::chrono::milliseconds(123456);
+  const long long lifetime = o.fence_lifetime.count();
+  auto expect_counter_lifetime = [&](const std::string& key, const char* what) {
+    const long long ttl = admin->command({"PTTL", key + ":fence"})->integer;
+    EXPECT_LE(ttl, lifetime) << what;
+    EXPECT_GT(ttl, lifetime - 60000) << what;  // minus any time the test itself took
+    admin->command({"DEL", key + ":fence"});
+  };
+  {
+    mutex m(*pool, "life-m", o);
+    m.lock();
+    EXPECT_GT(m.fencing_token(), 0u);
+    expect_counter_lifetime(m.key(), "mutex");
+    m.unlock();
+  }
+  {
+    // A draw never shortens the counter's life: a holder with a shorter lifetime keeps the
+    // longer one that is left, and an expiry-free counter (an operator's PERSIST) stays so.
+    lock_options brief = o;
+    brief.fence_lifetime = std::chrono::milliseconds(1000);
+    mutex longer(*pool, "life-keep", o), shorter(*pool, "life-keep", brief);
+    longer.lock();
+    const std::uint64_t first = longer.fencing_token();
+    longer.unlock();
+    shorter.lock();
+    EXPECT_GT(shorter.fencing_token(), first);
+    shorter.unlock();
+    EXPECT_GT(admin->command({"PTTL", longer.key() + ":fence"})->integer, 1000) << "shortened by a shorter lifetime";
+    admin->command({"PERSIST", longer.key() + ":fence"});
+    longer.lock();
+    EXPECT_GT(longer.fencing_token(), first);
+    longer.unlock();
+    EXPECT_EQ(admin->command({"PTTL", longer.key() + ":fence"})->integer, -1) << "an expiry-free counter got one";
+    admin->command({"DEL", longer.key() + ":fence"});
+  }
+  {
+    reentrant_mutex r(*pool, "life-r", o);
+    r.lock();
+    EXPECT_GT(r.fencing_token(), 0u);
+    expect_counter_lifetime(r.key(), "reentrant_mutex");
+    r.unlock();
+  }
+  {
+    shared_mutex s(*pool, "life-s", o);
+    s.lock_shared();
+    EXPECT_GT(s.fencing_token(), 0u);
+    expect_counter_lifetime(s.key(), "shared_mutex");
+    s.unlock_shared();
+  }
+  {
+    semaphore p(*pool, "life-p", 2, o);
+    p.lock();
+    EXPECT_GT(p.fencing_token(), 0u);
+    expect_counter_lifetime(p.key(), "semaphore");
+    p.unlock();
+  }
+  {
+    election a(*pool, "life-e", o), b(*pool, "life-e", o);
+    ASSERT_TRUE(a.try_lock());
+    expect_counter_lifetime(a.key(), "election: a term won");
+    // b campaigns (queues) on another thread; a's resignation hands leadership to it.
+    const auto one_queued = [&] {
+      return redislock_test::eventually(
+          [&] {
+            return admin->command({"ZCARD", a.key() + ":equeue"})->integer == 1;
+          },
+          seconds(10));
+    };
+    std::thread campaign([&] { b.lock(); });
+    const bool queued = one_queued();
+    a.unlock();
+    campaign.join();
+    ASSERT_TRUE(queued) << "b never queued";
+    ASSERT_TRUE(b.owns_lock());
+    expect_counter_lifetime(a.key(), "election: a term handed on");
+    // a campaigns again; the administrator's force_release() hands leadership from b to a.
+    std::thread again([&] { a.lock(); });
+    const bool queued_again = one_queued();
+    if (queued_again) force_release(*pool, "life-e", o);
+    else b.unlock();
+    again.join();
+    ASSERT_TRUE(queued_again) << "a never queued";
+    EXPECT_TRUE(a.owns_lock());
+    expect_counter_lifetime(a.key(), "election: a term handed on by force_release()");
+    a.unlock();
+    b.unlock();
+  }
+}
+
+TEST_F(FenceCounter, AFenceLifetimeOutsideItsRangeIsRefusedBeforeAnythingIsSent) {
+  for (const auto bad : {std::chrono::milliseconds(0), std::chrono::milliseconds(-1), max_lease + seconds(1)}) {
+    lock_options o;
+    o.fence_lifetime = bad;
+    EXPECT_THROW(mutex(*pool, "bad-life", o), invalid_argument) << bad.count();
+    EXPECT_THROW(reentrant_mutex(*pool, "bad-life", o), invalid_argument) << bad.count();
+    EXPECT_THROW(shared_mutex(*pool, "bad-life", o), invalid_argument) << bad.count();
+    EXPECT_THROW(election(*pool, "bad-life", o), invalid_argument) << bad.count();
+  }
+  EXPECT_EQ(dbsize(*admin), 0);
+  // Redlock's register never expires: a lifetime would mean nothing there.
+  lock_options o;
+  o.fence_lifetime = std::chrono::minutes(5);
+  EXPECT_THROW(redlock({std::ref(*pool)}, "bad-life", o), invalid_argument);
 }
 
 }  // namespace

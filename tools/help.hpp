@@ -190,6 +190,9 @@ OPTIONS
                                half the lease minus the margin, 200ms + 0.1% of the lease
                                (default 10s, or that when less: 9.78s with a 20s lease,
                                2.295s with 5s)
+    --fence-lifetime DUR       how long NAME's fencing counter lives at least after this
+                               run's token (default 24h): how far the server's clock may
+                               be set back without repeating a token
     --url, --prefix, --timeout see "redislock --help"
 
 EXIT STATUS
@@ -242,7 +245,8 @@ DESCRIPTION
 OPTIONS
     --value V                  the leader's value (before or after NAME)
     --wait DUR, --no-wait, --conflict-exit-code N, --lease DUR, --on-lost term|kill|ignore,
-    --kill-after DUR           as for "redislock run" (not leading counts as not obtained)
+    --kill-after DUR, --fence-lifetime DUR
+                               as for "redislock run" (not leading counts as not obtained)
     --url, --prefix, --timeout see "redislock --help"
 
 EXIT STATUS

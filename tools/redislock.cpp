@@ -251,6 +251,10 @@ run_options parse_run(arg_cursor a, const std::string& sub = "run") {
       }
     } else if (a.option("--kill-after", &v)) {
       kill_after = parse_duration(v, "--kill-after");
+    } else if (a.option("--fence-lifetime", &v)) {
+      o.common.lock.fence_lifetime = parse_duration(v, "--fence-lifetime");
+      if (o.common.lock.fence_lifetime.count() <= 0)
+        throw usage_error("bad --fence-lifetime '" + v + "': must be positive");
     } else {
       unknown_option(sub, a.peek());
     }

@@ -28,6 +28,7 @@
 #include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/lock_core.hpp>
+#include <redislock/detail/plain_key_commands.hpp>
 #include <redislock/detail/random.hpp>
 #include <redislock/detail/wait.hpp>
 #include <redislock/detail/wake_wait.hpp>
@@ -426,7 +427,8 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
         keys_((validate(name_, options_), refuse_min_replicas(options_), kind_->keys(name_, options_))),
         channel_(keys_.waiter_prefix + tokens_.id()),
         lease_ms_(std::to_string(options_.lease.count())),
-        wait_lease_ms_(std::to_string(options_.wait_lease.count())) {}
+        wait_lease_ms_(std::to_string(options_.wait_lease.count())),
+        fence_lifetime_ms_(fence_lifetime_arg(options_)) {}
 
   // WAIT after an acquisition is the blocking kinds' (detail/lease_keeper.hpp): refused here
   // rather than ignored, so no caller believes a hold replicated.
@@ -545,6 +547,7 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
 
   const std::string& lease_ms() const noexcept { return lease_ms_; }
   const std::string& wait_lease_ms() const noexcept { return wait_lease_ms_; }
+  const std::string& fence_lifetime_ms() const noexcept { return fence_lifetime_ms_; }
 
  private:
   inline void renew(const hold_ptr& h);
@@ -576,7 +579,7 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   lock_options options_;
   async_keys keys_;
   token_sequence tokens_;
-  std::string channel_, lease_ms_, wait_lease_ms_;
+  std::string channel_, lease_ms_, wait_lease_ms_, fence_lifetime_ms_;
   sub_state subscribed_ = sub_state::none;
   std::uint64_t sub_generation_ = 0;  // the subscriber connection our channel is subscribed on
   std::vector<std::function<void(bool)>> subscribe_waiters_;
@@ -674,20 +677,15 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     auto on_reply = [self = shared_from_this(), sent, with_get](redisReply* r) {
       auto& c = self->core->client();
       if (r == nullptr) return self->failed(async_errc::connection_failed, false);
-      if (r->type == REDIS_REPLY_ERROR && with_get &&
-          std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
-        c.set_get_supported = false;
-        return self->first_attempt();
+      switch (classify_set_nx(*r, with_get, self->token)) {
+        case set_nx_outcome::no_get: c.set_get_supported = false; return self->first_attempt();
+        case set_nx_outcome::error: return self->failed(async_errc::server_error, false, r);
+        case set_nx_outcome::acquired: return self->on_attempt(std::nullopt, sent);
+        case set_nx_outcome::ours_or_unknown: return self->attempt("try");  // the queue script decides
+        case set_nx_outcome::held: return self->on_attempt(unknown_pttl, sent);
       }
-      if (r->type == REDIS_REPLY_ERROR) return self->failed(async_errc::server_error, false, r);
-      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS)
-        return self->on_attempt(std::nullopt, sent);
-      if (!with_get || std::string_view(r->str, r->len) == self->token) return self->attempt("try");
-      self->on_attempt(unknown_pttl, sent);
     };
-    const std::string& lease = core->lease_ms();
-    if (with_get) client.command(k.lock, {"SET", k.lock, token, "NX", "GET", "PX", lease}, std::move(on_reply));
-    else client.command(k.lock, {"SET", k.lock, token, "NX", "PX", lease}, std::move(on_reply));
+    client.command(k.lock, set_nx(k.lock, token, core->lease_ms(), with_get).views(), std::move(on_reply));
   }
 
   // The kind's attempt script (the mutex's queue_attempt, the semaphore's acquire) in mode
@@ -1262,7 +1260,7 @@ class async_hold {
         std::forward<Token>(token), std::uint64_t{0}, [](const state_ptr& s, auto done) {
           if (s->fence != 0) return done({}, s->fence);
           auto& m = *s->core;
-          m.run(m.kind().fence(m.keys(), s->token), [s, done](redisReply* r) {
+          m.run(m.kind().fence(m.keys(), s->token, m.fence_lifetime_ms()), [s, done](redisReply* r) {
             if (r == nullptr) return done(async_errc::connection_failed, 0);
             if (r->type != REDIS_REPLY_INTEGER) return done(async_errc::server_error, 0);
             if (r->integer <= 0) {

@@ -235,8 +235,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
 
   attempt_result attempt_leave() { return attempt_once("leave"); }
 
-  // Every script gets all five keys and ARGV token, prefix, notices, then up to four of its own
-  // (unused ones are sent empty).
+  // Every script gets all five keys and ARGV token, prefix, notices, up to four of its own
+  // (unused ones are sent empty), then the fencing counter's lifetime (detail/election_scripts.hpp).
   struct script_args {
     explicit script_args(std::string_view x4 = {}, std::string_view x5 = {}, std::string_view x6 = {},
                          std::string_view x7 = {})
@@ -246,7 +246,8 @@ class basic_election : public detail::object_hold<basic_election<Client>, Client
   reply_ptr run_script(connection& c, const script& s, std::string_view token,
                        const script_args& more = script_args()) const {
     return s.run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters, keys_.values},
-                 {token, keys_.waiter_prefix, keys_.notices, more.a4, more.a5, more.a6, more.a7});
+                 {token, keys_.waiter_prefix, keys_.notices, more.a4, more.a5, more.a6, more.a7,
+                  detail::fence_lifetime_arg(this->options_)});
   }
   std::int64_t run_integer(const script& s, std::string_view token, const script_args& more = script_args()) {
     return this->run_on_lock([&](connection& c) { return detail::as_integer(*run_script(c, s, token, more)); });

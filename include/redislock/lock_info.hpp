@@ -143,7 +143,8 @@ lock_info run_lock_info(Client& client, std::string_view name, const lock_option
     const std::string& waiters = k.waiters ? *k.waiters : mk.waiters;
     return client.run(key, [&](connection& c) {
       if (k.values != nullptr)
-        return s.run(c, {key, mk.fence, queue, waiters, *k.values}, {mk.waiter_prefix, ek.notices});
+        return s.run(c, {key, mk.fence, queue, waiters, *k.values},
+                     {mk.waiter_prefix, ek.notices, fence_lifetime_arg(options)});
       return s.run(c, {key, mk.fence, queue, waiters}, {mk.waiter_prefix});
     });
   };

@@ -13,8 +13,8 @@ namespace redislock {
 
 /// A kind refuses, with invalid_argument and before anything is sent, an option set to
 /// something it cannot mean for it: basic_redlock (no wait queue, no release notice, masters
-/// without replicas) refuses fair, wait_lease, recheck_interval (any value but the default)
-/// and min_replicas.
+/// without replicas, a fencing register that never expires) refuses fair, wait_lease,
+/// recheck_interval, fence_lifetime (any value but the default) and min_replicas.
 struct lock_options {
   /// How long the server keeps the lock if its holder vanishes. Must be in (0, max_lease].
   std::chrono::milliseconds lease{30000};
@@ -69,6 +69,14 @@ struct lock_options {
   /// such a call may return up to that long after its deadline. Also kept under 3/4 of the
   /// connection's command timeout (the reply must come back before it). Must be in [1 ms, lease).
   std::chrono::milliseconds replica_timeout{500};
+  /// How long the name's fencing counter (detail/fence_scripts.hpp) lives at least after a
+  /// token is drawn with these options (a draw never shortens it). Tokens stay increasing across
+  /// its expiry unless the server's clock was set back, in total, by more than this (its lag
+  /// behind the highest token). The default, one day, covers a clock that ran on a wrong time
+  /// zone (an RTC kept in local time: up to 14 h) until a time daemon stepped it back. A service
+  /// that fences each of many names once keeps about (names per second) x this many counters
+  /// (docs/performance.md, "Server memory per lock"). Must be in [1 ms, max_lease].
+  std::chrono::milliseconds fence_lifetime{std::chrono::hours(24)};
 };
 
 /// Leases longer than this are rejected as a likely unit mistake (30 days).
@@ -124,6 +132,8 @@ inline void validate(std::string_view name, const lock_options& o) {
   if (o.min_replicas < 0 || o.min_replicas > 100) throw invalid_argument("lock min_replicas must be in [0, 100]");
   if (o.min_replicas > 0 && (o.replica_timeout.count() < 1 || o.replica_timeout >= o.lease))
     throw invalid_argument("lock replica_timeout must be in [1 ms, lease) when min_replicas is set");
+  if (o.fence_lifetime.count() < 1 || o.fence_lifetime > max_lease)
+    throw invalid_argument("lock fence_lifetime must be in [1 ms, max_lease]");
 }
 
 /// The part of `key` that Redis Cluster hashes: the text between the first '{' and the first

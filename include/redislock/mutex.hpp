@@ -205,7 +205,8 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
                                                   ", which runs no scripts for this connection; a fencing token "
                                                   "is drawn by a script (owner check, counter and clock floor in "
                                                   "one step), so there is none on the Lua-free path");
-      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence}, {token}));
+      return detail::as_integer(*detail::mutex_scripts::fence().run(c, {keys_.lock, keys_.fence},
+                                                                    {token, detail::fence_lifetime_arg(options_)}));
     });
   }
 
@@ -244,31 +245,26 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
       lua_free = !c.features().scripting;  // a round trip on a socket's first use only
       if (lua_free) require_lua_free_path(c.features());
       else if (options_.fair) return outcome::ask_script;  // fair mode must not jump the queue
+      const bool get = with_get || lua_free;               // servers with a Lua-free path all take GET
+      const detail::command_form set = detail::set_nx(keys_.lock, token_, lease_ms_, get);
       reply_ptr r;
       if (lua_free) {  // only where this user may release it, too (detail/lua_free_write.hpp)
-        r = detail::write_if_releasable(c, c.features(), keys_.lock,
-                                        {"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_},
-                                        "lock '" + name_ + "'");
+        r = detail::write_if_releasable(c, c.features(), keys_.lock, set.views(), "lock '" + name_ + "'");
       } else {
-        if (with_get) {
-          c.append({"SET", keys_.lock, token_, "NX", "GET", "PX", lease_ms_});
-        } else {
-          c.append({"SET", keys_.lock, token_, "NX", "PX", lease_ms_});
-        }
+        c.append(set.data(), set.size());
         r = c.read_reply();
       }
-      if (r->type == REDIS_REPLY_ERROR && with_get &&
-          std::string_view(r->str, r->len).find("syntax") != std::string_view::npos) {
-        no_get = true;
-        return outcome::held;
+      switch (detail::classify_set_nx(*r, get, token_)) {
+        case detail::set_nx_outcome::no_get: no_get = true; return outcome::held;
+        case detail::set_nx_outcome::error: detail::checked(*r); return outcome::held;  // checked() throws
+        case detail::set_nx_outcome::acquired: return outcome::acquired;
+        case detail::set_nx_outcome::held: return outcome::held;
+        case detail::set_nx_outcome::ours_or_unknown: break;
       }
-      detail::checked(*r);
-      if (with_get ? r->type == REDIS_REPLY_NIL : r->type == REDIS_REPLY_STATUS) return outcome::acquired;
-      if (with_get && std::string_view(r->str, r->len) != token_) return outcome::held;
       if (!lua_free) return outcome::ours_already;  // (or unknown, without GET): the queue script decides
-      if (!with_get) return outcome::held;
-      sent = detail::steady::now();
-      r = c.command({"SET", keys_.lock, token_, "IFEQ", token_, "PX", lease_ms_});
+      sent = detail::steady::now();                 // our own token, read by GET: restart its lease
+      const detail::command_form restart = detail::set_ifeq(keys_.lock, token_, token_, lease_ms_);
+      r = c.command(restart.data(), restart.size());
       return r->type == REDIS_REPLY_STATUS ? outcome::acquired : outcome::held;  // nil: it lapsed meanwhile
     });
     lua_free_.store(lua_free, std::memory_order_relaxed);

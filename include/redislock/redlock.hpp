@@ -86,7 +86,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// clients must outlive the lock. Throws invalid_argument for no client, the same client
   /// twice, a bad name or lease, timeouts that leave no validity, or an option that means
   /// nothing here: fair, wait_lease and recheck_interval (there is no server-side queue nor
-  /// release notice: waiters back off), min_replicas (masters are independent). Sends nothing.
+  /// release notice: waiters back off), min_replicas (masters are independent), fence_lifetime
+  /// (its fencing register never expires). Sends nothing.
   basic_redlock(std::vector<std::reference_wrapper<Client>> clients, std::string name, lock_options options = {},
                 redlock_options redlock = {})
       : core(std::move(name), std::move(options)), redlock_(redlock) {
@@ -104,6 +105,8 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
                   "no release notice to wait for: waiters back off between retry_min and retry_max");
     refuse_option(options_.min_replicas > 0, "redlock", "min_replicas",
                   "its masters are independent, without replicas");
+    refuse_option(options_.fence_lifetime != defaults.fence_lifetime, "redlock", "fence_lifetime",
+                  "its fencing register on each master never expires (detail/redlock_scripts.hpp)");
     if (!(redlock_.drift_factor >= 0 && redlock_.drift_factor < 1) || redlock_.drift_floor.count() < 0)
       throw invalid_argument("redlock: drift_factor must be in [0, 1) and drift_floor >= 0");
     if (redlock_.instance_timeout.count() < 0) throw invalid_argument("redlock: instance_timeout must not be negative");
@@ -405,10 +408,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
           detail::redlock_scripts::master_rounds& m = (*masters)[i];
           m.acquire_sent();
           // Without scripts, only where this user may release it too (detail/lua_free_write.hpp).
+          const detail::command_form set = detail::set_nx(key, token, lease, false);
           reply_ptr r = c.features().scripting
-                            ? c.command({"SET", key, token, "NX", "PX", lease})
-                            : detail::write_if_releasable(c, c.features(), key, {"SET", key, token, "NX", "PX", lease},
-                                                          "redlock '" + name + "'");
+                            ? c.command(set.data(), set.size())
+                            : detail::write_if_releasable(c, c.features(), key, set.views(), "redlock '" + name + "'");
           if (r->type == REDIS_REPLY_NIL) {
             m.candidates.clear();
             return detail::answer::no;

@@ -193,7 +193,8 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
     return run_integer(detail::semaphore_scripts::remaining(), {token, keys_.waiter_prefix, permits_arg()}, false);
   }
   std::int64_t run_fence(const std::string& token) {
-    return run_integer(detail::semaphore_scripts::fence(), {token, keys_.waiter_prefix, permits_arg()}, false);
+    return run_integer(detail::semaphore_scripts::fence(),
+                       {token, keys_.waiter_prefix, permits_arg(), detail::fence_lifetime_arg(options_)}, false);
   }
   detail::renewal_target renewal_for(const std::string& token) const {
     return {&detail::semaphore_scripts::extend(),

@@ -53,6 +53,7 @@
 #include <redislock/connection.hpp>
 #include <redislock/detail/lease_clock.hpp>
 #include <redislock/detail/observe_hooks.hpp>
+#include <redislock/detail/plain_key_commands.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/reply.hpp>
 #include <redislock/script.hpp>
@@ -114,8 +115,12 @@ namespace detail {
 /// script. keys: {key}; args: {token, lease_ms} for SET IFEQ.
 inline void append_renewal(connection& c, const script& s, bool as_set_ifeq, const std::string_view* keys,
                            std::size_t nkeys, const std::string_view* args, std::size_t nargs) {
-  if (as_set_ifeq) c.append({"SET", keys[0], args[0], "IFEQ", args[0], "PX", args[1]});
-  else s.append(c, keys, nkeys, args, nargs);
+  if (as_set_ifeq) {
+    const command_form renewal = set_ifeq(keys[0], args[0], args[0], args[1]);
+    c.append(renewal.data(), renewal.size());
+  } else {
+    s.append(c, keys, nkeys, args, nargs);
+  }
 }
 
 /// An error reply for a deny-oom command over maxmemory (noeviction). SET is one; the extend

@@ -68,7 +68,8 @@ class async_lock_kind {
   /// Owner-checked, handing off to the longest waiting live waiter.
   virtual script_call release(const async_keys& k, const std::string& token) const = 0;
   virtual script_call extend(const async_keys& k, const std::string& token, const std::string& lease_ms) const = 0;
-  virtual script_call fence(const async_keys& k, const std::string& token) const = 0;
+  /// lifetime_ms: the fencing counter's (detail/fence_scripts.hpp fence_lifetime_arg()).
+  virtual script_call fence(const async_keys& k, const std::string& token, const std::string& lifetime_ms) const = 0;
   virtual script_call remaining(const async_keys& k, const std::string& token) const = 0;
   /// How observers (observe.hpp) name the kind and side.
   virtual lock_type observed_type(const lock_options& o) const noexcept = 0;
@@ -96,8 +97,8 @@ class async_mutex_kind final : public async_lock_kind {
   script_call extend(const async_keys& k, const std::string& token, const std::string& lease_ms) const override {
     return {mutex_scripts::extend(), {k.lock}, {token, lease_ms}};
   }
-  script_call fence(const async_keys& k, const std::string& token) const override {
-    return {mutex_scripts::fence(), {k.lock, k.fence}, {token}};
+  script_call fence(const async_keys& k, const std::string& token, const std::string& lifetime_ms) const override {
+    return {mutex_scripts::fence(), {k.lock, k.fence}, {token, lifetime_ms}};
   }
   script_call remaining(const async_keys& k, const std::string& token) const override {
     return {mutex_scripts::remaining(), {k.lock}, {token}};
@@ -129,8 +130,8 @@ class async_semaphore_kind final : public async_lock_kind {
   script_call extend(const async_keys& k, const std::string& token, const std::string& lease_ms) const override {
     return {semaphore_scripts::extend(), {k.lock, k.fence}, {token, k.waiter_prefix, permits_, lease_ms}};
   }
-  script_call fence(const async_keys& k, const std::string& token) const override {
-    return {semaphore_scripts::fence(), {k.lock, k.fence}, {token, k.waiter_prefix, permits_}};
+  script_call fence(const async_keys& k, const std::string& token, const std::string& lifetime_ms) const override {
+    return {semaphore_scripts::fence(), {k.lock, k.fence}, {token, k.waiter_prefix, permits_, lifetime_ms}};
   }
   script_call remaining(const async_keys& k, const std::string& token) const override {
     return {semaphore_scripts::remaining(), {k.lock, k.fence}, {token, k.waiter_prefix, permits_}};
@@ -189,8 +190,8 @@ class async_shared_kind final : public async_lock_kind {
   script_call extend(const async_keys& k, const std::string& token, const std::string& lease_ms) const override {
     return {shared_scripts::extend(), {k.lock, k.fence}, {token, k.waiter_prefix, lease_ms, side(), ""}};
   }
-  script_call fence(const async_keys& k, const std::string& token) const override {
-    return {shared_scripts::fence(), {k.lock, k.fence}, {token, k.waiter_prefix}};
+  script_call fence(const async_keys& k, const std::string& token, const std::string& lifetime_ms) const override {
+    return {shared_scripts::fence(), {k.lock, k.fence}, {token, k.waiter_prefix, lifetime_ms}};
   }
   script_call remaining(const async_keys& k, const std::string& token) const override {
     return {shared_scripts::remaining(), {k.lock, k.fence}, {token, k.waiter_prefix, side()}};

@@ -34,7 +34,8 @@
 /// notice (detail/notify_lua.hpp: a migrating slot can fail a script half-way).
 ///
 /// Every script: KEYS = {lock, fence, queue, waiters, values}; ARGV[1] = token, ARGV[2] =
-/// waiter channel prefix "P{N}:w:", ARGV[3] = the broadcast channel, then its own. A value at
+/// waiter channel prefix "P{N}:w:", ARGV[3] = the broadcast channel, ARGV[4..7] its own (empty
+/// when unused), ARGV[8] = the fencing counter's lifetime in ms (a new term is a token). A value at
 /// P{N} that is not an election (a string, another kind's hash, foreign data) fails with
 /// WRONGTYPE before anything changes. All times are the server's.
 
@@ -65,7 +66,7 @@ struct keys {
 /// The locals of every script, and the kind check: WRONGTYPE unless P{N} is an election or absent.
 inline std::string prelude_lua() {
   return std::string(queue_locals_lua()) + R"lua(
-local values, prefix, notices = KEYS[5], ARGV[2], ARGV[3]
+local values, prefix, notices, fence_lifetime = KEYS[5], ARGV[2], ARGV[3], ARGV[8]
 local kind = redis.call('HGET', lock, '@kind')
 if kind ~= 'election' and (kind or redis.call('EXISTS', lock) == 1) then
   return redis.error_reply('WRONGTYPE redislock: ' .. lock .. ' is a ' .. (kind or 'foreign hash') ..
@@ -104,7 +105,7 @@ end
 /// announcement's `message` is scoped: the hand-off's own `message`, the token it is for, is
 /// published on the waiter's channel right after this.)
 inline std::string grant_lua(const char* who, const char* value) {
-  return std::string("local term = string.format('%d', next_fence(fence))\n") +
+  return std::string("local term = string.format('%d', next_fence(fence, fence_lifetime))\n") +
          "redis.call('HSET', lock, '@kind', 'election', '@owner', " + who + ", '@value', " + value +
          ", '@term', term)\n" + "redis.call('PEXPIRE', lock, lease)\n" + "do\n  local message = term\n" +
          announce_lua() + "end\n";

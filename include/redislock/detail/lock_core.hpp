@@ -20,6 +20,7 @@
 /// and the kinds in a WRONGTYPE refusal (detail/kind_clash.hpp).
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/fence_scripts.hpp>
 #include <redislock/detail/kind_clash.hpp>
 #include <redislock/detail/lease_keeper.hpp>
 #include <redislock/detail/owners.hpp>
@@ -141,15 +142,16 @@ class lock_core : public lock_identity<Keys> {
 
   /// The fencing token of the calling thread's current hold (reentrant, shared): drawn from
   /// the lock's counter on the first call per hold (one round trip, script `s` with ARGV owner,
-  /// channel; it replies 0 when the owner holds nothing on the server) and kept in State::fence
-  /// until the thread's holds all end. Throws lock_error when the thread holds nothing, or when
-  /// its lease has run out (after on_lost(state): write nothing then).
+  /// fence_arg(keys), the counter's lifetime; it replies 0 when the owner holds nothing on the
+  /// server) and kept in State::fence until the thread's holds all end. Throws lock_error when the thread holds
+  /// nothing, or when its lease has run out (after on_lost(state): write nothing then).
   template <class State, class OnLost>
   std::uint64_t draw_fence(owner_table<State>& owners, const script& s, OnLost&& on_lost) {
     State h = owners.mine();
     require_held(!h.idle(), "fencing_token", this->name_, "this thread");
     if (h.fence != 0) return h.fence;
-    const std::int64_t fence = run_integer(s, {owners.owner_id(), fence_arg(this->keys_)});
+    const std::int64_t fence =
+        run_integer(s, {owners.owner_id(), fence_arg(this->keys_), fence_lifetime_arg(this->options_)});
     if (fence <= 0) {
       on_lost(h);
       throw lock_error("fencing_token: the lease on lock '" + this->name_ + "' has run out");

@@ -328,14 +328,15 @@ inline const script& latch_break() { return latch_info(); }
 
 // The election: the snapshot, then, if someone leads, hand leadership on like a resignation
 // (a new term for the longest waiting live campaigner), or delete the key and announce that
-// nobody leads. KEYS: lock, fence, queue, waiters, values; ARGV: channel prefix, broadcast channel.
+// nobody leads. KEYS: lock, fence, queue, waiters, values; ARGV: channel prefix, broadcast channel,
+// the fencing counter's lifetime (ms).
 inline const script& election_break() {
   static const script s(std::string(kind_lua()) + election_info_lua() + queue_locals_lua() + next_fence_lua() + R"lua(
 local r = info()
 if r[1] ~= 'election' or #r < 6 then return r end
 -- The removed leader's own place (if it queued again) is dropped, never handed to.
 token = r[6]
-local values, prefix, notices = KEYS[5], ARGV[1], ARGV[2]
+local values, prefix, notices, fence_lifetime = KEYS[5], ARGV[1], ARGV[2], ARGV[3]
 )lua" + election_scripts::refuse_bad_counter_lua() +
                         R"lua(
 local head, take_self = nil, false

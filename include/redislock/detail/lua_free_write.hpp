@@ -15,6 +15,7 @@
 /// only where the release ran as well.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/plain_key_commands.hpp>
 #include <redislock/detail/server_features.hpp>
 #include <redislock/errors.hpp>
 #include <redislock/reply.hpp>
@@ -35,8 +36,8 @@ namespace redislock::detail {
 inline reply_ptr write_if_releasable(connection& c, const server_features& f, std::string_view lock,
                                      const std::vector<std::string_view>& set, const std::string& who) {
   c.append({"MULTI"});
-  if (f.delex) c.append({"DELEX", lock, "IFEQ", ""});
-  else c.append({"DELIFEQ", lock, ""});
+  const command_form probe = delete_ifeq(f, lock, "");  // deletes nothing: no token is empty
+  c.append(probe.data(), probe.size());
   c.append(set.data(), set.size());
   c.append({"EXEC"});
   const reply_ptr multi = c.read_reply(), release = c.read_reply();

@@ -7,8 +7,8 @@
 ///   P{N}           string  the holder's owner token; PX = its lease. Absent when free.
 ///   P{N}:fence     integer fencing counter. basic_mutex::fencing_token() draws from it, only
 ///                          while the caller's lease is valid, so tokens follow the order of the
-///                          holds. Expires 7 days after the last token; tokens still increase
-///                          (detail/fence_scripts.hpp).
+///                          holds. Expires fence_lifetime after the last token; tokens still
+///                          increase (detail/fence_scripts.hpp).
 ///   P{N}:queue     zset    waiting tokens, score = arrival time (server time, µs): the lowest
 ///                          is the head. Absent when nobody waits; expires at most wait_lease
 ///                          after the longest place in it.
@@ -41,7 +41,7 @@
 ///
 /// The Lua-free path (a server that runs no scripts for this connection: an ACL user without
 /// @scripting, Valkey without Lua; docs/servers.md) keeps the same key and value, so a Lua-free
-/// holder and a scripted one exclude each other:
+/// holder and a scripted one exclude each other (the command forms: detail/plain_key_commands.hpp):
 ///   acquire  the same `SET P{N} token NX GET PX lease`; our own token (a lost reply) gets its
 ///            lease restarted with `SET P{N} token IFEQ token PX lease`
 ///   extend   `SET P{N} token IFEQ token PX lease` (also the renewal wherever the server has it)
@@ -52,6 +52,7 @@
 /// scripting_unavailable_error); waiting is by jittered backoff.
 
 #include <redislock/detail/fence_scripts.hpp>
+#include <redislock/detail/plain_key_commands.hpp>
 #include <redislock/detail/queue_lua.hpp>
 #include <redislock/connection.hpp>
 #include <redislock/detail/server_features.hpp>
@@ -159,11 +160,11 @@ return 0
   return s;
 }
 
-/// KEYS: lock, fence. ARGV: token.
+/// KEYS: lock, fence. ARGV: token, fence lifetime (ms).
 /// Reply: a new fencing token (detail/fence_scripts.hpp) while the lock is ours; 0 when it is not.
 inline const script& fence() {
   static const script s(next_fence_lua() + R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then return next_fence(KEYS[2]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return next_fence(KEYS[2], ARGV[2]) end
 return 0
 )lua");
   return s;
@@ -184,8 +185,8 @@ return -2
 /// The release without a script: 1 released, 0 the lock is not ours. `f` has DELEX or DELIFEQ.
 inline std::int64_t release_without_script(connection& c, const server_features& f, std::string_view lock,
                                            std::string_view token) {
-  if (f.delex) return as_integer(*c.command({"DELEX", lock, "IFEQ", token}));
-  return as_integer(*c.command({"DELIFEQ", lock, token}));
+  const command_form release = delete_ifeq(f, lock, token);
+  return as_integer(*c.command(release.data(), release.size()));
 }
 
 /// remaining() without a script: one transaction, so the value and the PTTL are read at once.

@@ -59,6 +59,7 @@
 /// accepts any round of ours), and its stale key runs out with the lease it had.
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/plain_key_commands.hpp>
 #include <redislock/detail/server_features.hpp>
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
@@ -232,8 +233,7 @@ inline bool set_round_without_script(connection& c, std::string_view lock, std::
                                      std::string_view lease_ms, const std::vector<std::uint64_t>& candidates) {
   const std::string next = value_of(token, round);
   std::vector<std::vector<std::string>> sets;
-  for (const std::uint64_t k : candidates)
-    sets.push_back({"SET", std::string(lock), next, "IFEQ", value_of(token, k), "PX", std::string(lease_ms)});
+  for (const std::uint64_t k : candidates) sets.push_back(set_ifeq(lock, next, value_of(token, k), lease_ms).strings());
   const reply_ptr r = transaction(c, sets);
   for (std::size_t i = 0; i < r->elements; ++i)
     if (r->element[i]->type == REDIS_REPLY_STATUS) return true;
@@ -245,10 +245,7 @@ inline bool set_round_without_script(connection& c, std::string_view lock, std::
 inline bool release_without_script(connection& c, const server_features& f, std::string_view lock,
                                    std::string_view token, const std::vector<std::uint64_t>& candidates) {
   std::vector<std::vector<std::string>> deletes;
-  for (const std::uint64_t k : candidates) {
-    if (f.delex) deletes.push_back({"DELEX", std::string(lock), "IFEQ", value_of(token, k)});
-    else deletes.push_back({"DELIFEQ", std::string(lock), value_of(token, k)});
-  }
+  for (const std::uint64_t k : candidates) deletes.push_back(delete_ifeq(f, lock, value_of(token, k)).strings());
   const reply_ptr r = transaction(c, deletes);
   for (std::size_t i = 0; i < r->elements; ++i)
     if (as_integer(*r->element[i]) == 1) return true;

@@ -182,12 +182,12 @@ return 1
   return s;
 }
 
-/// KEYS: lock, fence. ARGV: owner.
+/// KEYS: lock, fence. ARGV: owner, fence_arg() (unused), fence lifetime (ms).
 /// Reply: a new fencing token (detail/fence_scripts.hpp) while the owner holds the lock; 0 otherwise.
 inline const script& fence() {
   static const script s(std::string(prelude()) + next_fence_lua() + R"lua(
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-return next_fence(KEYS[2])
+return next_fence(KEYS[2], ARGV[3])
 )lua");
   return s;
 }

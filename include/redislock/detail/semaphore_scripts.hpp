@@ -238,11 +238,11 @@ redis.call('ZADD', lock, 'XX', clock_ms + tonumber(ARGV[4]), token)
   return s;
 }
 
-/// KEYS: holders, fence. ARGV: token, prefix, permits.
+/// KEYS: holders, fence. ARGV: token, prefix, permits, fence lifetime (ms).
 /// Reply: a new fencing token (detail/fence_scripts.hpp) while the token holds a valid permit; 0 otherwise.
 inline const script& fence() {
   static const script s(std::string(queue_locals_lua()) + state_lua() + next_fence_lua() + R"lua(
-if mine then return next_fence(fence) end
+if mine then return next_fence(fence, ARGV[4]) end
 return 0
 )lua");
   return s;

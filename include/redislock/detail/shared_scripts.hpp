@@ -447,14 +447,14 @@ return 1
   return s;
 }
 
-/// Fencing token. ARGV: owner, prefix.
+/// Fencing token. ARGV: owner, prefix, fence lifetime (ms).
 /// Reply: a new token (detail/fence_scripts.hpp) while the owner holds a hold on either side;
 ///        0 when it holds nothing (its leases ran out).
 inline const script& fence() {
   static const script s(prelude() + next_fence_lua() + R"lua(
 finish()
 if writer ~= owner and not counts[owner] then return 0 end
-return next_fence(KEYS[2])
+return next_fence(KEYS[2], ARGV[3])
 )lua");
   return s;
 }
