@@ -22,6 +22,7 @@
 ///   latch_expired_error: a waiter is never told a latch opened when it did not. An open latch
 ///   stays readable as open for one lease after the count_down that opened it.
 
+#include <redislock/cancel.hpp>
 #include <redislock/client.hpp>
 #include <redislock/detail/call_deadline.hpp>
 #include <redislock/detail/kind_clash.hpp>
@@ -176,6 +177,33 @@ class basic_latch {
     return wait_by(detail::deadline_at(deadline));
   }
 
+  /// wait(), wait_for() and wait_until() that another thread can end with `cancel`'s source
+  /// (cancel.hpp): true when the count reached zero, false at the deadline or once cancelled
+  /// (a token cancelled already: false at once, nothing sent). Throw as wait().
+  [[nodiscard]] bool wait(const cancel_token& cancel) { return cancellable_wait(std::nullopt, cancel); }
+  template <class Rep, class Period>
+  bool wait_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
+    return cancellable_wait(detail::deadline_after(timeout), cancel);
+  }
+  template <class Clock, class Duration>
+  bool wait_until(const std::chrono::time_point<Clock, Duration>& deadline, const cancel_token& cancel) {
+    return cancellable_wait(detail::deadline_at(deadline), cancel);
+  }
+#if defined(__cpp_lib_jthread)
+  /// The same with a std::stop_token (C++20).
+  [[nodiscard]] bool wait(const std::stop_token& stop) {
+    return detail::with_stop_token(stop, [&](const cancel_token& cancel) { return wait(cancel); });
+  }
+  template <class Rep, class Period>
+  bool wait_for(const std::chrono::duration<Rep, Period>& timeout, const std::stop_token& stop) {
+    return detail::with_stop_token(stop, [&](const cancel_token& cancel) { return wait_for(timeout, cancel); });
+  }
+  template <class Clock, class Duration>
+  bool wait_until(const std::chrono::time_point<Clock, Duration>& deadline, const std::stop_token& stop) {
+    return detail::with_stop_token(stop, [&](const cancel_token& cancel) { return wait_until(deadline, cancel); });
+  }
+#endif
+
   /// count_down(n), then wait().
   void arrive_and_wait(std::int64_t n = 1) {
     count_down(n);
@@ -245,6 +273,12 @@ class basic_latch {
     const std::int64_t count = detail::as_integer(detail::element(*r, 0));
     if (count == detail::latch_scripts::expired) throw expired_error(what);
     return {count, std::chrono::milliseconds(detail::as_integer(detail::element(*r, 2)))};
+  }
+
+  bool cancellable_wait(const detail::deadline& d, const cancel_token& cancel) {
+    if (cancel.cancelled()) return false;
+    const detail::cancel_scope scope(detail::state_of(cancel));
+    return wait_by(d);
   }
 
   // Reads, subscribes, reads again, then sleeps until the notice, the lease's end or d

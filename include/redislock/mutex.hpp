@@ -286,7 +286,8 @@ class basic_mutex : public detail::object_hold<basic_mutex<Client>, Client, deta
   attempt_result wait_without_script(const detail::deadline& d) {
     detail::backoff pause(options_.retry_min, options_.retry_max);
     while (!detail::passed(d)) {
-      std::this_thread::sleep_for(pause.next(std::chrono::milliseconds(-1), d));
+      detail::sleep_unless_cancelled(pause.next(std::chrono::milliseconds(-1), d));
+      if (detail::cancel_requested()) break;
       if (!attempt_first()) return std::nullopt;
     }
     return detail::unknown_pttl;

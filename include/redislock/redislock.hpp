@@ -14,6 +14,7 @@
 #include <redislock/cluster_client.hpp>
 #include <redislock/sentinel_client.hpp>
 #include <redislock/lock_options.hpp>
+#include <redislock/cancel.hpp>
 #include <redislock/mutex.hpp>
 #include <redislock/reentrant_mutex.hpp>
 #include <redislock/shared_mutex.hpp>

@@ -14,7 +14,9 @@
 /// `const auto observed = this->observe_release();` (observe_release_shared() for the read
 /// side), which reports the release when the function returns or throws.
 
+#include <redislock/cancel.hpp>
 #include <redislock/detail/call_deadline.hpp>
+#include <redislock/detail/cancellation.hpp>
 #include <redislock/detail/observe_hooks.hpp>
 #include <redislock/detail/wait.hpp>
 
@@ -22,6 +24,25 @@
 #include <optional>
 
 namespace redislock::detail {
+
+/// A call given a cancel_token: false at once when it is cancelled already; else acquire()
+/// with the token's state as this thread's cancellation (detail/cancellation.hpp: the waits
+/// under it end as at a deadline). A hold that a hand-off raced onto the cancel is released
+/// (release()) and the call returns false: a cancelled call holds nothing.
+template <class Acquire, class Release>
+bool run_cancellable(const cancel_token& cancel, Acquire&& acquire, Release&& release) {
+  if (cancel.cancelled()) return false;
+  bool acquired = false;
+  {
+    const cancel_scope scope(state_of(cancel));
+    acquired = acquire();
+  }
+  if (acquired && cancel.cancelled()) {
+    release();
+    return false;
+  }
+  return acquired;
+}
 
 template <class Self>
 class timed_lockable {
@@ -51,6 +72,39 @@ class timed_lockable {
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
     return timed_acquire(deadline_at(abs_time), true);
   }
+
+  /// As lock(), try_lock_for() and try_lock_until(), and another thread can end the wait with
+  /// `cancel`'s source (cancel.hpp): then they leave the lock's queue, release a hold that a
+  /// hand-off raced onto the cancel, and return false, holding nothing. A token cancelled
+  /// already: false at once, nothing sent. true: acquired.
+  [[nodiscard]] bool lock(const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return observed(true, [&] { return self().acquire(std::nullopt); }); }, [this] { unlock(); });
+  }
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return timed_acquire(deadline_after(timeout), true); }, [this] { unlock(); });
+  }
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time, const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return timed_acquire(deadline_at(abs_time), true); }, [this] { unlock(); });
+  }
+#if defined(__cpp_lib_jthread)
+  /// The same with a std::stop_token (C++20): a stop request cancels the wait.
+  [[nodiscard]] bool lock(const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return lock(cancel); });
+  }
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout, const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return try_lock_for(timeout, cancel); });
+  }
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time, const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return try_lock_until(abs_time, cancel); });
+  }
+#endif
 
   /// Releases the lock. Never throws (guards call it from destructors); the outcome is kept
   /// in last_release(): released, lease_expired (the critical section outlived its lease),
@@ -118,6 +172,36 @@ class shared_timed_lockable {
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
     return timed_acquire_shared(deadline_at(abs_time), true);
   }
+
+  /// The shared side's cancellable calls, as timed_lockable's.
+  [[nodiscard]] bool lock_shared(const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return observed(true, [&] { return self().acquire_shared(std::nullopt); }); },
+        [this] { unlock_shared(); });
+  }
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return timed_acquire_shared(deadline_after(timeout), true); }, [this] { unlock_shared(); });
+  }
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time, const cancel_token& cancel) {
+    return run_cancellable(
+        cancel, [&] { return timed_acquire_shared(deadline_at(abs_time), true); }, [this] { unlock_shared(); });
+  }
+#if defined(__cpp_lib_jthread)
+  [[nodiscard]] bool lock_shared(const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return lock_shared(cancel); });
+  }
+  template <class Rep, class Period>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return try_lock_shared_for(timeout, cancel); });
+  }
+  template <class Clock, class Duration>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time, const std::stop_token& stop) {
+    return with_stop_token(stop, [&](const cancel_token& cancel) { return try_lock_shared_until(abs_time, cancel); });
+  }
+#endif
 
   /// Drops one shared hold. Never throws; the outcome is kept in last_release(). Within a
   /// timed acquisition it is that call's clean-up, as unlock().

@@ -44,11 +44,11 @@ inline command_form set_nx(std::string_view lock, std::string_view value, std::s
 
 /// What the acquiring SET's reply says (`value`: what it set).
 enum class set_nx_outcome {
-  acquired,        ///< the key was free and now holds value
-  held,            ///< another value holds it
-  ours_or_unknown, ///< it already held value (an earlier attempt's lost reply), or without GET: held by someone
-  no_get,          ///< the server refused GET with NX: send it again without
-  error,           ///< another error reply (the caller types it)
+  acquired,         ///< the key was free and now holds value
+  held,             ///< another value holds it
+  ours_or_unknown,  ///< it already held value (an earlier attempt's lost reply), or without GET: held by someone
+  no_get,           ///< the server refused GET with NX: send it again without
+  error,            ///< another error reply (the caller types it)
 };
 
 inline set_nx_outcome classify_set_nx(const redisReply& r, bool with_get, std::string_view value) noexcept {

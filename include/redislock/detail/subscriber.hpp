@@ -43,6 +43,7 @@
 /// node serves other slots) and tells the client its slot map is stale (on_moved).
 
 #include <redislock/connection.hpp>
+#include <redislock/detail/cancellation.hpp>
 #include <redislock/detail/fork_guard.hpp>
 #include <redislock/detail/socket_wait.hpp>
 #include <redislock/detail/wait.hpp>
@@ -128,10 +129,12 @@ class subscriber {
 
     /// Waits for a release notification until t. True when woken by one; false on timeout or
     /// when the subscription failed meanwhile (check active()).
+    /// A cancelled call (detail/cancellation.hpp) ends it too: false.
     bool wait_until(steady::time_point t) {
       if (!owner_) return false;
-      std::unique_lock<std::mutex> g(owner_->mutex_);
-      owner_->await(g, *state_, t, [&] { return state_->tokens > 0 || state_->failed; });
+      const cancel_hook cancelled([owner = owner_, s = state_.get()] { owner->interrupt(*s); });
+      std::unique_lock<std::mutex> g(owner_->mutex_);  // released before `cancelled` is removed
+      owner_->await(g, *state_, t, [&] { return state_->tokens > 0 || state_->failed || cancelled.fired(); });
       if (state_->tokens == 0) return false;
       --state_->tokens;
       ++owner_->stats_.wakeups;
@@ -477,6 +480,15 @@ class subscriber {
   }
 
   void wake() noexcept { wake_.wake(); }
+
+  // Wakes the waiters on `s` and the reader's poll, so a waiter whose call was cancelled sees it.
+  void interrupt(channel_state& s) noexcept {
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      s.cv.notify_all();
+    }
+    wake();
+  }
 
   // Fails every subscription (their waiters back off or join again), forgets the channels and
   // closes the connection. refuse: new subscriptions are refused for retry_after (the server

@@ -2,6 +2,7 @@
 /// @file detail/wait.hpp
 /// @brief The pieces of waiting for a lock: a process-local gate, deadlines and backoff.
 
+#include <redislock/detail/cancellation.hpp>
 #include <redislock/detail/observe_hooks.hpp>
 
 #include <algorithm>
@@ -66,16 +67,26 @@ class local_gate {
     busy_ = true;
     return true;
   }
+  /// Also ends (false) when this thread's cancellable call is cancelled (detail/cancellation.hpp).
   bool lock_until(const deadline& d) {
-    std::unique_lock<std::mutex> g(m_);
-    if (!busy_) {
-      busy_ = true;
-      return true;
-    }
     waiter w;
-    queue_.push_back(&w);
-    if (d) w.cv.wait_until(g, *d, [&] { return w.granted; });
-    else w.cv.wait(g, [&] { return w.granted; });
+    {
+      std::lock_guard<std::mutex> g(m_);
+      if (!busy_) {
+        busy_ = true;
+        return true;
+      }
+      if (cancel_requested()) return false;
+      queue_.push_back(&w);
+    }
+    const cancel_hook cancelled([&] {
+      std::lock_guard<std::mutex> g(m_);
+      w.cv.notify_one();
+    });
+    std::unique_lock<std::mutex> g(m_);  // released before `cancelled` is removed
+    const auto done = [&] { return w.granted || cancelled.fired(); };
+    if (d) w.cv.wait_until(g, *d, done);
+    else w.cv.wait(g, done);
     if (!w.granted) queue_.erase(std::find(queue_.begin(), queue_.end(), &w));
     return w.granted;
   }
@@ -132,8 +143,25 @@ class backoff {
   std::chrono::milliseconds min_, max_, ceiling_;
 };
 
+/// Sleeps for `d`, or less when this thread's cancellable call is cancelled meanwhile.
+inline void sleep_unless_cancelled(steady::duration d) {
+  if (current_cancellation() == nullptr) {
+    std::this_thread::sleep_for(d);
+    return;
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  const cancel_hook cancelled([&] {
+    std::lock_guard<std::mutex> g(m);
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> g(m);
+  cv.wait_for(g, d, [&] { return cancelled.fired(); });
+}
+
 /// Calls attempt() until it succeeds or the deadline passes (or, when given, `pause` passes:
-/// the caller then tries something else). attempt() returns nullopt when it acquired,
+/// the caller then tries something else). A cancelled call (detail/cancellation.hpp) counts as
+/// one whose deadline passed. attempt() returns nullopt when it acquired,
 /// otherwise the holder's remaining lease (negative when unknown).
 template <class Attempt>
 bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::chrono::milliseconds retry_max,
@@ -144,10 +172,11 @@ bool retry_until(const deadline& d, std::chrono::milliseconds retry_min, std::ch
     std::optional<std::chrono::milliseconds> holder_pttl = attempt();
     if (!holder_pttl) return true;
     const steady::time_point now = steady::now();
-    if ((d && now >= *d) || (pause && now >= *pause)) return false;
+    if ((d && now >= *d) || (pause && now >= *pause) || cancel_requested()) return false;
     std::chrono::nanoseconds sleep = b.next(*holder_pttl, d);
     if (pause) sleep = std::min(sleep, std::chrono::nanoseconds(*pause - now));
-    std::this_thread::sleep_for(sleep);
+    sleep_unless_cancelled(sleep);
+    if (cancel_requested()) return false;
     probe_woken(wake_cause::fallback);
   }
 }

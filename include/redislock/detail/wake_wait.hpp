@@ -114,7 +114,9 @@ struct wait_plan {
   bool caller_tries_last = false;                  // the caller makes its own last attempt once the deadline passed
 };
 
-inline bool passed(const deadline& d) { return d && steady::now() >= *d; }
+/// The deadline has passed, or the call was cancelled (detail/cancellation.hpp): either way the
+/// wait ends as at its deadline.
+inline bool passed(const deadline& d) { return (d && steady::now() >= *d) || cancel_requested(); }
 
 /// What an attempt returns when it failed without learning anything to wait on (the mutex's
 /// plain SET): the next attempt follows at once.
@@ -214,6 +216,7 @@ bool wait_for_release(Client& client, const std::string& channel, const deadline
       }
       if (*pttl == unknown_pttl) continue;
       const bool noticed = sub.wait_until(wake_limit(*pttl, d, plan.max_sleep));
+      if (cancel_requested()) return false;  // as at the deadline: the caller leaves the queue
       probe_woken(noticed ? wake_cause::notice : wake_cause::timer);
       if (noticed) {
         if (handed_over(sub)) {
