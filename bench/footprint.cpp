@@ -218,7 +218,8 @@ void per_kind(client& c, connection& admin) {
       check(rest.size() == 1 && is_fence(rest[0], fenced_name),
             std::string(k.label) + ": after fencing_token() and the release, not the counter alone");
       for (const key_stat& s : rest)
-        check(s.pttl > 0 && s.pttl <= lock_options{}.fence_lifetime.count(), std::string(k.label) + ": " + s.key + " PTTL out of range");
+        check(s.pttl > 0 && s.pttl <= lock_options{}.fence_lifetime.count(),
+              std::string(k.label) + ": " + s.key + " PTTL out of range");
       fence_keys = describe(rest, fenced_name, false);
       fence_bytes = std::to_string(total_bytes(rest));
       fence_pttl = rest.empty() ? "-" : std::to_string(rest[0].pttl) + " ms";

@@ -231,8 +231,8 @@ TEST_F(CancelTest, AStopRequestEndsTheWaitOfTheStdStopTokenOverloads) {
   std::promise<bool> result;
   std::future<bool> done = result.get_future();
   std::jthread waiter([&](std::stop_token stop) { result.set_value(b.lock(stop)); });
-  ASSERT_TRUE(redislock_test::eventually(
-      [&] { return queued(detail::mutex_scripts::keys("stop", slow()).queue) == 1; }, seconds(10)));
+  ASSERT_TRUE(redislock_test::eventually([&] { return queued(detail::mutex_scripts::keys("stop", slow()).queue) == 1; },
+                                         seconds(10)));
   waiter.request_stop();
   ASSERT_EQ(done.wait_for(seconds(5)), std::future_status::ready);
   EXPECT_FALSE(done.get());

@@ -26,7 +26,7 @@ class cancel_hook;
 /// What a cancel_source and its tokens share.
 struct cancel_state {
   std::atomic<bool> cancelled{false};
-  std::mutex mutex;                // guards hooks; held while cancel() runs them
+  std::mutex mutex;                 // guards hooks; held while cancel() runs them
   std::vector<cancel_hook*> hooks;  // the sleeps under way in calls given this state's token
 };
 
