@@ -13,8 +13,10 @@
 #include <functional>
 #include <future>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace redislock;
 using std::chrono::milliseconds;
@@ -174,6 +176,47 @@ TEST_F(CancelTest, ATokenCancelledAlreadyReturnsFalseAndSendsNothing) {
   EXPECT_FALSE(m.owns_lock());
   EXPECT_EQ(redislock_test::command_calls(*admin, "set") + evalsha(), 0) << "a cancelled token sent commands";
   EXPECT_EQ(admin->command({"DBSIZE"})->integer, 0);
+}
+
+// Under contention: of three queued waiters the middle one is cancelled; the other two are
+// served in arrival order by the next releases, and the cancelled one never.
+TEST_F(CancelTest, ACancelledWaiterLeavesTheQueueAndTheOthersAreServedInOrder) {
+  lock_options o = slow();
+  o.fair = true;  // strict arrival order, so the order is checked exactly
+  const std::string queue = detail::mutex_scripts::keys("line", o).queue;
+  mutex holder(*pool, "line", o), first(*pool, "line", o), middle(*pool, "line", o), last(*pool, "line", o);
+  holder.lock();
+  cancel_source cancel;
+  std::mutex order_mutex;
+  std::vector<std::string> order;
+  auto wait_in_line = [&](mutex& m, const char* who, long long place, const cancel_token& t) {
+    std::future<bool> f = std::async(std::launch::async, [&m, &order_mutex, &order, who, t] {
+      const bool got = m.lock(t);
+      if (got) {
+        std::lock_guard<std::mutex> g(order_mutex);
+        order.emplace_back(who);
+      }
+      return got;
+    });
+    EXPECT_TRUE(redislock_test::eventually([&] { return queued(queue) == place; }, seconds(10))) << who;
+    return f;
+  };
+  std::future<bool> a = wait_in_line(first, "first", 1, cancel_token());
+  std::future<bool> b = wait_in_line(middle, "middle", 2, cancel.token());
+  std::future<bool> c = wait_in_line(last, "last", 3, cancel_token());
+  cancel.cancel();
+  ASSERT_EQ(b.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_FALSE(b.get());
+  EXPECT_EQ(queued(queue), 2) << "the cancelled waiter kept its place, or took another's";
+  holder.unlock();
+  ASSERT_EQ(a.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(a.get());
+  first.unlock();
+  ASSERT_EQ(c.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(c.get());
+  last.unlock();
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "last"}));
+  EXPECT_FALSE(middle.owns_lock());
 }
 
 // A release that hands the lock to the waiter at the moment it is cancelled: either the wait

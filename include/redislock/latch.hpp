@@ -164,17 +164,17 @@ class basic_latch {
 
   /// Blocks until the count is zero. Throws latch_expired_error when the latch's lease ends
   /// first, connection_error / timeout_error when Redis cannot be reached.
-  void wait() { wait_by(std::nullopt); }
+  void wait() { uncancellable_wait(std::nullopt); }
 
   /// Waits at most `timeout` for the count to reach zero: true when it did, false at the
   /// deadline. Throws as wait().
   template <class Rep, class Period>
   bool wait_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return wait_by(detail::deadline_after(timeout));
+    return uncancellable_wait(detail::deadline_after(timeout));
   }
   template <class Clock, class Duration>
   bool wait_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return wait_by(detail::deadline_at(deadline));
+    return uncancellable_wait(detail::deadline_at(deadline));
   }
 
   /// wait(), wait_for() and wait_until() that another thread can end with `cancel`'s source
@@ -275,6 +275,11 @@ class basic_latch {
     return {count, std::chrono::milliseconds(detail::as_integer(detail::element(*r, 2)))};
   }
 
+  // A wait without a token, also within a cancellable call (an observer's): never cancelled.
+  bool uncancellable_wait(const detail::deadline& d) {
+    const detail::cancel_scope none(nullptr);
+    return wait_by(d);
+  }
   bool cancellable_wait(const detail::deadline& d, const cancel_token& cancel) {
     if (cancel.cancelled()) return false;
     const detail::cancel_scope scope(detail::state_of(cancel));

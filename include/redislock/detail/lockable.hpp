@@ -50,6 +50,7 @@ class timed_lockable {
   /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
   /// reached (an attempt never hangs beyond the client's timeouts).
   void lock() {
+    const cancel_scope uncancellable(nullptr);  // never cancelled, even within a cancellable call (an observer's)
     observed(true, [&] { return self().acquire(std::nullopt); });
   }
 
@@ -61,16 +62,16 @@ class timed_lockable {
   /// its own budget on top: call_deadline::cleanup_time plus one connect timeout.
   /// At the deadline they return false, or throw the error that kept them from finishing
   /// (connection_error, timeout_error).
-  bool try_lock() { return timed_acquire(steady::now(), false); }
+  bool try_lock() { return uncancellable(steady::now(), false); }
 
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return timed_acquire(deadline_after(timeout), true);  // a huge timeout waits indefinitely
+    return uncancellable(deadline_after(timeout), true);  // a huge timeout waits indefinitely
   }
 
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
-    return timed_acquire(deadline_at(abs_time), true);
+    return uncancellable(deadline_at(abs_time), true);
   }
 
   /// As lock(), try_lock_for() and try_lock_until(), and another thread can end the wait with
@@ -132,6 +133,11 @@ class timed_lockable {
     const call_deadline scope(d);
     return observed(may_wait, [&] { return self().acquire(d); });
   }
+  // A call without a token, also within a cancellable one (an observer's): never cancelled.
+  bool uncancellable(const deadline& d, bool may_wait) {
+    const cancel_scope none(nullptr);
+    return timed_acquire(d, may_wait);
+  }
   template <class Acquire>
   bool observed(bool may_wait, Acquire&& acquire) {
     return observed_acquire(self(), lock_mode::exclusive, may_wait, acquire, [this] { return held_since_.began(); });
@@ -159,18 +165,19 @@ template <class Self>
 class shared_timed_lockable {
  public:
   void lock_shared() {
+    const cancel_scope uncancellable(nullptr);  // as timed_lockable::lock()
     observed(true, [&] { return self().acquire_shared(std::nullopt); });
   }
-  bool try_lock_shared() { return timed_acquire_shared(steady::now(), false); }
+  bool try_lock_shared() { return uncancellable_shared(steady::now(), false); }
 
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return timed_acquire_shared(deadline_after(timeout), true);
+    return uncancellable_shared(deadline_after(timeout), true);
   }
 
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
-    return timed_acquire_shared(deadline_at(abs_time), true);
+    return uncancellable_shared(deadline_at(abs_time), true);
   }
 
   /// The shared side's cancellable calls, as timed_lockable's.
@@ -218,6 +225,10 @@ class shared_timed_lockable {
   bool timed_acquire_shared(const deadline& d, bool may_wait) {  // as timed_lockable::timed_acquire
     const call_deadline scope(d);
     return observed(may_wait, [&] { return self().acquire_shared(d); });
+  }
+  bool uncancellable_shared(const deadline& d, bool may_wait) {
+    const cancel_scope none(nullptr);
+    return timed_acquire_shared(d, may_wait);
   }
   template <class Acquire>
   bool observed(bool may_wait, Acquire&& acquire) {

@@ -231,10 +231,12 @@ class subscriber {
 
   /// Registers on `channel` and waits (until `d`, and at most connect + 3 × command timeout) for
   /// the server to confirm the subscription. The result is inactive when subscribing failed
-  /// or the deadline came first; the caller then backs off instead.
+  /// or the deadline came first (or the call was cancelled: detail/cancellation.hpp); the
+  /// caller then backs off instead.
   subscription join(const std::string& channel, const deadline& d) {
     if (forked_.inherited()) return {};  // the connection is the parent's
-    std::unique_lock<std::mutex> g(mutex_);
+    const cancel_hook cancelled([this] { interrupt_all(); });
+    std::unique_lock<std::mutex> g(mutex_);  // released before `cancelled` is removed
     if (stopping_ || steady::now() < refuse_until_) {
       ++stats_.subscribe_failures;
       return {};
@@ -247,7 +249,7 @@ class subscriber {
       limit = steady::time_point::max();
     const steady::time_point until = d ? std::min(*d, limit) : limit;
     try {
-      await(g, *s, until, [&] { return confirmed(*s) || s->failed; });
+      await(g, *s, until, [&] { return confirmed(*s) || s->failed || cancelled.fired(); });
     } catch (...) {
       g.unlock();  // ~subscription locks mutex_
       throw;
@@ -486,6 +488,14 @@ class subscriber {
     {
       std::lock_guard<std::mutex> g(mutex_);
       s.cv.notify_all();
+    }
+    wake();
+  }
+  // The same for every waiter (one joining: its channel state is made under the lock).
+  void interrupt_all() noexcept {
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      for (channel_state* s : waiting_) s->cv.notify_all();
     }
     wake();
   }
