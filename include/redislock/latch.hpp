@@ -180,14 +180,16 @@ class basic_latch {
   /// wait(), wait_for() and wait_until() that another thread can end with `cancel`'s source
   /// (cancel.hpp): true when the count reached zero, false at the deadline or once cancelled
   /// (a token cancelled already: false at once, nothing sent). Throw as wait().
-  [[nodiscard]] bool wait(const cancel_token& cancel) { return cancellable_wait(std::nullopt, cancel); }
+  [[nodiscard]] bool wait(const cancel_token& cancel) {
+    return cancellable_wait(cancel, [] { return detail::deadline(); });
+  }
   template <class Rep, class Period>
   bool wait_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
-    return cancellable_wait(detail::deadline_after(timeout), cancel);
+    return cancellable_wait(cancel, [&] { return detail::deadline_after(timeout); });
   }
   template <class Clock, class Duration>
   bool wait_until(const std::chrono::time_point<Clock, Duration>& deadline, const cancel_token& cancel) {
-    return cancellable_wait(detail::deadline_at(deadline), cancel);
+    return cancellable_wait(cancel, [&] { return detail::deadline_at(deadline); });
   }
 #if defined(__cpp_lib_jthread)
   /// The same with a std::stop_token (C++20).
@@ -280,10 +282,14 @@ class basic_latch {
     const detail::cancel_scope none(nullptr);
     return wait_by(d);
   }
-  bool cancellable_wait(const detail::deadline& d, const cancel_token& cancel) {
+  // The deadline is made under the scope, as lockable.hpp's run_cancellable does: one made
+  // before cancelled()'s atomic load and read after it makes GCC's -Wmaybe-uninitialized (-O2)
+  // take a disengaged deadline's time as possibly read.
+  template <class Deadline>
+  bool cancellable_wait(const cancel_token& cancel, Deadline&& deadline) {
     if (cancel.cancelled()) return false;
     const detail::cancel_scope scope(detail::state_of(cancel));
-    return wait_by(d);
+    return wait_by(deadline());
   }
 
   // Reads, subscribes, reads again, then sleeps until the notice, the lease's end or d
