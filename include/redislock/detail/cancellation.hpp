@@ -83,7 +83,7 @@ class cancel_hook {
 
   bool fired() const noexcept { return state_ != nullptr && state_->cancelled.load(std::memory_order_acquire); }
 
-  /// Runs by cancel_state_cancel() only.
+  /// Called by cancel_state_cancel() only.
   void wake() noexcept {
     try {
       wake_();
