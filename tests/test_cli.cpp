@@ -965,6 +965,14 @@ TEST_F(cli_test, StatusShowsALatchAndBreakLeavesItAlone) {
   EXPECT_EQ(l.count(), 2);
   l.count_down(2);
   EXPECT_EQ(run({"status", "gate"}).out.rfind("gate: latch, open (created with 3)", 0), 0u);
+  EXPECT_EQ(json_field(run({"status", "--json", "gate"}).out, "latch_round"), "1");
+  // Started again: status names the round and the count it started with.
+  ASSERT_TRUE(l.try_set_count(5));
+  EXPECT_EQ(
+      run({"status", "gate"}).out.rfind("gate: latch, 5 of 5 left to count down (round 2, started with 5), lease ", 0),
+      0u);
+  EXPECT_EQ(json_field(run({"status", "--json", "gate"}).out, "latch_round"), "2");
+  EXPECT_EQ(redislock::inspect(*pool, "gate").latch_round, 2);
 }
 
 // status --watch: a refreshed view, --count refreshes for scripts, or until Ctrl-C.

@@ -159,7 +159,8 @@ TEST_F(Latch, ACountDownSentTwiceIsAppliedOnce) {
   latch l(*pool, "l-resend", 4);
   const std::string id = field(l, "@id"), record = l.key() + ":c:caller-1";
   const auto send = [&](const char* call) {
-    reply_ptr r = detail::latch_scripts::count_down().run(*admin, {l.key(), record}, {id, "1", "60000", call, "60000"});
+    reply_ptr r =
+        detail::latch_scripts::count_down().run(*admin, {l.key(), record}, {id, "1", "60000", call, "60000", "1", ""});
     return detail::as_integer(detail::element(*r, 0));
   };
   EXPECT_EQ(send("1"), 3);
@@ -217,10 +218,10 @@ TEST_F(Latch, ACountDownAppliedBeforeTheLatchExpiredIsReportedAppliedToItsResend
   EXPECT_THROW(l.count(), latch_expired_error);
 }
 
-// The server keeps what a latch needs and no more, whatever its count: its hash has four fields
-// (@kind, @id, count, initial), and each object that counted down keeps one call record (its last
-// call, for a resend) that expires a minute after its last count_down. 5,000 count_downs here,
-// from 11 objects: 4 fields and 11 records.
+// The server keeps what a latch needs and no more, whatever its count: its hash has five fields
+// (@kind, @id, round, count, initial), and each object that counted down keeps one call record
+// (its last call, for a resend) that expires a minute after its last count_down. 5,000
+// count_downs here, from 11 objects: 5 fields and 11 records.
 TEST_F(Latch, ItsServerStateStaysBoundedWhateverTheCount) {
   constexpr int kCount = 5000, kOthers = 10, kEach = 100;
   latch l(*pool, "l-bounded", kCount);
@@ -245,7 +246,7 @@ TEST_F(Latch, ItsServerStateStaysBoundedWhateverTheCount) {
   const auto [records, bytes] = footprint();
   std::printf("after %d count_downs from %d objects: %lld hash fields, %lld call records, %lld bytes\n", kCount,
               kOthers + 1, fields, records, bytes);
-  EXPECT_EQ(fields, 4);
+  EXPECT_EQ(fields, 5);
   EXPECT_LE(records, kOthers + 1);
   EXPECT_LT(bytes, 8 * 1024);
 }
@@ -393,6 +394,7 @@ TEST_F(Latch, InspectShowsALatchAndForceReleaseLeavesItAlone) {
   EXPECT_EQ(i.kind, lock_kind::latch);
   EXPECT_EQ(i.latch_count, 2);
   EXPECT_EQ(i.latch_initial, 2);
+  EXPECT_EQ(i.latch_round, 1);
   EXPECT_GT(i.key_ttl.count(), 25000);
   EXPECT_LE(i.key_ttl.count(), 30000);
   EXPECT_EQ(i.waiters, 1);
@@ -435,6 +437,208 @@ TEST_F(Latch, TheDocumentedAclSuffices) {
   ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "not woken by the notice";
   EXPECT_TRUE(opened.get());
   EXPECT_EQ(c2.wait_stats().fallback_waits, 0u);
+  EXPECT_TRUE(a.try_set_count(1));  // and starts it again
+  EXPECT_EQ(b.join_current_round(), 2);
+}
+
+// Rounds. A latch that opened starts again under its name with a new count; its waiters of the
+// round that opened are told it opened, also when they read only after the next round began,
+// and the next round's waiters wait for the next round's count_downs. 20 rounds: each round's
+// waiter (an object kept across rounds, on another client, subscribed and woken by the notice)
+// must return only after its round's last count_down was sent, and the coordinator starts the
+// next round right after the count_down that opened the last one, racing the waiter's read.
+TEST_F(Latch, EachRoundOpensForItsOwnWaitersAndTheNextRoundWaitsForItsOwnCount) {
+  constexpr int kRounds = 20;
+  client other(options());
+  latch_options patient;
+  patient.recheck_interval = seconds(60);
+  latch coordinator(*pool, "l-rounds", 2), waiter(other, "l-rounds", 2, patient);
+  for (int round = 1; round <= kRounds; ++round) {
+    ASSERT_EQ(waiter.join_current_round(), round);
+    ASSERT_EQ(coordinator.round(), round);
+    std::atomic<bool> last_sent{false};
+    auto opened = std::async(std::launch::async, [&] { return waiter.wait_for(seconds(10)) && last_sent.load(); });
+    ASSERT_TRUE(eventually([&] { return subscribers(coordinator.key() + ":open") == 1; }));
+    coordinator.count_down();
+    EXPECT_EQ(opened.wait_for(milliseconds(0)), std::future_status::timeout) << "round " << round << " opened early";
+    last_sent = true;
+    coordinator.count_down();
+    ASSERT_TRUE(coordinator.try_set_count(2)) << "round " << round;  // before or after the waiter's read
+    ASSERT_EQ(opened.wait_for(seconds(5)), std::future_status::ready) << "round " << round << ": no wake";
+    EXPECT_TRUE(opened.get()) << "round " << round << ": the waiter returned before its round opened";
+    EXPECT_TRUE(waiter.try_wait()) << "the waiter's round is open, whatever came after it";
+    EXPECT_EQ(waiter.count(), 0);
+    EXPECT_EQ(coordinator.count(), 2) << "the new round starts with its own count";
+    EXPECT_FALSE(coordinator.try_wait());
+  }
+  EXPECT_EQ(field(coordinator, "round"), std::to_string(kRounds + 1));
+  EXPECT_EQ(other.wait_stats().fallback_waits, 0u);
+}
+
+// Rounds under lost replies: the coordinator and the participants reach the server through a
+// proxy that cuts a connection right after a request (the command runs, its reply is lost), once
+// per round, at the round's start (hitting the set_count) or among the participants' joins and
+// count_downs. Every call is sent again and applied once: each reset starts exactly one round,
+// each round opens after its three count_downs were sent and not before, and none throws.
+TEST_F(Latch, RoundsUnderLostRepliesOpenOnTimeAndStartOnce) {
+  constexpr int kRounds = 30, kParties = 3;
+  redislock_test::tcp_proxy proxy(server->port());
+  client_options via = options();
+  via.connection.port = proxy.port();
+  client coordinating(via);
+  std::vector<std::unique_ptr<client>> parties;
+  for (int i = 0; i < kParties; ++i) parties.push_back(std::make_unique<client>(via));
+  latch coordinator(coordinating, "l-faulty-rounds", kParties);
+  latch waiter(*pool, "l-faulty-rounds", kParties);  // directly: its reads are not resent
+  for (int round = 1; round <= kRounds; ++round) {
+    if (round > 1) {
+      if (round % 2 == 0) proxy.cut_after_next_requests(1);  // the set_count's reply is lost
+      ASSERT_NO_THROW(coordinator.reset(kParties)) << "round " << round;
+    }
+    ASSERT_EQ(coordinator.round(), round);
+    ASSERT_EQ(field(coordinator, "round"), std::to_string(round)) << "a resent set_count started another round";
+    ASSERT_EQ(waiter.join_current_round(), round);
+    if (round % 2 == 1) proxy.cut_after_next_requests(1);  // a join's or a count_down's reply is lost
+    std::atomic<int> sent{0}, failed{0};
+    std::vector<std::future<void>> counting;
+    for (auto& c : parties)
+      counting.push_back(std::async(std::launch::async, [&, c = c.get()] {
+        try {
+          latch mine(*c, "l-faulty-rounds", kParties);
+          ++sent;
+          mine.count_down();
+        } catch (const std::exception& e) {
+          ++failed;
+          std::fprintf(stderr, "round %d: %s\n", round, e.what());
+        }
+      }));
+    const bool opened = waiter.wait_for(seconds(10));
+    const int sent_when_opened = sent.load();
+    for (auto& f : counting) f.get();
+    ASSERT_EQ(failed.load(), 0) << "round " << round;
+    ASSERT_TRUE(opened) << "round " << round << " never opened";
+    ASSERT_EQ(sent_when_opened, kParties) << "round " << round << " opened before its count_downs were sent";
+    ASSERT_EQ(field(coordinator, "count"), "0") << "round " << round;
+    ASSERT_TRUE(coordinator.try_wait());
+  }
+  EXPECT_GE(proxy.cut_after_request_count(), static_cast<unsigned long>(kRounds) - 2) << "too few replies were lost";
+}
+
+// A round that still counts cannot be started again: try_set_count says no, reset throws
+// latch_error, and nothing changes; of two objects starting an open latch again, one does.
+TEST_F(Latch, ARoundThatStillCountsIsNotStartedAgain) {
+  latch a(*pool, "l-busy", 2), b(*pool, "l-busy", 2);
+  EXPECT_FALSE(a.try_set_count(5));
+  EXPECT_THROW(a.reset(5), latch_error);
+  EXPECT_EQ(a.round(), 1);
+  EXPECT_EQ(a.count(), 2);
+  EXPECT_EQ(field(a, "initial"), "2");
+  a.count_down(2);
+  reset_stats();
+  EXPECT_TRUE(a.try_set_count(3));
+  EXPECT_EQ(evalsha(), 1) << "a start is one round trip";
+  long long inside = 0;
+  for (const char* c : {"hget", "hmget", "hset", "pttl", "pexpire", "exists"})
+    inside += redislock_test::command_calls(*admin, c);
+  std::printf("try_set_count: 1 EVALSHA, %lld commands inside it\n", inside);
+  EXPECT_FALSE(b.try_set_count(4)) << "a second start while the first's round counts";
+  EXPECT_EQ(b.round(), 1) << "a refused start moves nothing";
+  EXPECT_EQ(a.round(), 2);
+  EXPECT_EQ(a.initial(), 3);
+  EXPECT_EQ(a.count(), 3);
+  EXPECT_TRUE(a.created()) << "starting a round again keeps who created the latch";
+  EXPECT_THROW(a.try_set_count(-1), invalid_argument);
+  EXPECT_THROW(a.try_set_count(max_latch_count + 1), invalid_argument);
+}
+
+// A count_down meant for a round that opened (a slow participant) never counts down the next
+// round: it throws latch_error and changes nothing, until the object joins the current round.
+// New objects join the current round, with its count.
+TEST_F(Latch, ACountDownForARoundThatOpenedLeavesTheNextRoundAlone) {
+  latch a(*pool, "l-late", 1), late(*pool, "l-late", 1);
+  a.count_down();
+  a.reset(3);
+  EXPECT_THROW(late.count_down(), latch_error);
+  EXPECT_EQ(a.count(), 3);
+  EXPECT_TRUE(late.try_wait()) << "its own round opened";
+  EXPECT_EQ(late.join_current_round(), 2);
+  EXPECT_EQ(late.initial(), 3);
+  late.count_down();
+  EXPECT_EQ(a.count(), 2);
+  latch joined(*pool, "l-late", 3);
+  EXPECT_EQ(joined.round(), 2);
+  EXPECT_FALSE(joined.created());
+  try {
+    latch wrong(*pool, "l-late", 1);
+    FAIL() << "joined round 2 with the count of round 1";
+  } catch (const latch_mismatch_error& e) {
+    EXPECT_EQ(e.initial(), 3);
+  }
+}
+
+// try_set_count sent twice (the Client resends it after its reply was lost): one round starts,
+// not two, and the call says it started it (with count 0 the resend found an open round and,
+// without the call's id in the round, started another one).
+TEST_F(Latch, ASetCountTheClientSentTwiceStartsOneRound) {
+  twice c{*pool};
+  basic_latch<twice> l(c, "l-set-twice", 1);
+  l.count_down();
+  EXPECT_TRUE(l.try_set_count(0));
+  EXPECT_EQ(l.round(), 2);
+  EXPECT_EQ(field_of("l-set-twice", "round"), "2");
+  EXPECT_TRUE(l.try_set_count(2));
+  EXPECT_EQ(l.round(), 3);
+  EXPECT_EQ(l.count(), 2);
+  // A latch the call creates, sent twice: created, round 1.
+  basic_latch<twice> gone(c, "l-set-twice-new", 0, lease_of(milliseconds(100)));
+  ASSERT_TRUE(eventually([&] { return admin->command({"EXISTS", gone.key()})->integer == 0; }, seconds(3)));
+  EXPECT_TRUE(gone.try_set_count(0));
+  EXPECT_TRUE(gone.created());
+  EXPECT_EQ(gone.round(), 1);
+  EXPECT_EQ(field_of("l-set-twice-new", "round"), "1");
+}
+
+// A name whose latch expired gets a new latch (round 1) from try_set_count; the object moves to
+// it. A round that a failover lost (the set_count that started the object's round: undone here
+// by hand) is gone for that object, never "open": when the latch went back to an open round 1,
+// when another round 2 was started in its place, and when that one was followed by a round 3.
+TEST_F(Latch, SetCountMakesAGoneLatchAnewAndALostRoundIsGone) {
+  latch l(*pool, "l-anew", 1, lease_of(milliseconds(100)));
+  ASSERT_TRUE(eventually([&] { return admin->command({"EXISTS", l.key()})->integer == 0; }, seconds(3)));
+  EXPECT_THROW(l.count(), latch_expired_error);
+  EXPECT_TRUE(l.try_set_count(2));
+  EXPECT_EQ(l.round(), 1);
+  EXPECT_EQ(l.count(), 2);
+  l.count_down(2);
+  ASSERT_TRUE(l.try_set_count(1));
+  EXPECT_EQ(l.round(), 2);
+  admin->command({"HSET", l.key(), "round", "1", "count", "0"});  // round 2 lost, round 1 open
+  EXPECT_THROW(l.try_wait(), latch_expired_error);
+  EXPECT_THROW(l.count_down(), latch_expired_error);
+  admin->command({"HSET", l.key(), "round", "2", "@set", "another", "count", "0"});  // another round 2, open
+  EXPECT_THROW(l.try_wait(), latch_expired_error) << "another round 2 taken for this object's";
+  EXPECT_THROW(l.count_down(), latch_expired_error);
+  admin->command({"HSET", l.key(), "round", "3", "@prev", "another", "@set", "next", "count", "1"});
+  EXPECT_THROW(l.try_wait(), latch_expired_error) << "the round after another round 2 taken as proof";
+  EXPECT_THROW(l.count_down(), latch_expired_error);
+  EXPECT_EQ(l.join_current_round(), 3);
+  l.count_down();
+  EXPECT_TRUE(l.try_wait());
+}
+
+// A latch made before rounds existed (no round field) is in round 1, and starts round 2.
+TEST_F(Latch, ALatchWithoutARoundFieldIsInRoundOne) {
+  latch l(*pool, "l-old", 1);
+  admin->command({"HDEL", l.key(), "round"});
+  latch joined(*pool, "l-old", 1);
+  EXPECT_EQ(joined.round(), 1);
+  EXPECT_EQ(l.count(), 1);
+  EXPECT_EQ(inspect(*pool, "l-old").latch_round, 1);
+  l.count_down();
+  EXPECT_TRUE(joined.try_wait());
+  EXPECT_TRUE(l.try_set_count(1));
+  EXPECT_EQ(l.round(), 2);
+  EXPECT_TRUE(joined.try_wait()) << "round 1 opened";
 }
 
 TEST_F(Latch, AZeroCountLatchIsOpenAtOnce) {

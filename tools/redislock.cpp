@@ -491,7 +491,8 @@ std::string json(const redislock::lock_info& i) {
     << ",\"ttl_ms\":" << i.key_ttl.count() << ",\"last_fencing_token\":" << i.last_fence << ",\"waiters\":" << i.waiters
     << ",\"writer_waiting_ms\":" << i.writer_waiting.count() << ",\"permits\":" << i.permits;
   if (i.kind == redislock::lock_kind::latch)
-    s << ",\"latch_count\":" << i.latch_count << ",\"latch_initial\":" << i.latch_initial;
+    s << ",\"latch_count\":" << i.latch_count << ",\"latch_initial\":" << i.latch_initial
+      << ",\"latch_round\":" << i.latch_round;
   s << ",\"holders\":[";
   for (std::size_t k = 0; k < i.holders.size(); ++k) {
     const auto& h = i.holders[k];
@@ -521,7 +522,9 @@ std::string text(const redislock::lock_info& i) {
       << (i.latch_count == 0
               ? "open"
               : std::to_string(i.latch_count) + " of " + std::to_string(i.latch_initial) + " left to count down")
-      << " (created with " << i.latch_initial << "), lease " << seconds(i.key_ttl) << "\n";
+      << (i.latch_round > 1 ? " (round " + std::to_string(i.latch_round) + ", started with "
+                            : std::string(" (created with "))
+      << i.latch_initial << "), lease " << seconds(i.key_ttl) << "\n";
     s << "  clients waiting: " << i.waiters << "\n";
     return s.str();
   }

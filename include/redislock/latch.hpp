@@ -21,6 +21,11 @@
 ///   whose lease ended (or that was made anew under the same name meanwhile) throws
 ///   latch_expired_error: a waiter is never told a latch opened when it did not. An open latch
 ///   stays readable as open for one lease after the count_down that opened it.
+/// - Rounds: once open, try_set_count(n) / reset(n) start the latch again under the same name
+///   with a new count. Each object is in one round (the one it created, joined or started;
+///   join_current_round() moves it to the latest), and every call acts on that round: a waiter
+///   of a round that opened is told so even after the next round started, and a count_down for
+///   a round that opened changes nothing and throws latch_error.
 
 #include <redislock/cancel.hpp>
 #include <redislock/client.hpp>
@@ -34,6 +39,7 @@
 #include <redislock/lock_options.hpp>
 #include <redislock/reply.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -76,8 +82,7 @@ class basic_latch {
         options_(std::move(options)),
         keys_((validate(name_, options_, expected), detail::latch_scripts::keys(name_, as_lock_options(options_)))),
         lease_ms_(std::to_string(options_.lease.count())),
-        record_(keys_.record(detail::random_token())),
-        initial_(expected) {
+        record_(keys_.record(detail::random_token())) {
     const std::string fresh = detail::random_token();
     auto send = [&] {
       return run_on_lock([&](connection& c) {
@@ -102,10 +107,11 @@ class basic_latch {
                                      std::to_string(expected) + " asked for",
                                  theirs);
     }
-    id_ = detail::as_string(detail::element(*r, 1));
     // Ours when it carries the id we proposed: a create sent again after its reply was lost
     // (here, or by the Client) finds the latch its first send made, and joins it.
-    created_ = outcome == 1 || id_ == fresh;
+    const std::string id(detail::as_string(detail::element(*r, 1)));
+    move_to({id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
+            expected, outcome == 1 || id == fresh);
   }
 
   basic_latch(const basic_latch&) = delete;
@@ -128,6 +134,8 @@ class basic_latch {
     const std::string amount = std::to_string(checked(n, "count_down: n", 1));
     const std::lock_guard<std::mutex> one_at_a_time(calls_);
     const std::string call = std::to_string(++last_call_);
+    const position at = where();
+    const std::string round = std::to_string(at.round);
     std::optional<detail::steady::time_point> first_sent;
     auto send = [&] {
       return run_on_lock([&](connection& c) {
@@ -137,8 +145,8 @@ class basic_latch {
           throw connection_error("count_down: latch '" + name_ +
                                  "': too late to send again (its call record may be gone); it may or may not have "
                                  "been applied");
-        reply_ptr r = detail::latch_scripts::count_down().run(c, {keys_.lock, record_},
-                                                              {id_, amount, lease_ms_, call, record_ms()});
+        reply_ptr r = detail::latch_scripts::count_down().run(
+            c, {keys_.lock, record_}, {at.id, amount, lease_ms_, call, record_ms(), round, at.round_id});
         return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
       });
     };
@@ -153,16 +161,20 @@ class basic_latch {
       r = send();
     }
     if (r.first == detail::latch_scripts::applied_then_expired) return;  // counted; the next call sees the expiry
-    if (r.first == detail::latch_scripts::expired) throw expired_error("count_down");
+    if (r.first == detail::latch_scripts::expired) throw expired_error("count_down", at);
+    if (r.first == detail::latch_scripts::round_over)
+      throw latch_error("count_down: latch '" + name_ + "': round " + round + " opened and round " +
+                        std::to_string(r.second) + " started since; nothing was counted");
     if (r.first == detail::latch_scripts::over_count)
       throw latch_error("count_down: latch '" + name_ + "' has " + std::to_string(r.second) + " left, not " + amount +
                         "; nothing was counted");
   }
 
-  /// True when the count is zero (one EVALSHA). Throws latch_expired_error when the latch is gone.
-  bool try_wait() { return read("try_wait").count == 0; }
+  /// True when this object's round is open: its count is zero, or a later round started (one
+  /// EVALSHA). Throws latch_expired_error when the latch is gone.
+  bool try_wait() { return read("try_wait", where()).count == 0; }
 
-  /// Blocks until the count is zero. Throws latch_expired_error when the latch's lease ends
+  /// Blocks until this object's round is open (as try_wait()). Throws latch_expired_error when the latch's lease ends
   /// first, connection_error / timeout_error when Redis cannot be reached.
   void wait() { uncancellable_wait(std::nullopt); }
 
@@ -212,13 +224,47 @@ class basic_latch {
     wait();
   }
 
-  /// The count left on the server (one EVALSHA). Throws latch_expired_error when the latch is gone.
-  std::int64_t count() { return read("count").count; }
+  /// The count left in this object's round on the server (0 once it opened; one EVALSHA).
+  /// Throws latch_expired_error when the latch is gone.
+  std::int64_t count() { return read("count", where()).count; }
 
-  /// The count the latch was created with.
-  std::int64_t initial() const noexcept { return initial_; }
-  /// Whether this object created the latch (rather than joined it).
-  bool created() const noexcept { return created_; }
+  /// Starts the latch again with `count` when its current round is open, and moves this object
+  /// to the new round: true. False, changing nothing, while the current round counts (this
+  /// object stays in its round). A name whose latch is gone gets a new latch (round 1): true.
+  /// One EVALSHA; a call sent again after its reply was lost finds the round its first send
+  /// started and starts no other. Waiters of the round that opened are told it opened, never
+  /// kept for the new one. Throws invalid_argument for a count outside [0, max_latch_count]
+  /// (sending nothing), wrong_type_error when the name holds another kind, connection_error /
+  /// timeout_error when Redis cannot be reached (the round may or may not have started: read
+  /// count(), or call again: a new call may start one more round if this one opened meanwhile).
+  bool try_set_count(std::int64_t count) { return start_round("try_set_count", count, nullptr); }
+
+  /// try_set_count(count), throwing latch_error (nothing changed) while the current round counts.
+  void reset(std::int64_t count) {
+    std::pair<std::int64_t, std::int64_t> counting;  // the round that counts, and its count left
+    if (!start_round("reset", count, &counting))
+      throw latch_error("reset: latch '" + name_ + "' round " + std::to_string(counting.first) + " has " +
+                        std::to_string(counting.second) + " left to count down; nothing changed");
+  }
+
+  /// Moves this object to the latch's current round (one EVALSHA) and returns its number: for an
+  /// object kept across rounds, whose waits and count_downs act on the round it is in. Throws
+  /// latch_expired_error when the latch is gone.
+  std::int64_t join_current_round() {
+    const position at = where();
+    const state now = read("join_current_round", at, true);
+    move_to({at.id, now.round, now.round_id}, now.initial, created());
+    return now.round;
+  }
+
+  /// The round this object is in: 1 from the latch's creation, one more per try_set_count()
+  /// that started it again.
+  std::int64_t round() const noexcept { return round_.load(std::memory_order_acquire); }
+  /// The count this object's round started with (the latch's creation count in round 1).
+  std::int64_t initial() const noexcept { return initial_.load(std::memory_order_acquire); }
+  /// Whether this object created the latch (its constructor or a try_set_count() that found the
+  /// name free) rather than joined it.
+  bool created() const noexcept { return created_.load(std::memory_order_acquire); }
   static constexpr std::int64_t max() noexcept { return max_latch_count; }
 
   const std::string& name() const noexcept { return name_; }
@@ -227,10 +273,68 @@ class basic_latch {
   Client& client() const noexcept { return client_; }
 
  private:
+  // try_set_count(); a refusal's round and count left in *counting.
+  bool start_round(const char* what, std::int64_t count, std::pair<std::int64_t, std::int64_t>* counting) {
+    const std::string wanted = std::to_string(checked(count, (std::string(what) + ": count").c_str(), 0));
+    const std::string call = detail::random_token();
+    const position before = where();
+    auto send = [&] {
+      return run_on_lock([&](connection& c) {
+        return detail::latch_scripts::set_count().run(c, {keys_.lock}, {wanted, lease_ms_, call});
+      });
+    };
+    reply_ptr r;
+    try {
+      r = send();
+    } catch (const timeout_error&) {
+      throw;  // as the constructor
+    } catch (const connection_error&) {
+      if constexpr (detail::has_routing_epoch<Client>::value) throw;
+      r = send();
+    }
+    if (detail::as_integer(detail::element(*r, 0)) != 1) {
+      if (counting != nullptr)
+        *counting = {detail::as_integer(detail::element(*r, 3)), detail::as_integer(detail::element(*r, 2))};
+      return false;
+    }
+    const std::string id(detail::as_string(detail::element(*r, 1)));
+    move_to({id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
+            count, id == call || (id == before.id && created()));
+    return true;
+  }
+
+  // What read() found; count, initial and round are the current round's (`current`), or count
+  // is the asked round's: 0 once a later round started.
   struct state {
     std::int64_t count;
+    std::int64_t initial;
     std::chrono::milliseconds pttl;
+    std::int64_t round;
+    std::string round_id;
   };
+  // The latch (its @id) and the round this object acts on: its number and id
+  // (detail/latch_scripts.hpp: "Rounds").
+  struct position {
+    std::string id;
+    std::int64_t round;
+    std::string round_id;
+  };
+
+  position where() const {
+    const std::lock_guard<std::mutex> g(position_mutex_);
+    return {id_, round_.load(std::memory_order_relaxed), round_id_};
+  }
+  // Never back to an earlier round of the same latch: calls of threads sharing this object
+  // may finish in any order.
+  void move_to(position to, std::int64_t initial, bool created) {
+    const std::lock_guard<std::mutex> g(position_mutex_);
+    if (to.id == id_ && to.round < round_.load(std::memory_order_relaxed)) return;
+    id_ = std::move(to.id);
+    round_id_ = std::move(to.round_id);
+    round_.store(to.round, std::memory_order_release);
+    initial_.store(initial, std::memory_order_release);
+    created_.store(created, std::memory_order_release);
+  }
 
   static lock_options as_lock_options(const latch_options& o) {
     lock_options l;
@@ -258,9 +362,10 @@ class basic_latch {
     return ms;
   }
 
-  latch_expired_error expired_error(const char* what) const {
-    return latch_expired_error(std::string(what) + ": latch '" + name_ +
-                               "' is gone (its lease ended, or it was made anew); it was not seen open");
+  latch_expired_error expired_error(const char* what, const position& at) const {
+    return latch_expired_error(std::string(what) + ": latch '" + name_ + "' round " + std::to_string(at.round) +
+                               " is gone (its lease ended, it was made anew, or a failover lost the round); it was "
+                               "not seen open");
   }
 
   // client_.run for this latch: a WRONGTYPE refusal names it and the kind holding its name
@@ -270,11 +375,19 @@ class basic_latch {
     return detail::run_on_lock(client_, keys_.lock, name_, detail::latch_scripts::keys::kind, std::forward<F>(f));
   }
 
-  state read(const char* what) {
-    reply_ptr r = run_on_lock([&](connection& c) { return detail::latch_scripts::read().run(c, {keys_.lock}, {id_}); });
-    const std::int64_t count = detail::as_integer(detail::element(*r, 0));
-    if (count == detail::latch_scripts::expired) throw expired_error(what);
-    return {count, std::chrono::milliseconds(detail::as_integer(detail::element(*r, 2)))};
+  // The state of this object's round `at` (0 once it opened), or with `current` of the latch's
+  // current round (the latch at.id: its rounds after a lost one too). Throws
+  // latch_expired_error when the latch is gone, or (not `current`) the round is lost.
+  state read(const char* what, const position& at, bool current = false) {
+    const std::string round = std::to_string(at.round);
+    reply_ptr r = run_on_lock([&](connection& c) {
+      return detail::latch_scripts::read().run(c, {keys_.lock}, {at.id, round, at.round_id});
+    });
+    const std::int64_t count = detail::as_integer(detail::element(*r, current ? 5 : 0));
+    if (count == detail::latch_scripts::expired) throw expired_error(what, at);
+    return {count, detail::as_integer(detail::element(*r, 1)),
+            std::chrono::milliseconds(detail::as_integer(detail::element(*r, 2))),
+            detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))};
   }
 
   // A wait without a token, also within a cancellable call (an observer's): never cancelled.
@@ -296,8 +409,9 @@ class basic_latch {
   // (detail::wait_for_release). A read that finds the count zero ends the wait.
   bool wait_by(const detail::deadline& d) {
     detail::call_deadline bounded(d);
+    const position at = where();
     auto attempt = [&]() -> std::optional<std::chrono::milliseconds> {
-      const state s = read("wait");
+      const state s = read("wait", at);
       if (s.count == 0) return std::nullopt;
       return s.pttl;
     };
@@ -314,10 +428,11 @@ class basic_latch {
   latch_options options_;
   detail::latch_scripts::keys keys_;
   std::string lease_ms_;
-  std::string record_;  // this object's call record (detail/latch_scripts.hpp)
-  std::int64_t initial_;
-  std::string id_;
-  bool created_ = false;
+  std::string record_;                 // this object's call record (detail/latch_scripts.hpp)
+  mutable std::mutex position_mutex_;  // id_, round_id_ with round_: where()/move_to()
+  std::string id_, round_id_;
+  std::atomic<std::int64_t> round_{1}, initial_{0};
+  std::atomic<bool> created_{false};
   std::mutex calls_;             // one count_down at a time
   std::uint64_t last_call_ = 0;  // under calls_: the number of this object's last call
 };

@@ -67,9 +67,10 @@ struct lock_info {
   std::chrono::milliseconds writer_waiting{0};
   /// semaphore: its permit count N (the holders are its permits in use); 0 for the other kinds.
   std::int64_t permits = 0;
-  /// latch: the count left (0: open) and the count it was created with; key_ttl is its lease
-  /// left. 0 for the other kinds.
-  std::int64_t latch_count = 0, latch_initial = 0;
+  /// latch: the count left in its current round (0: open), the count that round started with,
+  /// and the round (1 from its creation, one more per try_set_count() that started it again);
+  /// key_ttl is its lease left. 0 for the other kinds.
+  std::int64_t latch_count = 0, latch_initial = 0, latch_round = 0;
 
   bool held() const noexcept { return !holders.empty(); }
 };
@@ -89,6 +90,7 @@ inline lock_info parse_lock_info(const redisReply& r, std::string name, std::str
   if (info.kind == lock_kind::latch) {
     info.latch_initial = as_integer(element(r, 4));
     info.latch_count = as_integer(element(r, 5));
+    info.latch_round = as_integer(element(r, 6));
     return info;
   }
   if (info.kind == lock_kind::semaphore) info.permits = as_integer(element(r, 4));

@@ -21,8 +21,8 @@
 ///   waiters            live places in the kind's queue
 ///   writer_waiting_ms  shared: how long the longest live place of a queued writer still lasts
 ///                      (new readers queue behind it meanwhile; 0: no writer waits);
-///                      semaphore: its permit count instead; latch: its initial count,
-///                      followed by its count left (a latch has no holders)
+///                      semaphore: its permit count instead; latch: its round's initial
+///                      count, followed by its count left and its round (a latch has no holders)
 ///   holders            flat groups of 4: owner, role ("holder", "writer", "reader"), hold
 ///                      count, remaining ms of that hold
 ///
@@ -40,7 +40,7 @@
 ///              their next call); nothing is written.
 ///   semaphore  P{N} zset: "#permits" (score -N), token -> lease end (server ms); P{N}:fence;
 ///              P{N}:pqueue and P{N}:pwaiters as the mutex's. Ended holds are left out.
-///   latch      P{N} hash: @kind, count, initial (detail/latch_scripts.hpp); PTTL P{N} is its
+///   latch      P{N} hash: @kind, count, initial, round (detail/latch_scripts.hpp); PTTL P{N} is its
 ///              lease; "waiters" are the connections subscribed to its channel P{N}:open on
 ///              this server (it has no queue).
 ///   election   P{N} hash: @kind, @owner (the leader, reported as the one holder, role
@@ -210,9 +210,9 @@ inline std::string latch_info_lua() {
 local function info()
   local kind = kind_of_lock()
   if kind ~= 'latch' and kind ~= 'none' then return {kind} end
-  local f = redis.call('HMGET', KEYS[1], 'initial', 'count')
+  local f = redis.call('HMGET', KEYS[1], 'initial', 'count', 'round')
   return {kind, redis.call('PTTL', KEYS[1]), fence_value(), (listeners_on(KEYS[1] .. ':open')),
-          tonumber(f[1] or '0'), tonumber(f[2] or '0')}
+          tonumber(f[1] or '0'), tonumber(f[2] or '0'), tonumber(f[3] or (kind == 'latch' and '1' or '0'))}
 end
 )lua";
 }
