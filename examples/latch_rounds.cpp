@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   constexpr int kWorkers = 3, kBatches = 3;
 
   redislock::latch batch(redis, "import-batches", kWorkers);  // round 1
+  if (!batch.created()) batch.reset(kWorkers);                // an open latch of an earlier run: a round of our own
   int failures = 0;
   for (int b = 1; b <= kBatches; ++b) {
     if (b > 1) batch.reset(kWorkers);  // the round before is open: start the next one
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     for (int w = 0; w < kWorkers; ++w)
       workers.emplace_back([&] {
         redislock::latch mine(redis, "import-batches", kWorkers);  // joins the current round
-        ++done;                                                   // ... this worker's part ...
+        ++done;                                                    // ... this worker's part ...
         mine.count_down();
       });
     batch.wait();  // returns once this round's count reached zero, never on a later round's

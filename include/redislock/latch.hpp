@@ -110,7 +110,8 @@ class basic_latch {
     // Ours when it carries the id we proposed: a create sent again after its reply was lost
     // (here, or by the Client) finds the latch its first send made, and joins it.
     const std::string id(detail::as_string(detail::element(*r, 1)));
-    move_to({id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
+    move_to(where(),
+            {id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
             expected, outcome == 1 || id == fresh);
   }
 
@@ -130,45 +131,7 @@ class basic_latch {
   /// the same doubt: read count() before counting down again (a new call counts anew).
   /// Calls on one object run one at a time (threads that share it queue here): the server keeps
   /// only each object's last call.
-  void count_down(std::int64_t n = 1) {
-    const std::string amount = std::to_string(checked(n, "count_down: n", 1));
-    const std::lock_guard<std::mutex> one_at_a_time(calls_);
-    const std::string call = std::to_string(++last_call_);
-    const position at = where();
-    const std::string round = std::to_string(at.round);
-    std::optional<detail::steady::time_point> first_sent;
-    auto send = [&] {
-      return run_on_lock([&](connection& c) {
-        const detail::steady::time_point now = detail::steady::now();
-        if (!first_sent) first_sent = now;
-        else if (now - *first_sent >= detail::latch_scripts::resend_horizon)
-          throw connection_error("count_down: latch '" + name_ +
-                                 "': too late to send again (its call record may be gone); it may or may not have "
-                                 "been applied");
-        reply_ptr r = detail::latch_scripts::count_down().run(
-            c, {keys_.lock, record_}, {at.id, amount, lease_ms_, call, record_ms(), round, at.round_id});
-        return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
-      });
-    };
-    std::pair<long long, long long> r;
-    try {
-      r = send();
-    } catch (const timeout_error&) {
-      throw;  // asking again would double the time the caller was promised
-    } catch (const connection_error&) {
-      // cluster / Sentinel clients resend within their own retry budget already
-      if constexpr (detail::has_routing_epoch<Client>::value) throw;
-      r = send();
-    }
-    if (r.first == detail::latch_scripts::applied_then_expired) return;  // counted; the next call sees the expiry
-    if (r.first == detail::latch_scripts::expired) throw expired_error("count_down", at);
-    if (r.first == detail::latch_scripts::round_over)
-      throw latch_error("count_down: latch '" + name_ + "': round " + round + " opened and round " +
-                        std::to_string(r.second) + " started since; nothing was counted");
-    if (r.first == detail::latch_scripts::over_count)
-      throw latch_error("count_down: latch '" + name_ + "' has " + std::to_string(r.second) + " left, not " + amount +
-                        "; nothing was counted");
-  }
+  void count_down(std::int64_t n = 1) { count_down_in(n, nullptr); }
 
   /// True when this object's round is open: its count is zero, or a later round started (one
   /// EVALSHA). Throws latch_expired_error when the latch is gone.
@@ -218,10 +181,12 @@ class basic_latch {
   }
 #endif
 
-  /// count_down(n), then wait().
+  /// count_down(n), then wait(), both in the round this object is in when it is called.
   void arrive_and_wait(std::int64_t n = 1) {
-    count_down(n);
-    wait();
+    const position at = where();
+    count_down_in(n, &at);
+    const detail::cancel_scope none(nullptr);
+    (void)wait_by(std::nullopt, &at);
   }
 
   /// The count left in this object's round on the server (0 once it opened; one EVALSHA).
@@ -253,7 +218,7 @@ class basic_latch {
   std::int64_t join_current_round() {
     const position at = where();
     const state now = read("join_current_round", at, true);
-    move_to({at.id, now.round, now.round_id}, now.initial, created());
+    move_to(at, {at.id, now.round, now.round_id}, now.initial, created());
     return now.round;
   }
 
@@ -298,7 +263,8 @@ class basic_latch {
       return false;
     }
     const std::string id(detail::as_string(detail::element(*r, 1)));
-    move_to({id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
+    move_to(before,
+            {id, detail::as_integer(detail::element(*r, 3)), std::string(detail::as_string(detail::element(*r, 4)))},
             count, id == call || (id == before.id && created()));
     return true;
   }
@@ -324,11 +290,15 @@ class basic_latch {
     const std::lock_guard<std::mutex> g(position_mutex_);
     return {id_, round_.load(std::memory_order_relaxed), round_id_};
   }
-  // Never back to an earlier round of the same latch: calls of threads sharing this object
-  // may finish in any order.
-  void move_to(position to, std::int64_t initial, bool created) {
+  // Moves this object from `from` (where the call began) to `to`; not back to an earlier round
+  // of the latch when another thread's call moved it on meanwhile (calls of threads sharing
+  // this object may finish in any order). Back to an earlier round otherwise: the latch went
+  // back (a failover), and this object follows it.
+  void move_to(const position& from, position to, std::int64_t initial, bool created) {
     const std::lock_guard<std::mutex> g(position_mutex_);
-    if (to.id == id_ && to.round < round_.load(std::memory_order_relaxed)) return;
+    const std::int64_t now = round_.load(std::memory_order_relaxed);
+    const bool moved_since = id_ != from.id || now != from.round || round_id_ != from.round_id;
+    if (moved_since && to.id == id_ && to.round < now) return;
     id_ = std::move(to.id);
     round_id_ = std::move(to.round_id);
     round_.store(to.round, std::memory_order_release);
@@ -375,6 +345,47 @@ class basic_latch {
     return detail::run_on_lock(client_, keys_.lock, name_, detail::latch_scripts::keys::kind, std::forward<F>(f));
   }
 
+  // count_down(n) in round `in` (nullptr: the one this object is in now).
+  void count_down_in(std::int64_t n, const position* in) {
+    const std::string amount = std::to_string(checked(n, "count_down: n", 1));
+    const std::lock_guard<std::mutex> one_at_a_time(calls_);
+    const std::string call = std::to_string(++last_call_);
+    const position at = in != nullptr ? *in : where();
+    const std::string round = std::to_string(at.round);
+    std::optional<detail::steady::time_point> first_sent;
+    auto send = [&] {
+      return run_on_lock([&](connection& c) {
+        const detail::steady::time_point now = detail::steady::now();
+        if (!first_sent) first_sent = now;
+        else if (now - *first_sent >= detail::latch_scripts::resend_horizon)
+          throw connection_error("count_down: latch '" + name_ +
+                                 "': too late to send again (its call record may be gone); it may or may not have "
+                                 "been applied");
+        reply_ptr r = detail::latch_scripts::count_down().run(
+            c, {keys_.lock, record_}, {at.id, amount, lease_ms_, call, record_ms(), round, at.round_id});
+        return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
+      });
+    };
+    std::pair<long long, long long> r;
+    try {
+      r = send();
+    } catch (const timeout_error&) {
+      throw;  // asking again would double the time the caller was promised
+    } catch (const connection_error&) {
+      // cluster / Sentinel clients resend within their own retry budget already
+      if constexpr (detail::has_routing_epoch<Client>::value) throw;
+      r = send();
+    }
+    if (r.first == detail::latch_scripts::applied_then_expired) return;  // counted; the next call sees the expiry
+    if (r.first == detail::latch_scripts::expired) throw expired_error("count_down", at);
+    if (r.first == detail::latch_scripts::round_over)
+      throw latch_error("count_down: latch '" + name_ + "': round " + round + " opened and round " +
+                        std::to_string(r.second) + " started since; nothing was counted");
+    if (r.first == detail::latch_scripts::over_count)
+      throw latch_error("count_down: latch '" + name_ + "' has " + std::to_string(r.second) + " left, not " + amount +
+                        "; nothing was counted");
+  }
+
   // The state of this object's round `at` (0 once it opened), or with `current` of the latch's
   // current round (the latch at.id: its rounds after a lost one too). Throws
   // latch_expired_error when the latch is gone, or (not `current`) the round is lost.
@@ -406,10 +417,11 @@ class basic_latch {
   }
 
   // Reads, subscribes, reads again, then sleeps until the notice, the lease's end or d
-  // (detail::wait_for_release). A read that finds the count zero ends the wait.
-  bool wait_by(const detail::deadline& d) {
+  // (detail::wait_for_release). A read that finds the count zero ends the wait. For round `in`
+  // (nullptr: the one this object is in now).
+  bool wait_by(const detail::deadline& d, const position* in = nullptr) {
     detail::call_deadline bounded(d);
-    const position at = where();
+    const position at = in != nullptr ? *in : where();
     auto attempt = [&]() -> std::optional<std::chrono::milliseconds> {
       const state s = read("wait", at);
       if (s.count == 0) return std::nullopt;

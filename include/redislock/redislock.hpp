@@ -22,5 +22,6 @@
 #include <redislock/latch.hpp>
 #include <redislock/election.hpp>
 #include <redislock/redlock.hpp>
+#include <redislock/with_lock.hpp>
 #include <redislock/lock_info.hpp>
 #include <redislock/observe.hpp>

@@ -31,6 +31,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
+#include <redislock/detail/hold_watch.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
@@ -163,6 +164,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
 
  private:
   friend class detail::timed_lockable<basic_reentrant_mutex>;
+  friend struct detail::hold_watch_access;
   using core::client_;
   using core::keys_;
   using core::last_release_;
@@ -180,6 +182,13 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     // Made by the owner's first acquisition, then kept: the watchdog points into it.
     std::shared_ptr<detail::lease_keeper> lease;
   };
+
+  // The calling thread's hold, readable from another thread (detail/hold_watch.hpp).
+  detail::hold_watch watch_current_hold() const {
+    std::shared_ptr<const detail::lease_keeper> lease = owners_.mine().lease;
+    if (!lease) return {[] { return true; }, [] { return std::optional<std::chrono::steady_clock::time_point>(); }};
+    return {[lease] { return lease->lost(); }, [lease] { return lease->confirmed_until(); }};
+  }
 
   // Thrown by queue_attempt() when a re-entry finds the thread's hold gone (nothing changed).
   struct hold_gone {};

@@ -52,6 +52,7 @@
 
 #include <redislock/client.hpp>
 #include <redislock/detail/lease_keeper.hpp>
+#include <redislock/detail/hold_watch.hpp>
 #include <redislock/detail/lock_core.hpp>
 #include <redislock/detail/lockable.hpp>
 #include <redislock/detail/owners.hpp>
@@ -220,6 +221,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
  private:
   friend class detail::timed_lockable<basic_shared_mutex>;
   friend class detail::shared_timed_lockable<basic_shared_mutex>;
+  friend struct detail::hold_watch_access;
   using core::client_;
   using core::keys_;
   using core::last_release_;
@@ -484,6 +486,13 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     });
     if (!ours) keeper.mark_lost();
     return ours;
+  }
+
+  // The calling thread's write hold, readable from another thread (detail/hold_watch.hpp).
+  detail::hold_watch watch_current_hold() const {
+    std::shared_ptr<const leases> lease = owners_.mine().lease;
+    if (!lease) return {[] { return true; }, [] { return std::optional<std::chrono::steady_clock::time_point>(); }};
+    return {[lease] { return lease->write.lost(); }, [lease] { return lease->write.confirmed_until(); }};
   }
 
   bool side_lost(detail::lease_keeper leases::*side) const noexcept {

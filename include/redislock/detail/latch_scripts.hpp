@@ -49,8 +49,8 @@
 /// round r, and someone may then start another round r on the new master. The round's id tells
 /// them apart (the object's round is lost: for it the latch is gone, never open), and so does
 /// round r + 1's @prev. A round two or more ahead is taken as proof that the object's round
-/// opened: after a failover lost round r and two more rounds were started on the new master,
-/// the lost round's objects see "open" (docs/latch.md, Topologies).
+/// opened: after a failover lost round r, once the latch on the new master reaches round r + 2,
+/// the lost round's objects see "open" (docs/latch.md, Rounds).
 ///
 /// Why call records, and why this shape. A count_down whose reply was lost is sent once more
 /// (latch.hpp): the server must tell that resend from a new call, so each call is numbered.
@@ -151,11 +151,13 @@ end
 /// KEYS: latch. ARGV: expected, lease_ms, a new @id.
 /// Creates the latch when absent; otherwise joins its current round (restarting its lease while
 /// the count is above zero, never shortening it) when that round started with `expected`, else
-/// changes nothing.
+/// changes nothing. A create sent again finds the latch its first send made (its @id), and
+/// answers as that send did: created, round 1, whatever rounds came since.
 /// Reply: {0 joined | 1 created, @id, count, round, round id}; {2, @id, the round's initial count}.
 inline const script& create() {
   static const script s(std::string(prelude()) + "if not kind then\n" + create_lua() + "end\n" + R"lua(
 local f = redis.call('HMGET', key, '@id', 'count', 'initial', 'round', '@set')
+if f[1] == ARGV[3] then return {1, f[1], tonumber(ARGV[1]), 1, ''} end
 if f[3] ~= ARGV[1] then return {2, f[1], tonumber(f[3])} end
 if tonumber(f[2]) > 0 then
 )lua" + lengthen_lease_lua() +
@@ -171,8 +173,9 @@ return {0, f[1], tonumber(f[2]), tonumber(f[4] or '1'), f[5] or ''}
 /// Starts the next round with `count` when the current one is open (restarting the lease, never
 /// shortening it; the round's @prev is the open round's id), or creates the latch (round 1)
 /// when absent; changes nothing while the current round counts. A call sent again finds the
-/// latch or round its first send made (also when that round opened and one more started), and
-/// answers as that send did.
+/// latch or round its first send made when that round is the current one or the one before it
+/// (a resend comes within the client's retries, milliseconds after the first send), and answers
+/// as that send did.
 /// Reply: {1 started (or created) | 0 still counting, @id, count, round, round id}: as create()'s.
 inline const script& set_count() {
   static const script s(std::string(prelude()) + "if not kind then\n" + create_lua() + "end\n" + R"lua(

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <cstdint>
 #include <system_error>
 
 // Explicit instantiations: every member of every kind, for each client type.
@@ -28,6 +29,20 @@ REDISLOCK_STRICT_KINDS(redislock::client)
 REDISLOCK_STRICT_KINDS(redislock::cluster_client)
 REDISLOCK_STRICT_KINDS(redislock::sentinel_client)
 template class redislock::basic_redlock<redislock::client>;
+
+namespace strict_consumer {
+// Compiled, not run: with_lock on every kind (the hold watch of each).
+template <class Lock>
+std::uint64_t instantiate_with_lock(Lock& l) {
+  return redislock::with_lock(l, [](const redislock::hold_scope& s) { return s.lost() ? 0 : s.fencing_token(); });
+}
+}  // namespace strict_consumer
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::mutex&);
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::reentrant_mutex&);
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::shared_mutex&);
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::semaphore&);
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::election&);
+template std::uint64_t strict_consumer::instantiate_with_lock(redislock::redlock&);
 
 namespace {
 
