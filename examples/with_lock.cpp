@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     return done;
   });
   const bool stopped = job.last_release() == redislock::release_status::lease_expired;
-  std::cout << "the job stopped after " << chunks << " chunks: "
-            << (stopped ? "its lock was lost, and it knew" : "it finished") << "\n";
+  std::cout << "the job stopped after " << chunks
+            << " chunks: " << (stopped ? "its lock was lost, and it knew" : "it finished") << "\n";
   return stopped && chunks == 0 ? 0 : 1;
 }

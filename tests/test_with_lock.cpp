@@ -76,10 +76,10 @@ TYPED_TEST(WithLock, RunsTheFunctionUnderTheLockAndReleasesIt) {
   other.unlock();
 }
 
-// A 300 ms lease, renewed three times while the function runs (the watchdog's own count): the
+// A 600 ms lease, renewed three times while the function runs (the watchdog's own count): the
 // scope is not lost, and the release is clean.
 TYPED_TEST(WithLock, RenewsWhileTheFunctionRuns) {
-  TypeParam l(*this->pool, "wl-renews", renewed(milliseconds(300)));
+  TypeParam l(*this->pool, "wl-renews", renewed(milliseconds(600)));
   with_lock(l, [&](const hold_scope& s) {
     const std::uint64_t before = this->pool->watchdog().stats().renewals;
     EXPECT_TRUE(this->pool->watchdog().wait_for_stats(
@@ -89,17 +89,56 @@ TYPED_TEST(WithLock, RenewsWhileTheFunctionRuns) {
   EXPECT_EQ(l.last_release(), release_status::released);
 }
 
-// The server dropped the hold (its key deleted): the next renewal finds it gone, and the
-// scope's signal ends the function's blocking wait at once; the release reports it.
+// The server dropped the hold (its key deleted): the next renewal (a third of the 3 s lease
+// later at most) finds it gone, and the scope's signal ends the function's blocking wait then,
+// long before the lease clock's end (3 s - 100 ms); the release reports it.
 TYPED_TEST(WithLock, SignalsALossThatARenewalFound) {
-  TypeParam l(*this->pool, "wl-dropped", renewed(milliseconds(600)));
+  TypeParam l(*this->pool, "wl-dropped", renewed(seconds(3)));
   with_lock(l, [&](const hold_scope& s) {
     this->admin->command({"DEL", l.key()});
     const steady::duration waited = until_signalled(*this->pool, s);
     EXPECT_TRUE(s.lost());
-    EXPECT_LT(waited, seconds(5)) << "the signal came only at the wait's deadline";
+    EXPECT_LT(waited, milliseconds(2000)) << "the signal came by the clock, not by the renewal";
   });
   EXPECT_EQ(l.last_release(), release_status::lease_expired);
+}
+
+// A loss the function's own call found (an extend() that found the key gone, a fencing_token()
+// that threw) is the scope's at once, without waiting for the watcher.
+TYPED_TEST(WithLock, ALossTheFunctionFoundIsTheScopesAtOnce) {
+  TypeParam l(*this->pool, "wl-found", renewed(seconds(30)));
+  with_lock(l, [&](const hold_scope& s) {
+    this->admin->command({"DEL", l.key()});
+    EXPECT_FALSE(l.extend());
+    EXPECT_TRUE(s.lost());
+    EXPECT_TRUE(s.stop_token().cancelled());
+  });
+  TypeParam m(*this->pool, "wl-found-token", renewed(seconds(30)));
+  with_lock(m, [&](const hold_scope& s) {
+    this->admin->command({"DEL", m.key()});
+    EXPECT_THROW(s.fencing_token(), lock_error);
+    EXPECT_TRUE(s.lost());
+  });
+}
+
+// A token kept past the scope says the hold is over; try_with_lock_for runs f only when it
+// takes the lock in time.
+TYPED_TEST(WithLock, TheTokenOutlivesNoHoldAndTheTimedFormRunsOnlyWhenItTakesTheLock) {
+  TypeParam l(*this->pool, "wl-timed", renewed(seconds(5))), other(*this->pool, "wl-timed", renewed(seconds(5)));
+  cancel_token kept;
+  EXPECT_EQ(try_with_lock_for(l, milliseconds(100),
+                              [&](const hold_scope& s) {
+                                kept = s.stop_token();
+                                EXPECT_FALSE(kept.cancelled());
+                                return 7;
+                              }),
+            std::optional<int>(7));
+  EXPECT_TRUE(kept.cancelled()) << "the scope ended, its token did not say so";
+  ASSERT_TRUE(other.try_lock());
+  bool ran = false;
+  EXPECT_FALSE(try_with_lock_for(l, milliseconds(100), [&](const hold_scope&) { ran = true; }));
+  EXPECT_FALSE(ran);
+  other.unlock();
 }
 
 TYPED_TEST(WithLock, ReleasesWhenTheFunctionThrows) {
@@ -117,6 +156,25 @@ TYPED_TEST(WithLock, RefusesALockThatIsNotRenewed) {
   EXPECT_FALSE(ran);
   EXPECT_FALSE(l.owns_lock());
   EXPECT_FALSE(this->key_exists(l));
+}
+
+// The read side of a shared mutex: the scope watches the calling thread's read hold.
+TEST(WithSharedLock, WatchesTheReadHold) {
+  redislock_test::redis_server server;
+  client c(client_options{server.options()});
+  connection admin(server.options());
+  shared_mutex l(c, "wl-shared", renewed(seconds(3)));
+  const bool read = with_shared_lock(l, [&](const hold_scope& s) {
+    EXPECT_TRUE(l.owns_shared());
+    EXPECT_FALSE(s.lost());
+    admin.command({"DEL", l.key()});
+    const steady::duration waited = until_signalled(c, s);
+    EXPECT_LT(waited, milliseconds(2000));
+    return s.lost();
+  });
+  EXPECT_TRUE(read);
+  EXPECT_FALSE(l.owns_shared());
+  EXPECT_EQ(l.last_release(), release_status::lease_expired);
 }
 
 // Renewals that cannot get through (the connection stalls in a proxy after the acquisition):
@@ -159,7 +217,7 @@ TEST(WithLockRedlock, RunsUnderARenewedRedlockAndSignalsAMajorityLoss) {
     clients.push_back(std::make_unique<client>(client_options{servers.back()->options()}));
     refs.emplace_back(*clients.back());
   }
-  redlock l(refs, "wl-redlock", renewed(milliseconds(900)));
+  redlock l(refs, "wl-redlock", renewed(seconds(3)));
   const std::uint64_t token = with_lock(l, [&](const hold_scope& s) {
     EXPECT_TRUE(l.owns_lock());
     EXPECT_FALSE(s.lost());
@@ -169,7 +227,7 @@ TEST(WithLockRedlock, RunsUnderARenewedRedlockAndSignalsAMajorityLoss) {
   EXPECT_EQ(l.last_release(), release_status::released);
   with_lock(l, [&](const hold_scope& s) {
     for (int i = 0; i < 2; ++i) connection(servers[static_cast<std::size_t>(i)]->options()).command({"DEL", l.key()});
-    (void)until_signalled(*clients[2], s);
+    EXPECT_LT(until_signalled(*clients[2], s), milliseconds(2000)) << "signalled by the clock, not the renewal";
     EXPECT_TRUE(s.lost()) << "a renewal that lost the majority was not signalled";
   });
   EXPECT_EQ(l.last_release(), release_status::lease_expired);

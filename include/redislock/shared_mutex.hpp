@@ -488,11 +488,14 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     return ours;
   }
 
-  // The calling thread's write hold, readable from another thread (detail/hold_watch.hpp).
-  detail::hold_watch watch_current_hold() const {
+  // The calling thread's write (read) hold, readable from another thread (detail/hold_watch.hpp).
+  detail::hold_watch watch_current_hold() const { return watch_side(&leases::write); }
+  detail::hold_watch watch_current_shared_hold() const { return watch_side(&leases::read); }
+  detail::hold_watch watch_side(detail::lease_keeper leases::*side) const {
     std::shared_ptr<const leases> lease = owners_.mine().lease;
     if (!lease) return {[] { return true; }, [] { return std::optional<std::chrono::steady_clock::time_point>(); }};
-    return {[lease] { return lease->write.lost(); }, [lease] { return lease->write.confirmed_until(); }};
+    return {[lease, side] { return (lease.get()->*side).lost(); },
+            [lease, side] { return (lease.get()->*side).confirmed_until(); }};
   }
 
   bool side_lost(detail::lease_keeper leases::*side) const noexcept {

@@ -30,6 +30,11 @@ struct hold_watch_access {
   static hold_watch of(const Lock& lock) {
     return of(lock, 0);
   }
+  /// The watch of the calling thread's read hold of a shared mutex.
+  template <class Lock>
+  static hold_watch of_shared(const Lock& lock) {
+    return lock.watch_current_shared_hold();
+  }
 
  private:
   // A kind with watch_current_hold() (found here, where its private members are accessible).

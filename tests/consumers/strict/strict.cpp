@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <cstdint>
+#include <optional>
 #include <system_error>
 
 // Explicit instantiations: every member of every kind, for each client type.
@@ -35,6 +36,13 @@ namespace strict_consumer {
 template <class Lock>
 std::uint64_t instantiate_with_lock(Lock& l) {
   return redislock::with_lock(l, [](const redislock::hold_scope& s) { return s.lost() ? 0 : s.fencing_token(); });
+}
+[[maybe_unused]] bool instantiate_scoped_forms(redislock::mutex& m, redislock::shared_mutex& sh) {
+  const std::optional<int> timed =
+      redislock::try_with_lock_for(m, std::chrono::milliseconds(10), [](const redislock::hold_scope&) { return 1; });
+  const bool ran = redislock::try_with_lock_for(m, std::chrono::milliseconds(10), [](const redislock::hold_scope&) {});
+  redislock::with_shared_lock(sh, [](const redislock::hold_scope& s) { (void)s.stop_token(); });
+  return timed.has_value() && ran;
 }
 }  // namespace strict_consumer
 template std::uint64_t strict_consumer::instantiate_with_lock(redislock::mutex&);
