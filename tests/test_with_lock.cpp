@@ -76,10 +76,10 @@ TYPED_TEST(WithLock, RunsTheFunctionUnderTheLockAndReleasesIt) {
   other.unlock();
 }
 
-// A 600 ms lease, renewed three times while the function runs (the watchdog's own count): the
+// A 900 ms lease, renewed three times while the function runs (the watchdog's own count): the
 // scope is not lost, and the release is clean.
 TYPED_TEST(WithLock, RenewsWhileTheFunctionRuns) {
-  TypeParam l(*this->pool, "wl-renews", renewed(milliseconds(600)));
+  TypeParam l(*this->pool, "wl-renews", renewed(milliseconds(900)));
   with_lock(l, [&](const hold_scope& s) {
     const std::uint64_t before = this->pool->watchdog().stats().renewals;
     EXPECT_TRUE(this->pool->watchdog().wait_for_stats(
