@@ -9,6 +9,7 @@
 #include "tcp_proxy.hpp"
 
 #include <redislock/asio.hpp>
+#include <redislock/async_with_lock.hpp>
 #include <redislock/redislock.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -22,6 +23,8 @@
 #endif
 #if defined(__cpp_impl_coroutine) && __cpp_impl_coroutine >= 201902L
 #include <asio/co_spawn.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 #define REDISLOCK_TEST_COROUTINES 1
@@ -383,6 +386,78 @@ TEST_F(AsyncMutexTest, CoroutinesTakeTurnsWithCoAwait) {
   }
   ASSERT_TRUE(eventually([&] { return done.load() == kCoroutines; }, seconds(20)));
   EXPECT_EQ(overlaps.load(), 0);
+}
+#endif
+
+#ifdef REDISLOCK_TEST_COROUTINES
+lock_options renewed_for(milliseconds lease) {
+  lock_options o;
+  o.lease = lease;
+  o.auto_renew = true;
+  return o;
+}
+
+// async_with_lock (async_with_lock.hpp): the coroutine runs under the lock, its result and the
+// release's outcome come back through the completion token, and the lock is released.
+TEST_F(AsyncMutexTest, AsyncWithLockRunsTheCoroutineUnderTheLockAndReleasesIt) {
+  async_mutex m(*client, "awl-runs", renewed_for(seconds(5)));
+  auto done = async_with_lock(
+      m,
+      [&](async_hold_scope& s) -> asio::awaitable<int> {
+        EXPECT_TRUE(s.hold().owns_lock());
+        EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 1);
+        EXPECT_FALSE(s.lost());
+        const std::uint64_t token = co_await s.fencing_token();
+        EXPECT_GT(token, 0u);
+        co_return 42;
+      },
+      asio::use_future);
+  ASSERT_EQ(done.wait_for(seconds(10)), std::future_status::ready);
+  const auto [answer, released] = done.get();
+  EXPECT_EQ(answer, 42);
+  EXPECT_EQ(released, release_status::released);
+  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0);
+  EXPECT_THROW(async_with_lock(
+                   *std::make_unique<async_mutex>(*client, "awl-unrenewed"),
+                   [](async_hold_scope&) -> asio::awaitable<void> { co_return; }, asio::detached),
+               invalid_argument);
+}
+
+// The server dropped the hold (its key deleted): the next renewal (a third of the 3 s lease)
+// finds it gone, and the scope's cancellation slot ends the awaited 10 s timer then; the
+// release says lease_expired. A coroutine that throws: the exception comes back, released.
+TEST_F(AsyncMutexTest, AsyncWithLockSignalsALossThroughItsCancellationSlot) {
+  async_mutex m(*client, "awl-dropped", renewed_for(seconds(3)));
+  auto done = async_with_lock(
+      m,
+      [&](async_hold_scope& s) -> asio::awaitable<milliseconds> {
+        admin->command({"DEL", m.key()});
+        asio::steady_timer t(co_await asio::this_coro::executor, seconds(10));
+        const steady::time_point start = steady::now();
+        std::error_code e;
+        co_await t.async_wait(
+            asio::bind_cancellation_slot(s.cancellation_slot(), asio::redirect_error(asio::use_awaitable, e)));
+        EXPECT_EQ(e, asio::error::operation_aborted);
+        EXPECT_TRUE(s.lost());
+        co_return std::chrono::duration_cast<milliseconds>(steady::now() - start);
+      },
+      asio::use_future);
+  ASSERT_EQ(done.wait_for(seconds(20)), std::future_status::ready);
+  const auto [waited, released] = done.get();
+  std::printf("the loss ended the awaited timer after %lld ms\n", static_cast<long long>(waited.count()));
+  EXPECT_LT(waited, milliseconds(2000)) << "signalled by the clock, not by the renewal";
+  EXPECT_EQ(released, release_status::lease_expired);
+
+  auto thrown = async_with_lock(
+      m,
+      [](async_hold_scope&) -> asio::awaitable<void> {
+        throw std::runtime_error("boom");
+        co_return;
+      },
+      asio::use_future);
+  ASSERT_EQ(thrown.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_THROW(thrown.get(), std::runtime_error);
+  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "not released after the throw";
 }
 #endif
 

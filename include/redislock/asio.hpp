@@ -1420,6 +1420,8 @@ class async_lock_object {
   const std::string& name() const noexcept { return core_->name(); }
   const std::string& key() const noexcept { return core_->keys().lock; }
   const lock_options& options() const noexcept { return core_->options(); }
+  /// The client's executor (where its completions run).
+  asio::any_io_executor get_executor() const noexcept { return core_->client().executor(); }
 
  protected:
   async_lock_object(async_client& client, std::string name, lock_options options,
