@@ -424,9 +424,9 @@ TEST_F(AsyncMutexTest, AsyncWithLockRunsTheCoroutineUnderTheLockAndReleasesIt) {
 }
 
 // The server dropped the hold (its key deleted): the next renewal (a third of the 3 s lease)
-// finds it gone, and the scope's cancellation slot ends the awaited 10 s timer then; the
-// release says lease_expired. A coroutine that throws: the exception comes back, released.
-TEST_F(AsyncMutexTest, AsyncWithLockSignalsALossThroughItsCancellationSlot) {
+// finds it gone, and the scope cancels the coroutine's awaited 10 s timer then, not at the
+// lease clock's end (2.9 s); the release says lease_expired.
+TEST_F(AsyncMutexTest, AsyncWithLockCancelsTheCoroutineWhenTheHoldIsLost) {
   async_mutex m(*client, "awl-dropped", renewed_for(seconds(3)));
   auto done = async_with_lock(
       m,
@@ -435,8 +435,7 @@ TEST_F(AsyncMutexTest, AsyncWithLockSignalsALossThroughItsCancellationSlot) {
         asio::steady_timer t(co_await asio::this_coro::executor, seconds(10));
         const steady::time_point start = steady::now();
         std::error_code e;
-        co_await t.async_wait(
-            asio::bind_cancellation_slot(s.cancellation_slot(), asio::redirect_error(asio::use_awaitable, e)));
+        co_await t.async_wait(asio::redirect_error(asio::use_awaitable, e));
         EXPECT_EQ(e, asio::error::operation_aborted);
         EXPECT_TRUE(s.lost());
         co_return std::chrono::duration_cast<milliseconds>(steady::now() - start);
@@ -444,20 +443,71 @@ TEST_F(AsyncMutexTest, AsyncWithLockSignalsALossThroughItsCancellationSlot) {
       asio::use_future);
   ASSERT_EQ(done.wait_for(seconds(20)), std::future_status::ready);
   const auto [waited, released] = done.get();
-  std::printf("the loss ended the awaited timer after %lld ms\n", static_cast<long long>(waited.count()));
-  EXPECT_LT(waited, milliseconds(2000)) << "signalled by the clock, not by the renewal";
+  std::printf("the loss cancelled the awaited timer after %lld ms\n", static_cast<long long>(waited.count()));
+  EXPECT_LT(waited, milliseconds(2000)) << "cancelled by the lease clock, not by the renewal that found the loss";
   EXPECT_EQ(released, release_status::lease_expired);
+}
 
-  auto thrown = async_with_lock(
+// A coroutine whose awaited operations complete on their own (the scope's signal is then
+// cleared, never emitted at an operation that is gone); a coroutine that throws: the exception
+// comes back, after the release.
+TEST_F(AsyncMutexTest, AsyncWithLockReleasesAfterAVoidCoroutineAndAThrowingOne) {
+  async_mutex m(*client, "awl-void", renewed_for(seconds(5)));
+  auto done = async_with_lock(
+      m,
+      [&](async_hold_scope& s) -> asio::awaitable<void> {
+        for (int i = 0; i < 3; ++i) {
+          asio::steady_timer t(co_await asio::this_coro::executor, milliseconds(20));
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        EXPECT_FALSE(s.lost());
+      },
+      asio::use_future);
+  ASSERT_EQ(done.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(done.get(), release_status::released);
+  EXPECT_FALSE(exists(m.key()));
+  // Errors as values, not exceptions through a future (async_fixture.hpp: outcome()).
+  auto threw = std::make_shared<std::promise<bool>>();
+  async_with_lock(
       m,
       [](async_hold_scope&) -> asio::awaitable<void> {
         throw std::runtime_error("boom");
         co_return;
       },
-      asio::use_future);
-  ASSERT_EQ(thrown.wait_for(seconds(10)), std::future_status::ready);
-  EXPECT_THROW(thrown.get(), std::runtime_error);
-  EXPECT_EQ(admin->command({"EXISTS", m.key()})->integer, 0) << "not released after the throw";
+      [threw](std::exception_ptr e, release_status) { threw->set_value(e != nullptr); });
+  auto f = threw->get_future();
+  ASSERT_EQ(f.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(f.get());
+  EXPECT_FALSE(exists(m.key())) << "not released after the throw";
+}
+
+// The caller's operation cancelled while the coroutine runs: the coroutine finishes (its
+// cancellation is the scope's, not the caller's) and the hold is released all the same.
+TEST_F(AsyncMutexTest, AsyncWithLockReleasesWhenTheCallerIsCancelled) {
+  async_mutex m(*client, "awl-caller", renewed_for(seconds(5)));
+  asio::cancellation_signal caller;
+  std::atomic<bool> running{false};
+  auto finished = std::make_shared<std::promise<release_status>>();
+  asio::co_spawn(
+      runner->io,
+      [&, finished]() -> asio::awaitable<void> {
+        const release_status r = co_await async_with_lock(
+            m,
+            [&](async_hold_scope&) -> asio::awaitable<void> {
+              running = true;
+              asio::steady_timer t(co_await asio::this_coro::executor, milliseconds(300));
+              co_await t.async_wait(asio::use_awaitable);
+            },
+            asio::bind_cancellation_slot(caller.slot(), asio::use_awaitable));
+        finished->set_value(r);
+      },
+      asio::detached);
+  ASSERT_TRUE(eventually([&] { return running.load(); }));
+  asio::post(runner->io, [&] { caller.emit(asio::cancellation_type::terminal); });
+  auto f = finished->get_future();
+  ASSERT_EQ(f.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), release_status::released);
+  EXPECT_FALSE(exists(m.key())) << "a cancelled caller left the lock held";
 }
 #endif
 

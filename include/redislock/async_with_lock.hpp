@@ -7,8 +7,7 @@
 ///       orders,
 ///       [&](redislock::async_hold_scope& s) -> asio::awaitable<int> {
 ///         std::uint64_t token = co_await s.fencing_token();
-///         co_await db.async_write(batch, token,  // ends when the lock may be lost
-///                                 asio::bind_cancellation_slot(s.cancellation_slot(), asio::use_awaitable));
+///         co_await db.async_write(batch, token, asio::use_awaitable);  // cancelled if the lock may be lost
 ///         co_return batch.size();
 ///       },
 ///       asio::use_awaitable);
@@ -17,16 +16,19 @@
 /// semaphore), runs the coroutine f(scope) while the lock's renewal (lock_options::auto_renew)
 /// keeps the lease, releases the hold when f returns or throws, and completes with f's result
 /// and the release's outcome: void(std::exception_ptr, std::pair<R, release_status>) for an f
-/// returning asio::awaitable<R>, void(std::exception_ptr, release_status) for
-/// asio::awaitable<void>. An exception from f, from the acquisition or from the release
-/// (after the hold is released) arrives as the exception_ptr.
+/// returning asio::awaitable<R> (R default-constructible: asio's co_spawn needs it),
+/// void(std::exception_ptr, release_status) for asio::awaitable<void>. An exception from the
+/// acquisition, or from f (after the hold is released; its release's outcome is then not
+/// reported), arrives as the exception_ptr; a release that failed is release_status::failed.
+/// The release is made also when the caller's operation was cancelled meanwhile.
 ///
-/// The scope's signal is with_lock's (with_lock.hpp): lost() turns true, and the scope's
-/// cancellation_slot() emits asio::cancellation_type::terminal, when a renewal, an extend or
-/// a fencing token found the hold gone, or by the lease clock hold_scope::stop_margin() before
-/// the local time until which the server certainly keeps the lease. Bind the slot to one
-/// operation at a time (an asio slot holds one handler). A timer on the operation's strand
-/// watches the hold: no thread, nothing sent to Redis.
+/// The scope's signal is with_lock's (with_lock.hpp): when a renewal, an extend or a fencing
+/// token found the hold gone, or by the lease clock hold_scope::stop_margin() before the local
+/// time until which the server certainly keeps the lease, lost() turns true and f is cancelled
+/// (asio::cancellation_type::terminal): the operation it awaits ends with
+/// asio::error::operation_aborted, and so does every later one (asio's throw_if_cancelled;
+/// f may reset its cancellation state to clean up). f runs as a coroutine of its own on the
+/// operation's strand, where a timer watches the hold: no thread, nothing sent to Redis.
 
 #include <redislock/asio.hpp>
 #include <redislock/with_lock.hpp>
@@ -38,6 +40,7 @@
 #if defined(ASIO_HAS_CO_AWAIT)
 
 #include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -118,20 +121,18 @@ struct awaitable_value<asio::awaitable<T, E>> {
 
 }  // namespace detail
 
-/// What async_with_lock gives its coroutine: the hold's loss signal, as a flag and as an asio
-/// cancellation slot, and its fencing token. Used on the operation's strand only.
+/// What async_with_lock gives its coroutine: the hold's loss signal (a flag; f is cancelled
+/// then) and its fencing token. Used on the operation's strand only.
 class async_hold_scope {
  public:
   explicit async_hold_scope(std::shared_ptr<detail::async_scope_state> s) noexcept : state_(std::move(s)) {}
 
-  /// True once the hold may be gone; asks the hold itself too (as hold_scope::lost()).
+  /// True once the hold may be gone; asks the hold itself too (as hold_scope::lost()), and
+  /// cancels f then.
   bool lost() {
     if (!state_->lost && state_->may_be_gone()) state_->fire();
     return state_->lost;
   }
-  /// Emits asio::cancellation_type::terminal when lost() turns true: bind it to the operation
-  /// the coroutine awaits (asio::bind_cancellation_slot), one at a time.
-  asio::cancellation_slot cancellation_slot() noexcept { return state_->signal.slot(); }
   /// The hold's fencing token (drawn on first use, one round trip). Throws std::system_error
   /// (async_errc::lease_lost when the lease was found gone: lost() is true then).
   asio::awaitable<std::uint64_t> fencing_token() {
@@ -152,10 +153,10 @@ class async_hold_scope {
 
 namespace detail {
 
-// async_with_lock's body, on its strand.
+// async_with_lock's body, on its strand. `lock` is a copy (the caller's may be gone by now).
 template <class R, class Lock, class F>
 asio::awaitable<std::conditional_t<std::is_void_v<R>, release_status, std::pair<R, release_status>>> run_async_scoped(
-    Lock& lock, F f) {
+    Lock lock, F f) {
   async_hold taken = co_await take_async_hold(lock);
   const asio::any_io_executor ex = co_await asio::this_coro::executor;
   auto state = std::make_shared<async_scope_state>(std::move(taken), ex, lock.options().lease);
@@ -164,16 +165,23 @@ asio::awaitable<std::conditional_t<std::is_void_v<R>, release_status, std::pair<
   std::exception_ptr failure;
   std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result{};
   try {
-    if constexpr (std::is_void_v<R>) co_await f(scope);
-    else result = co_await f(scope);
+    // f runs as a coroutine of its own whose cancellation is the scope's signal: asio cancels
+    // the operation it awaits, and clears each operation's handler once it completes.
+    auto cancelled_by_the_scope = asio::bind_cancellation_slot(state->signal.slot(), asio::use_awaitable);
+    if constexpr (std::is_void_v<R>) co_await asio::co_spawn(ex, f(scope), cancelled_by_the_scope);
+    else result = co_await asio::co_spawn(ex, f(scope), cancelled_by_the_scope);
   } catch (...) {
     failure = std::current_exception();
   }
   state->done = true;
   state->timer.cancel();
+  state->signal.slot().clear();  // f is over: nothing is left to cancel
+  // The release runs even when the caller's operation was cancelled meanwhile (an await would
+  // throw before it starts, and leave the lock held until its lease ends).
+  co_await asio::this_coro::reset_cancellation_state();
+  co_await asio::this_coro::throw_if_cancelled(false);
   std::error_code e;
   release_status released = co_await state->hold.async_unlock(asio::redirect_error(asio::use_awaitable, e));
-  if (!state->lost) state->fire();  // the hold has ended: a slot still bound says so
   if (failure) std::rethrow_exception(failure);
   if (e) released = release_status::failed;  // async_errc::connection_failed
   if constexpr (std::is_void_v<R>) co_return released;
@@ -189,7 +197,7 @@ template <class Lock, class F, class Token>
 auto async_with_lock(Lock& lock, F f, Token&& token) {
   detail::require_renewed(lock, "async_with_lock");
   using R = typename detail::awaitable_value<std::invoke_result_t<F&, async_hold_scope&>>::type;
-  return asio::co_spawn(asio::make_strand(lock.get_executor()), detail::run_async_scoped<R>(lock, std::move(f)),
+  return asio::co_spawn(asio::make_strand(lock.get_executor()), detail::run_async_scoped<R>(Lock(lock), std::move(f)),
                         std::forward<Token>(token));
 }
 
