@@ -20,7 +20,8 @@
 /// void(std::exception_ptr, release_status) for asio::awaitable<void>. An exception from the
 /// acquisition, or from f (after the hold is released; its release's outcome is then not
 /// reported), arrives as the exception_ptr; a release that failed is release_status::failed.
-/// The release is made also when the caller's operation was cancelled meanwhile.
+/// The caller's cancellation (a slot bound to `token`) ends the wait for the lock; once f runs,
+/// f's cancellation is the scope's alone: the operation finishes, and the release is made.
 ///
 /// The scope's signal is with_lock's (with_lock.hpp): when a renewal, an extend or a fencing
 /// token found the hold gone, or by the lease clock hold_scope::stop_margin() before the local
