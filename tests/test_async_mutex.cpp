@@ -86,6 +86,49 @@ TEST_F(AsyncMutexTest, LocksWithAFutureExcludesAndUnlocks) {
   EXPECT_EQ(again.get_future().get(), async_errc::not_held);
 }
 
+// async_lock(lease, token) / async_try_lock_for(timeout, lease, token): a waiter is handed the
+// lock with its call's lease, the renewals send it (900 ms under options().lease of 30 s),
+// async_extend() without a lease extends to it, and the next acquisition without one has
+// options().lease. A bad lease throws before anything is sent.
+TEST_F(AsyncMutexTest, ALeaseGivenToTheCallIsTheHolds) {
+  lock_options o;
+  o.lease = seconds(30);
+  o.auto_renew = true;
+  async_mutex m(*client, "per-call", o);
+  EXPECT_THROW(m.async_lock(milliseconds(0), asio::use_future), invalid_argument);
+  EXPECT_THROW(m.async_try_lock_for(seconds(1), max_lease + milliseconds(1), asio::use_future), invalid_argument);
+  EXPECT_FALSE(exists(m.key()));
+  auto pttl = [&] { return admin->command({"PTTL", m.key()})->integer; };
+  mutex blocking(*pool, "per-call");
+  blocking.lock();
+  auto waiting = m.async_try_lock_for(seconds(10), milliseconds(900), asio::use_future);
+  ASSERT_TRUE(eventually([&] { return queued(m.key()) == 1; }));
+  redislock_test::replies_handled(*client);  // asleep until the notice
+  blocking.unlock();
+  async_hold h = waiting.get();
+  ASSERT_TRUE(h.owns_lock());
+  EXPECT_GT(pttl(), 0);
+  EXPECT_LE(pttl(), 900) << "handed over with options().lease, not the call's";
+  EXPECT_LE(*h.lease_confirmed_until(), steady::now() + milliseconds(900)) << "counted with another lease";
+  auto rec = std::make_shared<redislock_test::recorder>();
+  set_observer(rec);
+  const bool renewed = eventually([&] { return rec->count("renewed - 1/1") >= 3; }, seconds(20));
+  set_observer(nullptr);
+  ASSERT_TRUE(renewed);
+  EXPECT_FALSE(h.lost());
+  EXPECT_GT(pttl(), 0);
+  EXPECT_LE(pttl(), 900) << "renewed to options().lease";
+  EXPECT_THROW(h.async_extend(milliseconds(600), asio::use_future), invalid_argument);
+  EXPECT_TRUE(h.async_extend(asio::use_future).get());
+  EXPECT_GT(pttl(), 0);
+  EXPECT_LE(pttl(), 900) << "extended to options().lease";
+  EXPECT_FALSE(unlock_now(h));
+  async_hold again = m.async_lock(asio::use_future).get();
+  ASSERT_TRUE(again.owns_lock());
+  EXPECT_GT(pttl(), 20000) << "the next acquisition kept the earlier call's lease";
+  EXPECT_FALSE(unlock_now(again));
+}
+
 TEST_F(AsyncMutexTest, TimedWaitGivesUpLeavesTheQueueAndReportsNoError) {
   async_mutex m(*client, "t");
   mutex blocking(*pool, "t");

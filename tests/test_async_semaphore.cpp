@@ -843,3 +843,39 @@ TEST_F(AsyncSemaphoreTest, EveryAsyncKindCountsItsLeaseRenewedOrNotAndTellsWhenI
     }
   }
 }
+
+namespace {
+
+// The semaphore's and the read/write lock's forms with a lease for the hold: the server keeps
+// the call's lease (under options().lease of 30 s), and async_extend() without one keeps it.
+TEST_F(AsyncSemaphoreTest, AndTheReadWriteLockTakeALeasePerCall) {
+  lock_options o;
+  o.lease = seconds(30);
+  async_semaphore s(*client, "per-call", 2, o);
+  async_shared_mutex rw(*client, "per-call-rw", o);
+  auto pttl = [&](const std::string& key) { return admin->command({"PTTL", key})->integer; };
+  async_hold permit = s.async_acquire(milliseconds(4000), asio::use_future).get();
+  ASSERT_TRUE(permit.owns_lock());
+  EXPECT_GT(pttl(s.key()), 0);
+  EXPECT_LE(pttl(s.key()), 4000);
+  EXPECT_TRUE(permit.async_extend(asio::use_future).get());
+  EXPECT_GT(pttl(s.key()), 0);
+  EXPECT_LE(pttl(s.key()), 4000);
+  async_hold second = s.async_try_acquire_for(seconds(1), milliseconds(3000), asio::use_future).get();
+  ASSERT_TRUE(second.owns_lock());
+  EXPECT_FALSE(unlock_now(permit));
+  EXPECT_FALSE(unlock_now(second));
+  async_hold read = rw.async_lock_shared(milliseconds(4000), asio::use_future).get();
+  ASSERT_TRUE(read.owns_lock());
+  EXPECT_GT(pttl(rw.key()), 0);
+  EXPECT_LE(pttl(rw.key()), 4000);
+  EXPECT_FALSE(unlock_now(read));
+  async_hold write = rw.async_try_lock_for(seconds(1), milliseconds(4000), asio::use_future).get();
+  ASSERT_TRUE(write.owns_lock());
+  EXPECT_GT(pttl(rw.key()), 0);
+  EXPECT_LE(pttl(rw.key()), 4000);
+  EXPECT_FALSE(unlock_now(write));
+  EXPECT_THROW(rw.async_try_lock_shared_for(seconds(1), milliseconds(0), asio::use_future), invalid_argument);
+}
+
+}  // namespace

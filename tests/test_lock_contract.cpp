@@ -64,6 +64,13 @@ struct exclusive_kind {
   static void give(lock_type& l) { l.unlock(); }
   static release_status report(lock_type& l) { return l.unlock_and_report(); }
   static bool extend(lock_type& l, milliseconds lease) { return l.extend(lease); }
+  static bool extend_to_hold_lease(lock_type& l) { return l.extend(); }
+  // The acquisitions with a lease of their own.
+  static void take_leased(lock_type& l, milliseconds lease) { l.lock(lease); }
+  template <class Timeout>
+  static bool wait_leased(lock_type& l, Timeout t, milliseconds lease) {
+    return l.try_lock_for(t, lease);
+  }
   static bool lost(const lock_type& l) { return l.lost(); }
   static milliseconds remaining(lock_type& l) { return l.remaining_lease(); }
   static std::optional<steady::time_point> confirmed_until(const lock_type& l) { return l.lease_confirmed_until(); }
@@ -93,6 +100,12 @@ struct shared_read_kind : shared_write_kind {                   // two scripts
   static void give(lock_type& l) { l.unlock_shared(); }
   static release_status report(lock_type& l) { return l.unlock_shared_and_report(); }
   static bool extend(lock_type& l, milliseconds lease) { return l.extend_shared(lease); }
+  static bool extend_to_hold_lease(lock_type& l) { return l.extend_shared(); }
+  static void take_leased(lock_type& l, milliseconds lease) { l.lock_shared(lease); }
+  template <class Timeout>
+  static bool wait_leased(lock_type& l, Timeout t, milliseconds lease) {
+    return l.try_lock_shared_for(t, lease);
+  }
   static bool lost(const lock_type& l) { return l.lost_shared(); }
   static milliseconds remaining(lock_type& l) { return l.remaining_shared_lease(); }
   static std::optional<steady::time_point> confirmed_until(const lock_type& l) {
@@ -187,6 +200,12 @@ TYPED_TEST(LockContract, AnUncontendedCycleCostsTheKindsRoundTrips) {
       << (sent.empty() ? std::string() : sent.front());
   for (const auto& s : sent) EXPECT_EQ(s.find("\"EVAL\""), std::string::npos) << "scripts run by their SHA: " << s;
   EXPECT_EQ(l.last_release(), release_status::released);
+  // A lease of the call's own costs nothing more: the same commands, another argument.
+  for (int i = 0; i < cycles; ++i) {
+    K::take_leased(l, milliseconds(4000));
+    K::give(l);
+  }
+  EXPECT_EQ(monitor.take(*this->admin).size(), static_cast<std::size_t>(cycles * K::cycle_round_trips));
 }
 
 // --- deadlines ------------------------------------------------------------------------------
@@ -458,6 +477,118 @@ TYPED_TEST(LockContract, ANestedAcquisitionAfterALongerExtendIsNotCountedWithThe
     K::give(l);
     K::give(l);
   }
+}
+
+// --- a lease per call ------------------------------------------------------------------------
+
+// lock(lease): the hold has that lease on the server and in lease_confirmed_until(), extend()
+// without an argument renews to it, and the next acquisition without one has options().lease.
+TYPED_TEST(LockContract, ALeaseGivenToTheCallIsTheHoldsUntilItsRelease) {
+  using K = TypeParam;
+  typename K::lock_type l(*this->pool, "per-call", this->opts(seconds(30)));
+  K::take_leased(l, milliseconds(4000));
+  const steady::time_point returned = steady::now();  // the acquisition was sent before
+  EXPECT_LE(K::remaining(l), milliseconds(4000));
+  EXPECT_GT(K::remaining(l), milliseconds(3000));
+  const std::optional<steady::time_point> until = K::confirmed_until(l);
+  ASSERT_TRUE(until.has_value());
+  EXPECT_LE(*until, returned + milliseconds(4000)) << "counted with options().lease";
+  ASSERT_TRUE(K::extend_to_hold_lease(l));
+  EXPECT_LE(K::remaining(l), milliseconds(4000)) << "extend() went to options().lease, not the hold's";
+  EXPECT_GT(K::remaining(l), milliseconds(3000));
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::released);
+  K::take(l);
+  EXPECT_GT(K::remaining(l), seconds(20)) << "the next acquisition kept the earlier call's lease";
+  K::give(l);
+}
+
+// A waiter that queued with its own lease is handed the lock with that lease, not with the
+// releasing holder's nor options().lease (the queue keeps each waiter's lease).
+TYPED_TEST(LockContract, AWaiterHandedTheLockHoldsItWithItsCallsLease) {
+  using K = TypeParam;
+  typename K::lock_type holder(*this->pool, "per-call-handoff", this->opts(seconds(20)));
+  client other(this->options());
+  typename K::lock_type waiter(other, "per-call-handoff", this->opts(seconds(20)));
+  K::hold(holder);
+  auto left = std::async(std::launch::async, [&] {
+    if (!K::wait_leased(waiter, seconds(10), milliseconds(3000))) return milliseconds(-1);
+    // The holder's own count (the lease clock) follows the call's lease too.
+    const std::optional<steady::time_point> until = K::confirmed_until(waiter);
+    EXPECT_TRUE(until.has_value() && *until <= steady::now() + milliseconds(3000)) << "counted with another lease";
+    const milliseconds remaining = K::remaining(waiter);
+    K::give(waiter);
+    return remaining;
+  });
+  EXPECT_TRUE(eventually([&] { return this->someone_waits(waiter); })) << "the waiter never queued";
+  K::drop(holder);
+  ASSERT_EQ(left.wait_for(seconds(20)), std::future_status::ready);
+  const milliseconds remaining = left.get();
+  EXPECT_GT(remaining, milliseconds(0)) << "not acquired";
+  EXPECT_LE(remaining, milliseconds(3000)) << "handed over with another lease than the waiter's";
+}
+
+// A re-entry (a nested read) with a lease of its own sets the hold's lease to it, as an
+// extend() would, and extend() then renews to it; one without sets options().lease again.
+TYPED_TEST(LockContract, ANestedAcquisitionWithALeaseSetsTheHoldsLease) {
+  using K = TypeParam;
+  if constexpr (K::recursive) {
+    typename K::lock_type l(*this->pool, "per-call-nested", this->opts(seconds(30)));
+    K::take_leased(l, milliseconds(20000));
+    K::take_leased(l, milliseconds(4000));
+    EXPECT_LE(K::remaining(l), milliseconds(4000));
+    EXPECT_GT(K::remaining(l), milliseconds(3000));
+    ASSERT_TRUE(K::extend_to_hold_lease(l));
+    EXPECT_LE(K::remaining(l), milliseconds(4000)) << "extend() went back to the outer call's lease";
+    K::take(l);
+    EXPECT_GT(K::remaining(l), seconds(25));
+    K::give(l);
+    K::give(l);
+    K::give(l);
+    EXPECT_EQ(l.last_release(), release_status::released);
+  }
+}
+
+// With auto_renew the renewals send the call's lease (900 ms under options().lease of 30 s):
+// the hold outlives several leases, and an extend() shorter than the hold's lease is refused.
+TYPED_TEST(LockContract, RenewalsSendTheCallsLease) {
+  using K = TypeParam;
+  lock_options o = this->opts(seconds(30));
+  o.auto_renew = true;
+  typename K::lock_type l(*this->pool, "per-call-renewed", o);
+  K::take_leased(l, milliseconds(900));
+  const std::uint64_t before = this->pool->watchdog().stats().renewals;
+  ASSERT_TRUE(this->pool->watchdog().wait_for_stats(
+      seconds(20), [&](const watchdog_stats& st) { return st.renewals >= before + 3; }));
+  EXPECT_FALSE(K::lost(l));
+  EXPECT_GT(K::remaining(l), milliseconds(0));
+  EXPECT_LE(K::remaining(l), milliseconds(900)) << "renewed to options().lease";
+  const std::optional<steady::time_point> until = K::confirmed_until(l);
+  EXPECT_TRUE(until.has_value() && *until <= steady::now() + milliseconds(900)) << "counted with another lease";
+  EXPECT_THROW(K::extend(l, milliseconds(600)), invalid_argument);
+  EXPECT_TRUE(K::extend(l, milliseconds(1200)));
+  K::give(l);
+  EXPECT_EQ(l.last_release(), release_status::released);
+}
+
+// A call's lease is checked as options().lease is, before anything is sent.
+TYPED_TEST(LockContract, ABadLeaseForTheCallIsATypedErrorAndSendsNothing) {
+  using K = TypeParam;
+  lock_options replicated = this->opts(seconds(20));
+  replicated.min_replicas = 1;
+  replicated.replica_timeout = milliseconds(1000);
+  typename K::lock_type l(*this->pool, "per-call-bad", this->opts(seconds(20)));
+  typename K::lock_type r(*this->pool, "per-call-bad", replicated);
+  const std::vector<std::string> before = key_dump(*this->admin);
+  command_monitor monitor(this->server->options());
+  for (const milliseconds bad : {milliseconds(0), milliseconds(-1), max_lease + milliseconds(1)}) {
+    SCOPED_TRACE(bad.count());
+    EXPECT_THROW(K::take_leased(l, bad), invalid_argument);
+    EXPECT_THROW(K::wait_leased(l, seconds(1), bad), invalid_argument);
+  }
+  EXPECT_THROW(K::take_leased(r, milliseconds(1000)), invalid_argument) << "not longer than replica_timeout";
+  EXPECT_EQ(monitor.take(*this->admin), std::vector<std::string>{});
+  EXPECT_EQ(key_dump(*this->admin), before);
 }
 
 // --- contention -----------------------------------------------------------------------------

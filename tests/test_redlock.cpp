@@ -5,6 +5,7 @@
 #include "process.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
+#include "recording_observer.hpp"
 
 #include <redislock/redislock.hpp>
 
@@ -924,3 +925,50 @@ TEST(Redlock, AHoldWithoutRenewalIsLostByTheClockAndToldWhenItsValidityEnds) {
     EXPECT_FALSE(r.lease_confirmed_until().has_value());
   }
 }
+
+namespace {
+
+// lock(lease) / try_lock_for(timeout, lease): every master's key and the validity have the
+// call's lease (less its drift), extend() renews to it, auto_renew renews with it (three
+// renewer turns of a 900 ms lease under options().lease of 30 s), and the next acquisition
+// without one has options().lease again. A lease that leaves no validity is refused unsent.
+TEST(Redlock, ALeaseGivenToTheCallIsTheHolds) {
+  masters m(3);
+  lock_options o = lease(seconds(30));
+  o.auto_renew = true;
+  redlock r(m.refs(), "per-call", o);
+  EXPECT_THROW(r.lock(milliseconds(0)), invalid_argument);
+  EXPECT_THROW(r.try_lock_for(seconds(1), r.redlock().instance_timeout + r.drift(milliseconds(50))), invalid_argument);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(m.admins[i]->command({"EXISTS", r.key()})->integer, 0);
+  ASSERT_TRUE(r.try_lock_for(seconds(5), milliseconds(900)));
+  EXPECT_LE(r.validity().count(), 900 - r.drift(milliseconds(900)).count());
+  m.settled(r);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const long long pttl = m.admins[i]->command({"PTTL", r.key()})->integer;
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 900);
+  }
+  // Three confirmed renewer turns: the hold is kept, with the call's lease.
+  auto rec = std::make_shared<redislock_test::recorder>();
+  set_observer(rec);
+  const bool renewed = redislock_test::eventually([&] { return rec->count("renewed - 1/1") >= 3; }, seconds(20));
+  set_observer(nullptr);
+  ASSERT_TRUE(renewed);
+  EXPECT_FALSE(r.lost());
+  EXPECT_LE(r.validity().count(), 900);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const long long pttl = m.admins[i]->command({"PTTL", r.key()})->integer;
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 900);
+  }
+  EXPECT_THROW(r.extend(milliseconds(600)), invalid_argument);  // shorter than the renewed hold's lease
+  ASSERT_TRUE(r.extend());
+  EXPECT_LE(r.validity().count(), 900);
+  r.unlock();
+  EXPECT_EQ(r.last_release(), release_status::released);
+  r.lock();
+  EXPECT_GT(r.validity(), seconds(20)) << "the next acquisition kept the earlier call's lease";
+  r.unlock();
+}
+
+}  // namespace

@@ -378,8 +378,9 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   using ticks = std::chrono::steady_clock::rep;
   static constexpr ticks never = std::numeric_limits<ticks>::max();
 
-  async_hold_state(std::shared_ptr<async_lock_core> m, std::string t, steady::time_point sent)
-      : core(std::move(m)), token(std::move(t)), acquired_at(sent) {}
+  async_hold_state(std::shared_ptr<async_lock_core> m, std::string t, steady::time_point sent,
+                   std::chrono::milliseconds granted)
+      : core(std::move(m)), token(std::move(t)), acquired_at(sent), lease(granted) {}
 
   bool is_lost() const noexcept {
     if (lost.load()) return true;
@@ -395,6 +396,7 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   std::shared_ptr<async_lock_core> core;
   const std::string token;
   const steady::time_point acquired_at;
+  const std::chrono::milliseconds lease;  // the acquisition's: options().lease unless the call gave one
   mutable std::atomic<bool> lost{false};
   std::atomic<ticks> valid_until{never};  // clock's end while held (lost() reads it on any thread); never once released
   std::atomic<bool> release_requested{false};
@@ -404,7 +406,7 @@ struct async_hold_state : std::enable_shared_from_this<async_hold_state> {
   steady::time_point observed_since{};
   // Strand only:
   bool released = false, lost_reported = false;
-  std::chrono::milliseconds renew_lease{0};  // what renewals send: the last async_extend()'s (0: options().lease)
+  std::chrono::milliseconds renew_lease{0};  // what renewals send: the last async_extend()'s (0: `lease`)
   lease_clock clock;                         // how long the lease certainly lasts (detail/lease_clock.hpp)
   std::uint64_t fence = 0;
   std::optional<asio::steady_timer> renew_timer;
@@ -426,7 +428,6 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
         options_(std::move(options)),
         keys_((validate(name_, options_), refuse_min_replicas(options_), kind_->keys(name_, options_))),
         channel_(keys_.waiter_prefix + tokens_.id()),
-        lease_ms_(std::to_string(options_.lease.count())),
         wait_lease_ms_(std::to_string(options_.wait_lease.count())),
         fence_lifetime_ms_(fence_lifetime_arg(options_)) {}
 
@@ -456,9 +457,9 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   }
   const async_strand& strand() const noexcept { return client_->strand(); }
 
-  /// An acquisition (from any thread), started by start_acquisition(); done gets the hold, or
-  /// nullptr when the deadline passed.
-  inline std::shared_ptr<async_acquire_op> acquisition(deadline d, acquire_done done);
+  /// An acquisition (from any thread) of a hold of `lease` (checked: checked_hold_lease),
+  /// started by start_acquisition(); done gets the hold, or nullptr when the deadline passed.
+  inline std::shared_ptr<async_acquire_op> acquisition(deadline d, std::chrono::milliseconds lease, acquire_done done);
   inline void start_acquisition(const std::shared_ptr<async_acquire_op>& op);
 
   // ---- on the strand ----
@@ -467,9 +468,11 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   void run(script_call call, reply_callback cb, bool by_source = false) {
     client_->run_script(call.s, std::move(call.keys), std::move(call.args), std::move(cb), by_source);
   }
-  /// The kind's attempt script for `token` in `mode` ("try", "wait" or "leave").
-  void run_attempt(const std::string& token, std::string_view mode, reply_callback cb, bool by_source = false) {
-    run(kind_->attempt(keys_, token, mode, {lease_ms_, wait_lease_ms_, options_.fair}), std::move(cb), by_source);
+  /// The kind's attempt script for `token` in `mode` ("try", "wait" or "leave") for a hold of
+  /// `lease_ms` (the acquisition's lease as a script argument).
+  void run_attempt(const std::string& token, std::string_view mode, const std::string& lease_ms, reply_callback cb,
+                   bool by_source = false) {
+    run(kind_->attempt(keys_, token, mode, {lease_ms, wait_lease_ms_, options_.fair}), std::move(cb), by_source);
   }
 
   /// Calls ready(true) once our channel is subscribed (at once when it is), ready(false) when
@@ -545,7 +548,6 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   inline void count_lease(const hold_ptr& h, steady::time_point sent, std::chrono::milliseconds lease, int answer,
                           lease_clock::ticket ticket);
 
-  const std::string& lease_ms() const noexcept { return lease_ms_; }
   const std::string& wait_lease_ms() const noexcept { return wait_lease_ms_; }
   const std::string& fence_lifetime_ms() const noexcept { return fence_lifetime_ms_; }
 
@@ -579,12 +581,13 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
   lock_options options_;
   async_keys keys_;
   token_sequence tokens_;
-  std::string channel_, lease_ms_, wait_lease_ms_, fence_lifetime_ms_;
+  std::string channel_, wait_lease_ms_, fence_lifetime_ms_;
   sub_state subscribed_ = sub_state::none;
   std::uint64_t sub_generation_ = 0;  // the subscriber connection our channel is subscribed on
   std::vector<std::function<void(bool)>> subscribe_waiters_;
   std::unordered_map<std::string, std::weak_ptr<async_acquire_op>> waiting_;
   std::unordered_set<std::string> held_;
+  std::chrono::milliseconds longest_lease_{options_.lease};  // of our acquisitions so far (strand only)
 };
 
 /// One acquisition in progress, on the strand: the first attempt, then (subscribed to the
@@ -594,9 +597,12 @@ class async_lock_core : public std::enable_shared_from_this<async_lock_core> {
 struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   using attempt_result = std::optional<std::chrono::milliseconds>;  // nullopt: acquired
 
-  async_acquire_op(std::shared_ptr<async_lock_core> m, deadline d, async_lock_core::acquire_done done)
+  async_acquire_op(std::shared_ptr<async_lock_core> m, deadline d, std::chrono::milliseconds granted,
+                   async_lock_core::acquire_done done)
       : core(std::move(m)),
         deadline_(d),
+        lease(granted),
+        lease_ms(std::to_string(granted.count())),
         done_(std::move(done)),
         timer(core->strand()),
         deadline_timer(core->strand()) {}
@@ -658,7 +664,6 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
     // a "wait" decides: it returns the lock (with a lease from its own send) only when ours.
     // With Sentinel, a grant heard from a master the sentinels may no longer name (a recheck
     // due) is decided the same way, by a "wait" sent to the master they name.
-    const auto& lease = core->options().lease;
     if (steady::now() >= first_wait_sent + lease - lease / 3 || core->client().master_in_doubt())
       return attempt("wait");
     core->client().count(core->client().handed_over_);
@@ -685,7 +690,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
         case set_nx_outcome::held: return self->on_attempt(unknown_pttl, sent);
       }
     };
-    client.command(k.lock, set_nx(k.lock, token, core->lease_ms(), with_get).views(), std::move(on_reply));
+    client.command(k.lock, set_nx(k.lock, token, lease_ms, with_get).views(), std::move(on_reply));
   }
 
   // The kind's attempt script (the mutex's queue_attempt, the semaphore's acquire) in mode
@@ -700,7 +705,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
       first_wait_sent = sent;
       first_wait_sent_set = true;
     }
-    core->run_attempt(token, mode, [self = shared_from_this(), sent, wait, leave](redisReply* r) {
+    core->run_attempt(token, mode, lease_ms, [self = shared_from_this(), sent, wait, leave](redisReply* r) {
       if (r == nullptr) return self->failed(async_errc::connection_failed, self->queued);
       if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
           r->element[1]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0 || r->element[0]->integer > 1)
@@ -803,16 +808,16 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   // once it is gone).
   void failed(async_errc e, bool leave_queue, const redisReply* reply = nullptr) {
     if (phase == phase_t::done) return;
-    asio::post(core->strand(), [m = core, t = token, leave_queue] {
+    asio::post(core->strand(), [m = core, t = token, leave_queue, l = lease, ms = lease_ms] {
       // By source: a server that never ran the script would answer NOSCRIPT, and that reply
       // may be lost too.
-      auto release = [m, t] {
+      auto release = [m, t, l] {
         m->release_until(
-            t, steady::now() + m->options().lease, [](int) {}, true);
+            t, steady::now() + l, [](int) {}, true);
       };
       if (!leave_queue) return release();
       m->run_attempt(
-          t, "leave", [release](redisReply*) { release(); }, true);
+          t, "leave", ms, [release](redisReply*) { release(); }, true);
     });
     if (observer != nullptr && reply != nullptr && reply->type == REDIS_REPLY_ERROR &&
         detail::starts_with(detail::script_error_cause(std::string_view(reply->str, reply->len)), "WRONGTYPE"))
@@ -843,7 +848,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   // has certainly ended).
   void pass_on(std::error_code e) {
     phase = phase_t::attempting;
-    const steady::time_point until = steady::now() + core->options().lease;
+    const steady::time_point until = steady::now() + lease;
     core->send_release(token, [self = shared_from_this(), e, until](int ours) {
       if (ours == -1)
         asio::post(self->core->strand(),
@@ -853,7 +858,7 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   }
 
   void acquired(steady::time_point sent) {
-    auto h = std::make_shared<async_hold_state>(core, token, sent);
+    auto h = std::make_shared<async_hold_state>(core, token, sent, lease);
     core->hold_started(token);
     core->client().count(core->client().acquired_);
     core->start_hold(h);
@@ -922,6 +927,8 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
 
   std::shared_ptr<async_lock_core> core;
   deadline deadline_;
+  const std::chrono::milliseconds lease;  // the hold's: what every attempt sends (lease_ms) and a hand-off gets
+  const std::string lease_ms;
   async_lock_core::acquire_done done_;
   asio::steady_timer timer, deadline_timer;
   std::string token;
@@ -940,12 +947,17 @@ struct async_acquire_op : std::enable_shared_from_this<async_acquire_op> {
   std::string error_text;      // the observer's error, when it says more than the error_code
 };
 
-std::shared_ptr<async_acquire_op> async_lock_core::acquisition(deadline d, acquire_done done) {
-  return std::make_shared<async_acquire_op>(shared_from_this(), d, std::move(done));
+std::shared_ptr<async_acquire_op> async_lock_core::acquisition(deadline d, std::chrono::milliseconds lease,
+                                                               acquire_done done) {
+  return std::make_shared<async_acquire_op>(shared_from_this(), d, lease, std::move(done));
 }
 
 void async_lock_core::start_acquisition(const std::shared_ptr<async_acquire_op>& op) {
-  asio::post(strand(), [op] { op->start(); });
+  asio::post(strand(), [op] {
+    auto& core = *op->core;
+    core.longest_lease_ = std::max(core.longest_lease_, op->lease);
+    op->start();
+  });
 }
 
 void async_lock_core::on_subscribed(bool ok) {
@@ -970,7 +982,8 @@ void async_lock_core::on_notice(std::string_view notice) {
   // Handed to an acquisition that gave up without being able to leave the queue: pass it on
   // (owner-checked: a no-op when the lock is no longer that token's).
   client_->count(client_->passed_on_);
-  release_until(t, steady::now() + options_.lease, [](int) {});
+  // It was handed with the gone acquisition's lease, at most the longest any of ours asked for.
+  release_until(t, steady::now() + longest_lease_, [](int) {});
 }
 
 void async_lock_core::release(const hold_ptr& h, std::function<void(std::error_code, release_status)> done) {
@@ -999,7 +1012,7 @@ void async_lock_core::release(const hold_ptr& h, std::function<void(std::error_c
 }
 
 void async_lock_core::start_hold(const hold_ptr& h) {
-  h->clock.confirmed(h->acquired_at, options_.lease);
+  h->clock.confirmed(h->acquired_at, h->lease);
   h->valid_until.store(h->clock.until().time_since_epoch().count());
   if (!options_.auto_renew && !options_.on_lost) return;
   h->renew_timer.emplace(strand());
@@ -1040,8 +1053,8 @@ void async_lock_core::count_lease(const hold_ptr& h, steady::time_point sent, st
 void async_lock_core::renew(const hold_ptr& h) {
   if (h->is_lost()) return report_lost(h);
   const steady::time_point sent = steady::now();
-  const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : options_.lease;
-  const std::string ms = lease == options_.lease ? lease_ms_ : std::to_string(lease.count());
+  const std::chrono::milliseconds lease = h->renew_lease.count() > 0 ? h->renew_lease : h->lease;
+  const std::string ms = std::to_string(lease.count());
   const lease_clock::ticket ticket = sending_lease(h, sent, lease);
   run(kind_->extend(keys_, h->token, ms), [h, sent, lease, ticket](redisReply* r) {
     const int answer = r == nullptr ? -1
@@ -1066,8 +1079,7 @@ void async_hold_state::mark_lost() const noexcept {
   lost.store(true);
   if (current_observer() == nullptr || loss_observed.exchange(true)) return;
   const ticks until = valid_until.load();
-  const steady::time_point end =
-      until != never ? steady::time_point(steady::duration(until)) : acquired_at + core->options().lease;
+  const steady::time_point end = until != never ? steady::time_point(steady::duration(until)) : acquired_at + lease;
   notify([&](lock_observer& o) {
     lost_event e;
     static_cast<lock_event&>(e) = core->event();
@@ -1217,7 +1229,8 @@ class async_hold {
         [](const state_ptr& s, auto done) { s->core->release(s, std::move(done)); }, true);
   }
 
-  /// Resets the lease to options().lease (or `lease`) from now, if still ours: void(error_code, bool).
+  /// Resets the lease to the hold's (options().lease unless its acquisition gave one), or to
+  /// `lease`, from now, if still ours: void(error_code, bool).
   /// With auto_renew the renewals send that lease from then on (as the blocking kinds' do).
   /// false: the lease had run out (also marks lost()).
   template <class Token>
@@ -1226,12 +1239,15 @@ class async_hold {
   }
   template <class Token>
   auto async_extend(std::chrono::milliseconds lease, Token&& token) {
-    if (lease.count() != 0) detail::checked_lease(lease, "async_extend", state_ ? &state_->core->options() : nullptr);
+    if (lease.count() != 0)
+      detail::checked_lease(
+          lease, "async_extend",
+          state_ && state_->core->options().auto_renew ? state_->lease : std::chrono::milliseconds(0));
     return on_strand<void(std::error_code, bool)>(
         std::forward<Token>(token), false, [lease](const state_ptr& s, auto done) {
           auto& m = *s->core;
-          const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : m.options().lease;
-          const std::string ms = lease.count() != 0 ? std::to_string(lease.count()) : m.lease_ms();
+          const std::chrono::milliseconds sent_lease = lease.count() != 0 ? lease : s->lease;
+          const std::string ms = std::to_string(sent_lease.count());
           const detail::steady::time_point sent = detail::steady::now();  // before: conservative
           const detail::lease_clock::ticket ticket = m.sending_lease(s, sent, sent_lease);
           m.run(m.kind().extend(m.keys(), s->token, ms), [s, done, sent, sent_lease, ticket](redisReply* r) {
@@ -1438,12 +1454,19 @@ class async_lock_object {
   /// and holds nothing afterwards (asio::error::operation_aborted).
   template <class Token>
   static auto initiate(const std::shared_ptr<async_lock_core>& on, deadline d, Token&& token) {
+    return initiate(on, d, on->options().lease, std::forward<Token>(token));
+  }
+  /// The same for a hold of `lease` (checked first: invalid_argument, nothing sent).
+  template <class Token>
+  static auto initiate(const std::shared_ptr<async_lock_core>& on, deadline d, std::chrono::milliseconds lease,
+                       Token&& token) {
+    checked_hold_lease(lease, on->options(), "async lock");
     return asio::async_initiate<Token, void(std::error_code, async_hold)>(
-        [core = on, d](auto handler) {
+        [core = on, d, lease](auto handler) {
           auto slot = asio::get_associated_cancellation_slot(handler);
           auto done = make_completion<std::error_code, async_hold>(std::move(handler), core->client().executor());
           auto op = core->acquisition(
-              d, [done](std::error_code e, async_lock_core::hold_ptr h) { done(e, async_hold(std::move(h))); });
+              d, lease, [done](std::error_code e, async_lock_core::hold_ptr h) { done(e, async_hold(std::move(h))); });
           // Before the start: the completion clears the slot, which must not be assigned after.
           if (slot.is_connected()) {
             slot.assign([w = std::weak_ptr<async_acquire_op>(op), strand = core->strand()](asio::cancellation_type) {
@@ -1484,6 +1507,19 @@ class async_mutex : public detail::async_lock_object {
   template <class Rep, class Period, class Token>
   auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
     return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// async_lock and async_try_lock_for with `lease` for this hold instead of options().lease,
+  /// as the blocking lock(lease): a hand-off gives it, renewals and async_extend() without a
+  /// lease send it. Throws invalid_argument for a lease options().lease could not be (nothing sent).
+  template <class Token>
+  auto async_lock(std::chrono::milliseconds lease, Token&& token) {
+    return initiate(core_, std::nullopt, lease, std::forward<Token>(token));
+  }
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, std::chrono::milliseconds lease,
+                          Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), lease, std::forward<Token>(token));
   }
 
  private:
@@ -1553,6 +1589,16 @@ class async_semaphore : public detail::async_lock_object {
   auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
     return initiate(core_, detail::deadline_after(timeout), std::forward<Token>(token));
   }
+  /// The same with `lease` for this permit's hold (async_mutex::async_lock(lease, token)).
+  template <class Token>
+  auto async_acquire(std::chrono::milliseconds lease, Token&& token) {
+    return initiate(core_, std::nullopt, lease, std::forward<Token>(token));
+  }
+  template <class Rep, class Period, class Token>
+  auto async_try_acquire_for(const std::chrono::duration<Rep, Period>& timeout, std::chrono::milliseconds lease,
+                             Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), lease, std::forward<Token>(token));
+  }
 
  private:
   async_semaphore(async_client& client, std::string name, std::shared_ptr<detail::async_semaphore_kind> kind,
@@ -1620,6 +1666,26 @@ class async_shared_mutex : public detail::async_lock_object {
   template <class Rep, class Period, class Token>
   auto async_try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, Token&& token) {
     return initiate(readers_, detail::deadline_after(timeout), std::forward<Token>(token));
+  }
+
+  /// The four with `lease` for this hold (async_mutex::async_lock(lease, token)).
+  template <class Token>
+  auto async_lock(std::chrono::milliseconds lease, Token&& token) {
+    return initiate(core_, std::nullopt, lease, std::forward<Token>(token));
+  }
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_for(const std::chrono::duration<Rep, Period>& timeout, std::chrono::milliseconds lease,
+                          Token&& token) {
+    return initiate(core_, detail::deadline_after(timeout), lease, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_lock_shared(std::chrono::milliseconds lease, Token&& token) {
+    return initiate(readers_, std::nullopt, lease, std::forward<Token>(token));
+  }
+  template <class Rep, class Period, class Token>
+  auto async_try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, std::chrono::milliseconds lease,
+                                 Token&& token) {
+    return initiate(readers_, detail::deadline_after(timeout), lease, std::forward<Token>(token));
   }
 
  private:

@@ -102,21 +102,43 @@ inline const char* to_string(release_status s) noexcept {
 
 namespace detail {
 
-/// The one check of a lease, whether options' (validate()) or given to extend(): it must be in
-/// (floor, max_lease] (floor: 0, or redlock's instance_timeout + drift), and a lease given to
-/// extend() on a lock with auto_renew (`renewing`: its options) not shorter than options().lease
-/// (the renewals then go on with the longer lease: watchdog::registration::hold_back).
-/// Returns the lease as a script argument. Throws invalid_argument ("<what>: ...").
+/// The one check of a lease, whether options' (validate()), one acquisition's (checked_hold_lease)
+/// or given to extend(): it must be in (floor, max_lease] (floor: 0, or redlock's
+/// instance_timeout + drift), and a lease given to extend() on a hold that auto_renew renews
+/// (`renewed`: that hold's lease, else 0) not shorter than the hold's (the renewals then go on
+/// with the longer lease: watchdog::registration::hold_back). Returns the lease as a script
+/// argument. Throws invalid_argument ("<what>: ...").
 inline std::string checked_lease(std::chrono::milliseconds lease, const char* what,
-                                 const lock_options* renewing = nullptr,
+                                 std::chrono::milliseconds renewed = std::chrono::milliseconds(0),
                                  std::chrono::milliseconds floor = std::chrono::milliseconds(0)) {
   if (lease <= floor || lease > max_lease)
     throw invalid_argument(std::string(what) + ": lease must be in (" +
                            (floor.count() == 0 ? std::string("0") : std::to_string(floor.count()) + " ms") +
                            ", max_lease] (max_lease: 30 days)");
-  if (renewing && renewing->auto_renew && lease < renewing->lease)
-    throw invalid_argument(std::string(what) + ": with auto_renew the lease cannot be shorter than options().lease");
+  if (lease < renewed)
+    throw invalid_argument(std::string(what) + ": with auto_renew the lease cannot be shorter than the hold's (" +
+                           std::to_string(renewed.count()) + " ms)");
   return std::to_string(lease.count());
+}
+
+/// The check of the lease one acquisition asks for (lock(lease), try_lock_for(timeout, lease),
+/// ...; options().lease by default): checked_lease's range, and with min_replicas longer than
+/// replica_timeout (the replicas' WAIT must end while the lease runs). Returns it as a script
+/// argument; throws invalid_argument before anything is sent.
+inline std::string checked_hold_lease(std::chrono::milliseconds lease, const lock_options& o, const char* what,
+                                      std::chrono::milliseconds floor = std::chrono::milliseconds(0)) {
+  std::string ms = checked_lease(lease, what, std::chrono::milliseconds(0), floor);
+  if (o.min_replicas > 0 && o.replica_timeout >= lease)
+    throw invalid_argument(std::string(what) + ": with min_replicas the lease must be longer than replica_timeout");
+  return ms;
+}
+
+/// The lease extend() renews to, as checked_lease: `renewed_lease` is the hold's when
+/// o.auto_renew renews it.
+inline std::string checked_extend_lease(std::chrono::milliseconds lease, const char* what, const lock_options& o,
+                                        std::chrono::milliseconds hold_lease,
+                                        std::chrono::milliseconds floor = std::chrono::milliseconds(0)) {
+  return checked_lease(lease, what, o.auto_renew ? hold_lease : std::chrono::milliseconds(0), floor);
 }
 
 /// Checks a lock's name and options (every kind's constructor). Throws invalid_argument.

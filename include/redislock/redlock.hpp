@@ -121,6 +121,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
             "redlock: on_lost without auto_renew needs a Client with watchdog() (it watches the validity)");
     }
     lease_ms_ = std::to_string(options_.lease.count());
+    hold_lease_ms_.store(options_.lease.count(), std::memory_order_relaxed);
     first_client_ = pointers.front();
     quorum_ = std::make_unique<detail::quorum<Client>>(std::move(pointers), redlock_.instance_timeout);
   }
@@ -194,8 +195,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// With auto_renew the renewals send `lease` from then on (every lease/3), as every kind's do.
   bool extend(std::chrono::milliseconds lease) {
     // A lease within instance_timeout + drift would leave no validity.
-    detail::checked_lease(lease, "redlock extend", &options_, drift(lease) + quorum_->instance_timeout());
-    require_held("extend");
+    const std::chrono::milliseconds floor = drift(lease) + quorum_->instance_timeout();
+    detail::checked_lease(lease, "redlock extend", std::chrono::milliseconds(0), floor);  // bad input first
+    require_held("extend");  // then the hold's lease is this hold's (read after held_)
+    detail::checked_extend_lease(lease, "redlock extend", options_, hold_lease(), floor);
     const hold h = current();
     renew_lease_ms_.store(lease.count(), std::memory_order_relaxed);  // rounds are numbered: order does not matter
     const steady::time_point sent = steady::now();
@@ -211,7 +214,10 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     }
     return extended;
   }
-  bool extend() { return extend(options_.lease); }
+  bool extend() {
+    require_held("extend");
+    return extend(hold_lease());
+  }
 
   /// The validity window left, computed locally: the time during which a majority certainly
   /// still holds our key (given the drift bound), from the last round that set the lease. Zero
@@ -343,13 +349,19 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   /// The drift allowance subtracted from a round's validity that sends `lease`:
   /// lease × drift_factor + drift_floor.
   std::chrono::milliseconds drift(std::chrono::milliseconds lease) const noexcept { return redlock_.drift(lease); }
-  /// The same for options().lease (what an acquisition and the renewal send).
+  /// The same for options().lease (what an acquisition without a lease of its own sends).
   std::chrono::milliseconds drift() const noexcept { return drift(options_.lease); }
   /// The current hold's token (empty when not held).
   std::string token() const { return held_.load(std::memory_order_acquire) ? current().token : std::string(); }
 
  private:
   friend class detail::timed_lockable<basic_redlock>;
+
+  // The lease of the current (or last) acquisition: options().lease unless the call gave one;
+  // extend() without an argument extends to it.
+  std::chrono::milliseconds hold_lease() const noexcept {
+    return std::chrono::milliseconds(hold_lease_ms_.load(std::memory_order_relaxed));
+  }
 
   struct hold {
     std::string token;
@@ -369,8 +381,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     };
   }
 
-  bool acquire(const detail::deadline& d) {
+  bool acquire(const detail::deadline& d, std::chrono::milliseconds lease) {
+    // A lease within instance_timeout + drift would leave no validity.
+    std::string ms = detail::checked_lease(lease, "redlock lock", std::chrono::milliseconds(0),
+                                           drift(lease) + quorum_->instance_timeout());
     if (!gate_.lock_until(d)) return false;
+    hold_lease_ms_.store(lease.count(), std::memory_order_relaxed);  // the gate holder's: its attempts send it
+    lease_ms_.swap(ms);
     bool acquired = false;
     try {
       acquired = detail::retry_until(d, options_.retry_min, options_.retry_max,
@@ -422,12 +439,13 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
         true);
     // Not closed when it succeeds: masters that answer late still get the key (more margin).
     const detail::tally t = h.acquired->wait(start + quorum_->instance_timeout(), decided());
-    const steady::time_point valid_until = start + options_.lease - drift();
+    const std::chrono::milliseconds lease = hold_lease();
+    const steady::time_point valid_until = start + lease - drift(lease);
     const bool refused = usable_refused(*h.acquired);  // a master we could not release on
     if (!refused && t.yes >= quorum_->needed() && steady::now() < valid_until) {
       {
         std::lock_guard<std::mutex> g(state_mutex_);
-        renew_lease_ms_.store(options_.lease.count(), std::memory_order_relaxed);
+        renew_lease_ms_.store(lease.count(), std::memory_order_relaxed);
         hold_ = std::move(h);
         lost_.store(false, std::memory_order_release);  // before the new end: never lost by the old one
         lost_report_.reset();
@@ -773,11 +791,11 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
     }
   }
 
-  // Extends to the renewal lease (options().lease, or what extend() set last) at a third of it
+  // Extends to the renewal lease (the hold's, or what extend() set last) at a third of it
   // after each confirmed extension; retries every lease/10 on failure until the validity
   // (whatever round set it last) runs out, then declares the hold lost.
   void renew(hold h, std::uint64_t generation) {
-    steady::time_point next = h.acquired_at + options_.lease / 3;
+    steady::time_point next = h.acquired_at + hold_lease() / 3;
     std::unique_lock<std::mutex> g(renew_mutex_);
     for (;;) {
       // An extend() may bring the next turn forward (renew_by_) while we wait.
@@ -824,7 +842,7 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
       renewal_request r;
       r.name = name_;
       r.route_key = keys_.lock;
-      r.lease = options_.lease;
+      r.lease = hold_lease();
       r.lost_flag = &lost_;
       r.on_lost = [this, token = current().token](const std::string&) {
         mark_lost_if_current(token);  // the observer hears of it too
@@ -943,8 +961,9 @@ class basic_redlock : public detail::lock_identity<detail::redlock_scripts::keys
   }
 
   redlock_options redlock_;
-  std::string lease_ms_;
-  std::atomic<std::int64_t> renew_lease_ms_{0};  // what the renewals send (ms): options().lease, or extend()'s last
+  std::string lease_ms_;                         // hold_lease() as an argument (the gate holder's)
+  std::atomic<std::int64_t> hold_lease_ms_{0};   // the current (or last) acquisition's: options().lease unless given
+  std::atomic<std::int64_t> renew_lease_ms_{0};  // what the renewals send (ms): the hold's lease, or extend()'s last
   mutable std::mutex state_mutex_;
   hold hold_;                            // under state_mutex_
   bool releasing_ = false;               // under state_mutex_: an unlock claimed hold_ (claim_release)

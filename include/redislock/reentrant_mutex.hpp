@@ -105,18 +105,24 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   /// Resets the lease to `lease` from now (server clock) if the calling thread still holds
   /// the lock; false when its lease had run out (which also marks it lost()). Throws
   /// lock_error when it holds nothing. With auto_renew the watchdog renews to `lease` from
-  /// then on, as basic_mutex::extend().
+  /// then on, as basic_mutex::extend(); extend() without an argument, to the hold's lease (that
+  /// of the thread's latest acquisition: options().lease unless the call gave one).
   bool extend(std::chrono::milliseconds lease) {
-    const std::string ms = detail::checked_lease(lease, "extend", &options_);
+    detail::checked_lease(lease, "extend");  // bad input first, held or not (every kind alike)
     require_held("extend");
-    const auto keeper = owners_.mine().lease;  // this thread's hold: no other thread releases it
+    const hold h = owners_.mine();  // this thread's hold: no other thread releases it
+    const std::string ms = detail::checked_extend_lease(lease, "extend", options_, h.leased);
+    const auto keeper = h.lease;
     const bool ours = keeper->extend(lease, [&] {
       return run_integer(detail::reentrant_scripts::extend(), {owners_.owner_id(), ms}) == 1;
     });
     if (!ours) keeper->mark_lost();
     return ours;
   }
-  bool extend() { return extend(options_.lease); }
+  bool extend() {
+    require_held("extend");
+    return extend(owners_.mine().leased);
+  }
 
   /// The calling thread's remaining lease per the server; zero when it holds nothing.
   std::chrono::milliseconds remaining_lease() {
@@ -179,6 +185,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     }
     std::int64_t count = 0;
     std::uint64_t fence = 0;
+    std::chrono::milliseconds leased{0};  // the lease of its latest acquisition (each one sets it)
     // Made by the owner's first acquisition, then kept: the watchdog points into it.
     std::shared_ptr<detail::lease_keeper> lease;
   };
@@ -193,16 +200,17 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   // Thrown by queue_attempt() when a re-entry finds the thread's hold gone (nothing changed).
   struct hold_gone {};
 
-  bool acquire(const detail::deadline& d) {
+  bool acquire(const detail::deadline& d, std::chrono::milliseconds lease) {
+    const std::string ms = detail::checked_hold_lease(lease, options_, "lock");
     hold h = owners_.mine();
     const std::string owner = owners_.owner_id();
     const std::string count = std::to_string(h.count + 1);
     detail::steady::time_point sent;  // the lease starts no earlier
-    auto attempt = [&] { return wait_for_lock(d, owner, count, h.count == 0, sent); };
+    auto attempt = [&] { return wait_for_lock(d, owner, count, h.count == 0, lease, ms, sent); };
     try {
-      // A re-entry sets the lease to options().lease again: as an extend() to it, so that the
-      // renewals (auto_renew) send that lease and count from it, not a longer extend()'s.
-      if (!(h.count > 0 && h.lease ? h.lease->extend(options_.lease, attempt) : attempt())) return false;
+      // A re-entry sets the lease to its own again: as an extend() to it, so that the renewals
+      // (auto_renew) send that lease and count from it, not a longer extend()'s.
+      if (!(h.count > 0 && h.lease ? h.lease->extend(lease, attempt) : attempt())) return false;
     } catch (const hold_gone&) {
       // Someone else may have held the lock since: the outer hold's critical section was not
       // continuous, so the re-entry must not make it look so.
@@ -211,21 +219,23 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
                        "' refused: this thread's hold was lost (its lease ran out or it was force-released)");
     }
     const bool outermost = ++h.count == 1;
+    h.leased = lease;
     if (outermost) {
       h.fence = 0;  // drawn on demand (fencing_token())
       if (!h.lease) {
         h.lease = std::make_shared<detail::lease_keeper>();
-        h.lease->describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
+        h.lease->describe(detail::describe(*this, lock_mode::exclusive));
       }
-      h.lease->acquired(sent, options_.lease);
+      h.lease->acquired(sent, lease);
     }
     owners_.set_mine(h);
     if (outermost) {
       const detail::renewal_target renewal{
-          &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, keys_.lease_ms}, 1};
+          &detail::reentrant_scripts::extend(), {keys_.lock, keys_.fence}, {owner, ms}, 1};
       auto drop = [this]() noexcept { this->unlock(); };
-      if (options_.auto_renew) this->start_or_drop([&] { sent = confirm_late_hand_off(owner, sent, *h.lease); }, drop);
-      this->start_hold(*h.lease, renewal, d, sent, drop);
+      if (options_.auto_renew)
+        this->start_or_drop([&] { sent = confirm_late_hand_off(owner, sent, lease, ms, *h.lease); }, drop);
+      this->start_hold(*h.lease, lease, renewal, d, sent, drop);
     }
     return true;
   }
@@ -260,8 +270,9 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   // `owner`) or the holder's lease runs out. Leave the queue when the deadline passes or the
   // wait throws, so nobody hands us the lock after we gave up. `fresh`: an outermost
   // acquisition (the thread holds nothing), whose owner name may change when it gives up.
+  // `lease` (`ms`: as a script argument) is the acquisition's.
   bool wait_for_lock(const detail::deadline& d, const std::string& owner, const std::string& count, bool fresh,
-                     detail::steady::time_point& sent) {
+                     std::chrono::milliseconds lease, const std::string& ms, detail::steady::time_point& sent) {
     waiting_thread& w = this_waiting_thread();
     const std::string channel = keys_.waiter_prefix + owner.substr(0, owner.rfind(':'));
     // A notice for an earlier wait (read too late) names an earlier generation, and whatever is
@@ -275,7 +286,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
       const bool may_queue_now = (options_.fair || w.waited_last) && w.channel.active() && !detail::passed(d);
       const bool queue_now = !std::exchange(first, false) || may_queue_now;
       queued = queued || queue_now;
-      auto r = queue_attempt(owner, count, queue_now ? "wait" : "try", w, sent);
+      auto r = queue_attempt(owner, count, ms, queue_now ? "wait" : "try", w, sent);
       if (!queue_now) won_first = !r;
       return r;
     };
@@ -283,7 +294,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
       if (!sub.take_message(owner)) return false;  // a late notice for an earlier acquisition
       // The release made us the holder, with a lease that runs at least from our first "wait";
       // read late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
-      if (detail::hand_off_needs_confirming(w.first_wait_sent, options_.lease)) return false;
+      if (detail::hand_off_needs_confirming(w.first_wait_sent, lease)) return false;
       sent = *w.first_wait_sent;
       return true;
     };
@@ -296,7 +307,7 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     } catch (const hold_gone&) {
       throw;  // a re-entry's first attempt: nothing was queued or changed
     } catch (...) {
-      if (queued) leave_after_failure(owner, count, fresh, w);
+      if (queued) leave_after_failure(owner, count, ms, fresh, w);
       throw;
     }
     w.waited_last = !won_first;
@@ -306,9 +317,9 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     {
       const detail::call_deadline::cleanup_budget cleanup;
       try {
-        if (!queue_attempt(owner, count, "leave", w, sent)) return true;
+        if (!queue_attempt(owner, count, ms, "leave", w, sent)) return true;
       } catch (...) {
-        leave_after_failure(owner, count, fresh, w);
+        leave_after_failure(owner, count, ms, fresh, w);
         throw;
       }
     }
@@ -318,13 +329,14 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
     return false;
   }
 
-  void leave_after_failure(const std::string& owner, const std::string& count, bool fresh, waiting_thread& w) noexcept {
+  void leave_after_failure(const std::string& owner, const std::string& count, const std::string& ms, bool fresh,
+                           waiting_thread& w) noexcept {
     const detail::call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     try {
       detail::steady::time_point sent;
       if (fresh) {
         // We are failing: a hand-off that reached us meanwhile is passed on.
-        if (!queue_attempt(owner, count, "leave", w, sent)) run_release(owner, 0);
+        if (!queue_attempt(owner, count, ms, "leave", w, sent)) run_release(owner, 0);
       } else {
         // A re-entry (never queued: acquire() answers it at once): the thread still counts its
         // outer holds, so its hold, if the attempt ran, goes back to that count, never released;
@@ -345,14 +357,14 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   // mode: "wait", "try" or "leave" (reentrant_scripts::acquire). nullopt when acquired (then
   // `sent` is the attempt's send time), otherwise the holder's remaining lease (< 0: unknown).
   std::optional<std::chrono::milliseconds> queue_attempt(const std::string& owner, const std::string& count,
-                                                         std::string_view mode, waiting_thread& w,
-                                                         detail::steady::time_point& sent) {
+                                                         const std::string& ms, std::string_view mode,
+                                                         waiting_thread& w, detail::steady::time_point& sent) {
     const detail::steady::time_point now = detail::steady::now();
     if (mode == "wait" && !w.first_wait_sent) w.first_wait_sent = now;  // a hand-off's lease starts after it
     const auto [ok, value] = this->run_on_lock([&](connection& c) {
       reply_ptr r = detail::reentrant_scripts::acquire().run(
           c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
-          {owner, keys_.lease_ms, count, mode, options_.fair ? "1" : "0", keys_.wait_lease_ms, keys_.waiter_prefix});
+          {owner, ms, count, mode, options_.fair ? "1" : "0", keys_.wait_lease_ms, keys_.waiter_prefix});
       return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
     });
     if (ok == 2) throw hold_gone{};
@@ -366,11 +378,12 @@ class basic_reentrant_mutex : public detail::lock_core<Client, detail::reentrant
   // watchdog (and lost(), by the clock) would count the fresh hold as about to run out, so one
   // owner-checked extend restarts the count from now. Returns when the lease now counts from.
   detail::steady::time_point confirm_late_hand_off(const std::string& owner, detail::steady::time_point sent,
-                                                   detail::lease_keeper& lease) {
+                                                   std::chrono::milliseconds lease, const std::string& ms,
+                                                   detail::lease_keeper& keeper) {
     const detail::steady::time_point now = detail::steady::now();
-    if (sent + options_.lease - options_.lease / 3 > now) return sent;
-    if (run_integer(detail::reentrant_scripts::extend(), {owner, keys_.lease_ms}) == 1) return now;
-    lease.mark_lost();  // it ran out before we could renew it: the holder must know
+    if (sent + lease - lease / 3 > now) return sent;
+    if (run_integer(detail::reentrant_scripts::extend(), {owner, ms}) == 1) return now;
+    keeper.mark_lost();  // it ran out before we could renew it: the holder must know
     return sent;
   }
 

@@ -87,6 +87,21 @@ class basic_semaphore : public detail::object_hold<basic_semaphore<Client>, Clie
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     return this->try_lock_until(deadline);
   }
+  /// The same with `lease` for this permit's hold instead of options().lease (lock(lease)).
+  template <class Rep, class Period>
+  void acquire(const std::chrono::duration<Rep, Period>& lease) {
+    this->lock(lease);
+  }
+  template <class Rep, class Period, class LeaseRep, class LeasePeriod>
+  bool try_acquire_for(const std::chrono::duration<Rep, Period>& timeout,
+                       const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return this->try_lock_for(timeout, lease);
+  }
+  template <class Clock, class Duration, class LeaseRep, class LeasePeriod>
+  bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline,
+                         const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return this->try_lock_until(deadline, lease);
+  }
   /// Gives the permit back (unlock()): never throws; the outcome is in last_release()
   /// (unlock_and_report() returns it, and throws when Redis could not be asked).
   void release() noexcept { this->unlock(); }

@@ -161,10 +161,10 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   /// Renews the calling thread's write hold to `lease` from now (server clock); false when its
   /// lease had run out (which also marks it lost()). Throws lock_error when it does not write.
   bool extend(std::chrono::milliseconds lease) { return renew(lease, true); }
-  bool extend() { return extend(options_.lease); }
+  bool extend() { return extend(side_lease(true)); }
   /// Renews the calling thread's read hold (all its nested reads: one lease per owner).
   bool extend_shared(std::chrono::milliseconds lease) { return renew(lease, false); }
-  bool extend_shared() { return extend_shared(options_.lease); }
+  bool extend_shared() { return extend_shared(side_lease(false)); }
 
   /// What is left of the calling thread's write / read lease per the server; zero when none.
   std::chrono::milliseconds remaining_lease() { return remaining(owners_.mine().writing, "write"); }
@@ -241,6 +241,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     std::int64_t reads = 0;
     bool writing = false;
     std::uint64_t fence = 0;
+    // The lease of each side's latest acquisition (options().lease unless the call gave one).
+    std::chrono::milliseconds write_lease{0}, read_lease{0};
     // The number of the wait that began the current read hold (the server's g:<owner>): its
     // releases name it, so a late release of an earlier read hold never ends this one.
     std::string read_hold;
@@ -251,24 +253,31 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     std::shared_ptr<detail::subscriber::subscription> channel;
   };
 
-  bool acquire(const detail::deadline& d) {
+  bool acquire(const detail::deadline& d, std::chrono::milliseconds lease) {
+    const std::string ms = detail::checked_hold_lease(lease, options_, "lock");
     if (owners_.mine().reads > 0)
       throw lock_error("lock: upgrade refused: this thread holds a read hold on shared lock '" + name_ + "'");
     if (owners_.mine().writing)
       throw lock_error("lock: this thread already holds the write lock on '" + name_ + "' (not recursive)");
     return attempt_until(
-        d, 'w', "1",
-        [](hold& h) {
+        d, 'w', "1", lease, ms,
+        [lease](hold& h) {
           h.writing = true;
+          h.write_lease = lease;
           return &h.lease->write;
         },
         "write");
   }
 
-  bool acquire_shared(const detail::deadline& d) {
+  bool acquire_shared(const detail::deadline& d, std::chrono::milliseconds lease) {
+    const std::string ms = detail::checked_hold_lease(lease, options_, "lock_shared");
     return attempt_until(
-        d, 'r', std::to_string(owners_.mine().reads + 1),
-        [](hold& h) -> detail::lease_keeper* { return ++h.reads == 1 ? &h.lease->read : nullptr; }, "read");
+        d, 'r', std::to_string(owners_.mine().reads + 1), lease, ms,
+        [lease](hold& h) -> detail::lease_keeper* {
+          h.read_lease = lease;
+          return ++h.reads == 1 ? &h.lease->read : nullptr;
+        },
+        "read");
   }
 
   // Attempts return nullopt when they acquired, else how long until a blocking hold may lapse.
@@ -282,10 +291,11 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // channel: no attempt needed) or a blocking hold may have lapsed. Leave the queue when the
   // deadline passes or the wait throws, so nobody admits us after we gave up.
   // on_acquired(hold&) updates the hold and returns the side's lease keeper when a new hold
-  // on that side began (renewed from now on), nullptr for a nested read.
+  // on that side began (renewed from now on), nullptr for a nested read. `lease` (`ms`: as a
+  // script argument) is the acquisition's.
   template <class OnAcquired>
-  bool attempt_until(const detail::deadline& d, char side, const std::string& count, OnAcquired on_acquired,
-                     const char* side_name) {
+  bool attempt_until(const detail::deadline& d, char side, const std::string& count, std::chrono::milliseconds lease,
+                     const std::string& ms, OnAcquired on_acquired, const char* side_name) {
     const std::string owner = owners_.owner_id();
     hold mine = owners_.mine();
     // A nested read continues the thread's read hold, a downgrade its write hold: either must
@@ -314,13 +324,13 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       queued = queued || queue;
       sent = detail::steady::now();
       if (queue && !first_wait_sent) first_wait_sent = sent;
-      return send_attempt(owner, queue ? "wait" : "try", side, wait, count, continues);
+      return send_attempt(owner, ms, queue ? "wait" : "try", side, wait, count, continues);
     };
     auto handed_over = [&](detail::subscriber::subscription& s) {
       if (!s.take_message(notice)) return false;
       // The release admitted us, with a lease that runs at least from our first "wait"; read
       // late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
-      if (detail::hand_off_needs_confirming(first_wait_sent, options_.lease)) return false;
+      if (detail::hand_off_needs_confirming(first_wait_sent, lease)) return false;
       sent = *first_wait_sent;
       return true;
     };
@@ -335,17 +345,17 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       // and otherwise leaves the queue (admitting the readers we held back).
       if (!got && queued) {
         leaving.emplace();
-        got = !send_attempt(owner, "leave", side, wait, count, continues);
+        got = !send_attempt(owner, ms, "leave", side, wait, count, continues);
         leaving.reset();
       }
       return got;
     };
     bool acquired = false;
     try {
-      // A nested read sets the read lease to options().lease again: as an extend_shared() to
-      // it, so that the renewals (auto_renew) send that lease and count from it.
-      acquired = side == 'r' && mine.reads > 0 && mine.lease ? mine.lease->read.extend(options_.lease, acquire_now)
-                                                             : acquire_now();
+      // A nested read sets the read lease to its own again: as an extend_shared() to it, so
+      // that the renewals (auto_renew) send that lease and count from it.
+      acquired =
+          side == 'r' && mine.reads > 0 && mine.lease ? mine.lease->read.extend(lease, acquire_now) : acquire_now();
     } catch (const hold_gone&) {
       // Someone else may have held the lock since: the critical section the continued hold
       // guards was not continuous, so this acquisition must not make it look so.
@@ -355,20 +365,20 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
                        name_ + "' refused: this thread's " + (continues == "w" ? "write" : "read") +
                        " hold was lost (its lease ran out or it was force-released)");
     } catch (...) {
-      if (queued || !continues.empty()) leave_after_failure(owner, side, wait, count, continues);
+      if (queued || !continues.empty()) leave_after_failure(owner, ms, side, wait, count, continues);
       throw;
     }
     if (!acquired) return false;
     hold h = owners_.mine();
     if (!h.lease) {
       h.lease = std::make_shared<leases>();
-      h.lease->write.describe(detail::describe(*this, lock_mode::exclusive), options_.lease);
-      h.lease->read.describe(detail::describe(*this, lock_mode::shared), options_.lease);
+      h.lease->write.describe(detail::describe(*this, lock_mode::exclusive));
+      h.lease->read.describe(detail::describe(*this, lock_mode::shared));
     }
     if (h.idle()) h.fence = 0;  // a new hold: its token is drawn on demand (fencing_token())
     detail::lease_keeper* began = on_acquired(h);
     if (began == &h.lease->read) h.read_hold = wait;
-    if (began != nullptr) began->acquired(sent, options_.lease);
+    if (began != nullptr) began->acquired(sent, lease);
     owners_.set_mine(h);
     if (began != nullptr) {
       const bool write = began == &h.lease->write;
@@ -380,24 +390,24 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
       const std::string number = write ? "" : wait;
       const detail::renewal_target renewal{&detail::shared_scripts::extend(),
                                            {keys_.lock, keys_.fence},
-                                           {owner, keys_.channel, keys_.lease_ms, side_name, number},
+                                           {owner, keys_.channel, ms, side_name, number},
                                            2};
       if (options_.auto_renew)
-        this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, number, sent); }, drop);
-      this->start_hold(*began, renewal, d, sent, drop);
+        this->start_or_drop([&] { sent = confirm_late_handoff(*began, owner, side_name, number, lease, ms, sent); },
+                            drop);
+      this->start_hold(*began, lease, renewal, d, sent, drop);
     }
     return true;
   }
 
   // mode: "wait", "try" or "leave" (see shared_scripts::acquire).
-  attempt_result send_attempt(const std::string& owner, std::string_view mode, char side, const std::string& wait,
-                              const std::string& count, const std::string& continues) {
+  attempt_result send_attempt(const std::string& owner, const std::string& ms, std::string_view mode, char side,
+                              const std::string& wait, const std::string& count, const std::string& continues) {
     const std::string_view side_arg = side == 'w' ? "w" : "r";
     const auto [ok, value] = this->run_on_lock([&](connection& c) {
-      reply_ptr r =
-          detail::shared_scripts::acquire().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
-                                                {owner, keys_.channel, keys_.lease_ms, mode, options_.fair ? "1" : "0",
-                                                 keys_.wait_lease_ms, side_arg, wait, count, continues});
+      reply_ptr r = detail::shared_scripts::acquire().run(c, {keys_.lock, keys_.fence, keys_.queue, keys_.waiters},
+                                                          {owner, keys_.channel, ms, mode, options_.fair ? "1" : "0",
+                                                           keys_.wait_lease_ms, side_arg, wait, count, continues});
       return std::pair{detail::as_integer(detail::element(*r, 0)), detail::as_integer(detail::element(*r, 1))};
     });
     if (ok == -1)
@@ -414,8 +424,8 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // notice for it is ever taken for its own (a hold handed to it meanwhile lapses with its lease).
   // A nested read (never queued: the script answers it at once) instead puts the count back
   // to what the thread still holds, if its attempt ran: the outer read hold is never released.
-  void leave_after_failure(const std::string& owner, char side, const std::string& wait, const std::string& count,
-                           const std::string& continues) noexcept {
+  void leave_after_failure(const std::string& owner, const std::string& ms, char side, const std::string& wait,
+                           const std::string& count, const std::string& continues) noexcept {
     const detail::call_deadline::cleanup_budget cleanup;  // not cut by the failing call's deadline
     try {
       if (continues.size() > 1) {
@@ -423,7 +433,7 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
                     {owner, keys_.channel, std::to_string(std::stoll(count) - 1), continues.substr(1)});
         return;
       }
-      if (send_attempt(owner, "leave", side, wait, count, continues)) return;
+      if (send_attempt(owner, ms, "leave", side, wait, count, continues)) return;
       if (side == 'w') run_integer(detail::shared_scripts::release(), {owner, keys_.channel});
       else run_integer(detail::shared_scripts::release_shared(), {owner, keys_.channel, "0", wait});
       return;
@@ -457,14 +467,14 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
   // old: when that leaves less than a third of the lease, the watchdog (and lost(), by the
   // clock) would count the fresh hold as about to run out, so one owner-checked extend restarts
   // the count from now (as basic_mutex::start_renewal). Returns the time the lease counts from.
-  detail::steady::time_point confirm_late_handoff(detail::lease_keeper& lease, const std::string& owner,
+  detail::steady::time_point confirm_late_handoff(detail::lease_keeper& keeper, const std::string& owner,
                                                   const char* side_name, const std::string& number,
+                                                  std::chrono::milliseconds lease, const std::string& ms,
                                                   detail::steady::time_point sent) {
     const detail::steady::time_point now = detail::steady::now();
-    if (sent + options_.lease - options_.lease / 3 > now) return sent;
-    if (run_integer(detail::shared_scripts::extend(), {owner, keys_.channel, keys_.lease_ms, side_name, number}) == 1)
-      return now;
-    lease.mark_lost();  // it ran out before we could renew it: the holder must know
+    if (sent + lease - lease / 3 > now) return sent;
+    if (run_integer(detail::shared_scripts::extend(), {owner, keys_.channel, ms, side_name, number}) == 1) return now;
+    keeper.mark_lost();  // it ran out before we could renew it: the holder must know
     return sent;
   }
 
@@ -475,9 +485,10 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
 
   bool renew(std::chrono::milliseconds lease, bool write) {
     const char* what = write ? "extend" : "extend_shared";
-    const std::string ms = detail::checked_lease(lease, what, &options_);
+    detail::checked_lease(lease, what);  // bad input first, held or not (every kind alike)
     const hold h = owners_.mine();
     detail::require_held(write ? h.writing : h.reads > 0, what, name_, "this thread on that side");
+    const std::string ms = detail::checked_extend_lease(lease, what, options_, write ? h.write_lease : h.read_lease);
     detail::lease_keeper& keeper = write ? h.lease->write : h.lease->read;
     const bool ours = keeper.extend(lease, [&] {
       return run_integer(detail::shared_scripts::extend(),
@@ -486,6 +497,14 @@ class basic_shared_mutex : public detail::lock_core<Client, detail::shared_scrip
     });
     if (!ours) keeper.mark_lost();
     return ours;
+  }
+
+  // The lease extend() (extend_shared()) renews to: that of the calling thread's latest
+  // acquisition on the side, options().lease while it holds nothing there (renew() refuses).
+  std::chrono::milliseconds side_lease(bool write) const {
+    const hold h = owners_.mine();
+    const std::chrono::milliseconds l = write ? h.write_lease : h.read_lease;
+    return l.count() > 0 ? l : options_.lease;
   }
 
   // The calling thread's write (read) hold, readable from another thread (detail/hold_watch.hpp).

@@ -139,12 +139,9 @@ class lease_keeper {
   lease_keeper(const lease_keeper&) = delete;
   lease_keeper& operator=(const lease_keeper&) = delete;
 
-  /// Names the lock and side in lost_events (the lock outlives the keeper's holds); `lease`:
-  /// the lock's. Called once, before the first hold.
-  void describe(lock_event what, std::chrono::milliseconds lease) noexcept {
-    what_ = what;
-    lease_ = lease;
-  }
+  /// Names the lock and side in lost_events (the lock outlives the keeper's holds). Called
+  /// once, before the first hold.
+  void describe(lock_event what) noexcept { what_ = what; }
 
   /// A new hold was granted with `lease` by the command sent at `sent` (the previous hold's
   /// registration is gone): it is not lost, and its lease counts from `sent`
@@ -155,6 +152,7 @@ class lease_keeper {
       ++hold_;  // an extend of an earlier hold answered late counts for nothing (count())
       clock_ = lease_clock();
       clock_.confirmed(sent, lease);
+      lease_.store(lease.count(), std::memory_order_relaxed);
       valid_until_.store(clock_.until().time_since_epoch().count(), std::memory_order_release);
     }
     lost_.store(false, std::memory_order_release);
@@ -163,19 +161,20 @@ class lease_keeper {
                    std::memory_order_relaxed);
   }
 
-  /// Hands the hold to the client's watchdog: with o.auto_renew to be renewed; else, when
-  /// o.on_lost is set, to be watched (on_lost once the lease has run out by the clock; no
-  /// thread per hold: the client's watchdog thread). `confirmed` is the local send time of the
-  /// command that set the lease. Throws what watchdog::add throws.
+  /// Hands the hold to the client's watchdog: with o.auto_renew to be renewed to `lease` (the
+  /// hold's: options().lease unless its acquisition gave one); else, when o.on_lost is set, to
+  /// be watched (on_lost once the lease has run out by the clock; no thread per hold: the
+  /// client's watchdog thread). `confirmed` is the local send time of the command that set the
+  /// lease. Throws what watchdog::add throws.
   template <class Client>
-  void start(Client& client, const lock_options& o, const std::string& name, const std::string& route_key,
-             renewal_target target, std::chrono::steady_clock::time_point confirmed) {
+  void start(Client& client, const lock_options& o, std::chrono::milliseconds lease, const std::string& name,
+             const std::string& route_key, renewal_target target, std::chrono::steady_clock::time_point confirmed) {
     if constexpr (has_watchdog<Client>::value) {
       if (!o.auto_renew && !o.on_lost) return;
       renewal_request r;
       r.name = name;
       r.route_key = route_key;
-      r.lease = o.lease;
+      r.lease = lease;
       r.confirmed = confirmed;
       r.lost_flag = &lost_;
       r.on_lost = o.on_lost;
@@ -193,7 +192,7 @@ class lease_keeper {
           if (user) user(n);
         };
       }
-      if (o.auto_renew) valid_until_.store((confirmed + o.lease).time_since_epoch().count(), std::memory_order_release);
+      if (o.auto_renew) valid_until_.store((confirmed + lease).time_since_epoch().count(), std::memory_order_release);
       try {
         watchdog::registration added = client.watchdog().add(std::move(r));
         std::lock_guard<std::mutex> g(renewal_mutex_);
@@ -351,14 +350,15 @@ class lease_keeper {
     std::optional<std::chrono::steady_clock::time_point> end;  // unknown: granted while nobody observed
     if (until != never) end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
     else if (started != 0)
-      end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(started)) + lease_;
+      end = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(started)) +
+            std::chrono::milliseconds(lease_.load(std::memory_order_relaxed));
     lost_report_.note(what_, end);
   }
 
   mutable std::atomic<bool> lost_{false};
   lock_event what_;
-  std::chrono::milliseconds lease_{0};
-  std::atomic<ticks> started_{0};  // when the hold was granted, if observed
+  std::atomic<std::chrono::milliseconds::rep> lease_{0};  // the current hold's (acquired())
+  std::atomic<ticks> started_{0};                         // when the hold was granted, if observed
   mutable lost_reporter lost_report_;
   // The lease's end by the clock while held (the watchdog's while renewed, else clock_'s);
   // never otherwise.

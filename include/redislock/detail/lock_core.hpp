@@ -119,11 +119,11 @@ class lock_core : public lock_identity<Keys> {
   /// fails, `drop` (the kind's noexcept unlock of this hold) releases it and the error is
   /// rethrown: a hold we could not make safe or promised to renew is not kept.
   template <class Drop>
-  void start_hold(lease_keeper& lease, const renewal_target& renewal, const deadline& d, steady::time_point sent,
-                  Drop&& drop) {
+  void start_hold(lease_keeper& keeper, std::chrono::milliseconds lease, const renewal_target& renewal,
+                  const deadline& d, steady::time_point sent, Drop&& drop) {
     require_replicas(client_, this->options_, this->name_, this->keys_.lock, renewal, d, drop);
-    this->start_or_drop([&] { lease.start(client_, this->options_, this->name_, this->keys_.lock, renewal, sent); },
-                        drop);
+    this->start_or_drop(
+        [&] { keeper.start(client_, this->options_, lease, this->name_, this->keys_.lock, renewal, sent); }, drop);
   }
 
   /// client_.run(key(), f), for every command of this lock: a WRONGTYPE refusal becomes the

@@ -3,9 +3,11 @@
 /// @brief The standard Lockable / TimedLockable (and shared) member functions, written once.
 ///
 /// A lock class derives from timed_lockable<Self> (and shared_timed_lockable<Self>) and
-/// provides acquire(deadline) / unlock_and_report() (and acquire_shared /
+/// provides options(), acquire(deadline, lease) / unlock_and_report() (and acquire_shared /
 /// unlock_shared_and_report()): acquire returns true when it got the lock before the deadline
-/// (none: wait forever), unlock_and_report returns a release_status and may throw. acquire
+/// (none: wait forever) for a hold of `lease` (options().lease unless the call gave one; the
+/// kind checks it with checked_hold_lease), unlock_and_report returns a release_status and may
+/// throw. acquire
 /// may be private if the mixin is a friend. unlock() and unlock_shared() are the noexcept
 /// wrappers of the reporting ones, written here once for every kind.
 ///
@@ -51,7 +53,30 @@ class timed_lockable {
   /// reached (an attempt never hangs beyond the client's timeouts).
   void lock() {
     const cancel_scope uncancellable(nullptr);  // never cancelled, even within a cancellable call (an observer's)
-    observed(true, [&] { return self().acquire(std::nullopt); });
+    observed(true, [&] { return self().acquire(std::nullopt, default_lease()); });
+  }
+
+  /// As lock(), try_lock_for() and try_lock_until(), with `lease` for this hold instead of
+  /// options().lease: the acquisition (a hand-off too) sets it, auto_renew renews to it and
+  /// extend() without an argument extends to it, until the release; the next acquisition
+  /// starts from options().lease again. Checked as options().lease is (in (0, max_lease];
+  /// longer than replica_timeout with min_replicas; a Redlock's longer than instance_timeout +
+  /// drift): invalid_argument before anything is sent. Whole milliseconds: a finer duration
+  /// does not compile.
+  template <class Rep, class Period>
+  void lock(const std::chrono::duration<Rep, Period>& lease) {
+    const cancel_scope uncancellable(nullptr);  // never cancelled, even within a cancellable call (an observer's)
+    observed(true, [&] { return self().acquire(std::nullopt, std::chrono::milliseconds(lease)); });
+  }
+  template <class Rep, class Period, class LeaseRep, class LeasePeriod>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout,
+                    const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return uncancellable(deadline_after(timeout), true, std::chrono::milliseconds(lease));
+  }
+  template <class Clock, class Duration, class LeaseRep, class LeasePeriod>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time,
+                      const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return uncancellable(deadline_at(abs_time), true, std::chrono::milliseconds(lease));
   }
 
   /// One attempt, no waiting: true when acquired.
@@ -62,16 +87,16 @@ class timed_lockable {
   /// its own budget on top: call_deadline::cleanup_time plus one connect timeout.
   /// At the deadline they return false, or throw the error that kept them from finishing
   /// (connection_error, timeout_error).
-  bool try_lock() { return uncancellable(steady::now(), false); }
+  bool try_lock() { return uncancellable(steady::now(), false, default_lease()); }
 
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return uncancellable(deadline_after(timeout), true);  // a huge timeout waits indefinitely
+    return uncancellable(deadline_after(timeout), true, default_lease());  // a huge timeout waits indefinitely
   }
 
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
-    return uncancellable(deadline_at(abs_time), true);
+    return uncancellable(deadline_at(abs_time), true, default_lease());
   }
 
   /// As lock(), try_lock_for() and try_lock_until(), and another thread can end the wait with
@@ -80,17 +105,18 @@ class timed_lockable {
   /// already: false at once, nothing sent. true: acquired.
   [[nodiscard]] bool lock(const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return observed(true, [&] { return self().acquire(std::nullopt); }); }, [this] { unlock(); });
+        cancel, [&] { return observed(true, [&] { return self().acquire(std::nullopt, default_lease()); }); },
+        [this] { unlock(); });
   }
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return timed_acquire(deadline_after(timeout), true); }, [this] { unlock(); });
+        cancel, [&] { return timed_acquire(deadline_after(timeout), true, default_lease()); }, [this] { unlock(); });
   }
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& abs_time, const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return timed_acquire(deadline_at(abs_time), true); }, [this] { unlock(); });
+        cancel, [&] { return timed_acquire(deadline_at(abs_time), true, default_lease()); }, [this] { unlock(); });
   }
 #if defined(__cpp_lib_jthread)
   /// The same with a std::stop_token (C++20): a stop request cancels the wait.
@@ -127,16 +153,17 @@ class timed_lockable {
  private:
   Self& self() { return static_cast<Self&>(*this); }
   const Self& self_const() const { return static_cast<const Self&>(*this); }
+  std::chrono::milliseconds default_lease() const { return self_const().options().lease; }
   // Every command of the call, its retries and reconnects included, ends by `d` plus one
   // connect timeout (detail/call_deadline.hpp).
-  bool timed_acquire(const deadline& d, bool may_wait) {
+  bool timed_acquire(const deadline& d, bool may_wait, std::chrono::milliseconds lease) {
     const call_deadline scope(d);
-    return observed(may_wait, [&] { return self().acquire(d); });
+    return observed(may_wait, [&] { return self().acquire(d, lease); });
   }
   // A call without a token, also within a cancellable one (an observer's): never cancelled.
-  bool uncancellable(const deadline& d, bool may_wait) {
+  bool uncancellable(const deadline& d, bool may_wait, std::chrono::milliseconds lease) {
     const cancel_scope none(nullptr);
-    return timed_acquire(d, may_wait);
+    return timed_acquire(d, may_wait, lease);
   }
   template <class Acquire>
   bool observed(bool may_wait, Acquire&& acquire) {
@@ -166,35 +193,54 @@ class shared_timed_lockable {
  public:
   void lock_shared() {
     const cancel_scope uncancellable(nullptr);  // as timed_lockable::lock()
-    observed(true, [&] { return self().acquire_shared(std::nullopt); });
+    observed(true, [&] { return self().acquire_shared(std::nullopt, default_lease()); });
   }
-  bool try_lock_shared() { return uncancellable_shared(steady::now(), false); }
+  bool try_lock_shared() { return uncancellable_shared(steady::now(), false, default_lease()); }
 
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return uncancellable_shared(deadline_after(timeout), true);
+    return uncancellable_shared(deadline_after(timeout), true, default_lease());
   }
 
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time) {
-    return uncancellable_shared(deadline_at(abs_time), true);
+    return uncancellable_shared(deadline_at(abs_time), true, default_lease());
+  }
+
+  /// The shared side's calls with a lease for this hold, as timed_lockable's.
+  template <class Rep, class Period>
+  void lock_shared(const std::chrono::duration<Rep, Period>& lease) {
+    const cancel_scope uncancellable(nullptr);  // as timed_lockable::lock()
+    observed(true, [&] { return self().acquire_shared(std::nullopt, std::chrono::milliseconds(lease)); });
+  }
+  template <class Rep, class Period, class LeaseRep, class LeasePeriod>
+  bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout,
+                           const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return uncancellable_shared(deadline_after(timeout), true, std::chrono::milliseconds(lease));
+  }
+  template <class Clock, class Duration, class LeaseRep, class LeasePeriod>
+  bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time,
+                             const std::chrono::duration<LeaseRep, LeasePeriod>& lease) {
+    return uncancellable_shared(deadline_at(abs_time), true, std::chrono::milliseconds(lease));
   }
 
   /// The shared side's cancellable calls, as timed_lockable's.
   [[nodiscard]] bool lock_shared(const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return observed(true, [&] { return self().acquire_shared(std::nullopt); }); },
+        cancel, [&] { return observed(true, [&] { return self().acquire_shared(std::nullopt, default_lease()); }); },
         [this] { unlock_shared(); });
   }
   template <class Rep, class Period>
   bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& timeout, const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return timed_acquire_shared(deadline_after(timeout), true); }, [this] { unlock_shared(); });
+        cancel, [&] { return timed_acquire_shared(deadline_after(timeout), true, default_lease()); },
+        [this] { unlock_shared(); });
   }
   template <class Clock, class Duration>
   bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& abs_time, const cancel_token& cancel) {
     return run_cancellable(
-        cancel, [&] { return timed_acquire_shared(deadline_at(abs_time), true); }, [this] { unlock_shared(); });
+        cancel, [&] { return timed_acquire_shared(deadline_at(abs_time), true, default_lease()); },
+        [this] { unlock_shared(); });
   }
 #if defined(__cpp_lib_jthread)
   [[nodiscard]] bool lock_shared(const std::stop_token& stop) {
@@ -222,13 +268,15 @@ class shared_timed_lockable {
 
  private:
   Self& self() { return static_cast<Self&>(*this); }
-  bool timed_acquire_shared(const deadline& d, bool may_wait) {  // as timed_lockable::timed_acquire
+  std::chrono::milliseconds default_lease() const { return static_cast<const Self&>(*this).options().lease; }
+  // As timed_lockable::timed_acquire.
+  bool timed_acquire_shared(const deadline& d, bool may_wait, std::chrono::milliseconds lease) {
     const call_deadline scope(d);
-    return observed(may_wait, [&] { return self().acquire_shared(d); });
+    return observed(may_wait, [&] { return self().acquire_shared(d, lease); });
   }
-  bool uncancellable_shared(const deadline& d, bool may_wait) {
+  bool uncancellable_shared(const deadline& d, bool may_wait, std::chrono::milliseconds lease) {
     const cancel_scope none(nullptr);
-    return timed_acquire_shared(d, may_wait);
+    return timed_acquire_shared(d, may_wait, lease);
   }
   template <class Acquire>
   bool observed(bool may_wait, Acquire&& acquire) {

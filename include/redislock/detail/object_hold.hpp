@@ -61,20 +61,25 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
     return status;
   }
 
-  /// Resets the lease to `lease` from now (server clock) if the hold is still ours.
+  /// Resets the lease to `lease` from now (server clock) if the hold is still ours; extend()
+  /// without an argument, to the hold's lease (options().lease, or the acquiring call's).
   /// Returns false when the lease had already run out (the hold may be someone else's).
   /// Throws lock_error when this object holds nothing. false also marks it lost().
   /// With auto_renew the watchdog renews to `lease` from then on (no renewal of this hold is
   /// sent while the extend is), and lease_confirmed_until() counts from the extend.
   bool extend(std::chrono::milliseconds lease) {
-    const std::string ms = checked_lease(lease, "extend", &this->options_);
-    require_held("extend");
+    checked_lease(lease, "extend");  // bad input first, held or not (every kind alike)
+    require_held("extend");          // then the hold's lease is this hold's (read after held_)
+    const std::string ms = checked_extend_lease(lease, "extend", this->options_, hold_lease());
     const std::string token = current_token();
     const bool ours = lease_.extend(lease, [&] { return self().run_extend(token, ms) == 1; });
     if (!ours) mark_lost_if_current(token);
     return ours;
   }
-  bool extend() { return extend(this->options_.lease); }
+  bool extend() {
+    require_held("extend");
+    return extend(hold_lease());
+  }
 
   /// Asks the server how much of our lease is left: a positive duration while the hold is
   /// ours, zero when it is not (never acquired, released, or lost). One round trip.
@@ -141,6 +146,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       : core(client, std::move(name), std::move(options)) {
     channel_ = this->keys_.waiter_prefix + tokens_.id();
     lease_ms_ = std::to_string(this->options_.lease.count());
+    hold_lease_.store(this->options_.lease.count(), std::memory_order_relaxed);
     wait_lease_ms_ = std::to_string(this->options_.wait_lease.count());
     token_ = tokens_.next();
   }
@@ -149,19 +155,23 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
 
   // Names the holds in lease events (observe.hpp); called by the kind's constructor, once the
   // kind is made.
-  void describe_lease() noexcept { lease_.describe(describe(self(), lock_mode::exclusive), this->options_.lease); }
+  void describe_lease() noexcept { lease_.describe(describe(self(), lock_mode::exclusive)); }
 
   // Attempts return nullopt when they acquired, else the holder's remaining lease (< 0: unknown).
   using attempt_result = std::optional<std::chrono::milliseconds>;
 
   friend class timed_lockable<Self>;
 
-  bool acquire(const deadline& d) {
+  bool acquire(const deadline& d, std::chrono::milliseconds lease) {
+    std::string ms = checked_hold_lease(lease, this->options_, "lock");
     // The holder waiting for itself would wait forever (or out its whole timeout) on the gate.
     if (held_.load(std::memory_order_acquire) &&
         holder_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id())
       throw lock_error(self().already_held_message());
     if (!gate_.lock_until(d)) return false;
+    // The gate holder's: every attempt, hand-off and renewal of this acquisition sends it.
+    hold_lease_.store(lease.count(), std::memory_order_relaxed);
+    lease_ms_.swap(ms);
     bool acquired = false;
     try {
       acquired = self().wait_for_hold(d);
@@ -198,7 +208,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       if (!s.take_message(token_)) return false;  // a late notice for an earlier acquisition
       // The release made us the holder, with a lease that runs at least from our first "wait";
       // read late, the notice is confirmed by the next attempt instead (wake_wait.hpp).
-      if (hand_off_needs_confirming(first_wait_sent_, this->options_.lease)) return false;
+      if (hand_off_needs_confirming(first_wait_sent_, hold_lease())) return false;
       finish_attempt(*first_wait_sent_);
       return true;
     };
@@ -259,7 +269,7 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
       fence_ = 0;  // assigned on demand (fencing_token())
     }
     acquired_at_ = sent;
-    lease_.acquired(sent, this->options_.lease);
+    lease_.acquired(sent, hold_lease());
     held_.store(true, std::memory_order_release);
     return std::nullopt;
   }
@@ -284,11 +294,12 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   void start_renewal() {
     const steady::time_point now = steady::now();
     const lock_options& o = this->options_;
-    if (o.auto_renew && acquired_at_ + o.lease - o.lease / 3 <= now) {
+    const std::chrono::milliseconds lease = hold_lease();
+    if (o.auto_renew && acquired_at_ + lease - lease / 3 <= now) {
       if (self().run_extend(token_, lease_ms_) == 1) acquired_at_ = now;
       else lease_.mark_lost();  // it ran out before we could renew it: the holder must know
     }
-    lease_.start(this->client_, o, this->name_, this->keys_.lock, renewal(), acquired_at_);
+    lease_.start(this->client_, o, lease, this->name_, this->keys_.lock, renewal(), acquired_at_);
   }
 
   void leave_after_failure() noexcept {
@@ -378,8 +389,15 @@ class object_hold : public lock_core<Client, Keys>, public timed_lockable<Self> 
   Self& self() noexcept { return static_cast<Self&>(*this); }
   const Self& self() const noexcept { return static_cast<const Self&>(*this); }
 
+  // The current (or last) acquisition's lease: options().lease unless the call gave one.
+  std::chrono::milliseconds hold_lease() const noexcept {
+    return std::chrono::milliseconds(hold_lease_.load(std::memory_order_relaxed));
+  }
+
   token_sequence tokens_;  // used by the thread that holds gate_
+  // lease_ms_: hold_lease() as a script argument (gate holder only).
   std::string channel_, lease_ms_, wait_lease_ms_;
+  std::atomic<std::chrono::milliseconds::rep> hold_lease_;
   // Our hand-off channel, subscribed on the first contended wait and kept until destruction
   // (gate holder only).
   subscriber::subscription channel_subscription_;

@@ -62,9 +62,8 @@ struct keys {
         queue(lock + ":rqueue"),
         waiters(lock + ":rwaiters"),
         waiter_prefix(lock + ":w:"),
-        lease_ms(std::to_string(o.lease.count())),
         wait_lease_ms(std::to_string(o.wait_lease.count())) {}
-  std::string lock, fence, queue, waiters, waiter_prefix, lease_ms, wait_lease_ms;
+  std::string lock, fence, queue, waiters, waiter_prefix, wait_lease_ms;
 };
 
 /// The second argument detail::draw_fence sends to fence() (unused: none).

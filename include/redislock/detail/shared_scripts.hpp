@@ -98,11 +98,10 @@ struct keys {
         queue(lock + ":squeue"),
         waiters(lock + ":swaiters"),
         channel(lock + ":w:"),
-        lease_ms(std::to_string(o.lease.count())),
         wait_lease_ms(std::to_string(o.wait_lease.count())) {}
   std::string lock, fence, queue, waiters;
   std::string channel;  // the waiter channel prefix "P{N}:w:" (ARGV[2] of every script)
-  std::string lease_ms, wait_lease_ms;
+  std::string wait_lease_ms;
 };
 
 /// The second argument detail::draw_fence sends to fence(): the channel prefix.

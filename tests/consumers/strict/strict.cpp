@@ -44,7 +44,32 @@ std::uint64_t instantiate_with_lock(Lock& l) {
   redislock::with_shared_lock(sh, [](const redislock::hold_scope& s) { (void)s.stop_token(); });
   return timed.has_value() && ran;
 }
+// The forms with a lease per call, on every kind (templates: compiled only where used).
+template <class Lock>
+bool instantiate_leased(Lock& l) {
+  using namespace std::chrono_literals;
+  l.lock(5s);
+  l.unlock();
+  const bool timed = l.try_lock_for(10ms, 5s) && (l.unlock(), true);
+  return l.try_lock_until(std::chrono::steady_clock::now() + 10ms, 5s) && timed;
+}
+[[maybe_unused]] bool instantiate_leased_sides(redislock::shared_mutex& sh, redislock::semaphore& s) {
+  using namespace std::chrono_literals;
+  sh.lock_shared(5s);
+  sh.unlock_shared();
+  s.acquire(5s);
+  s.release();
+  return sh.try_lock_shared_for(10ms, 5s) && s.try_acquire_for(10ms, 5s) &&
+         s.try_acquire_until(std::chrono::steady_clock::now(), 5s) &&
+         sh.try_lock_shared_until(std::chrono::steady_clock::now(), 5s);
+}
 }  // namespace strict_consumer
+template bool strict_consumer::instantiate_leased(redislock::mutex&);
+template bool strict_consumer::instantiate_leased(redislock::reentrant_mutex&);
+template bool strict_consumer::instantiate_leased(redislock::shared_mutex&);
+template bool strict_consumer::instantiate_leased(redislock::semaphore&);
+template bool strict_consumer::instantiate_leased(redislock::election&);
+template bool strict_consumer::instantiate_leased(redislock::redlock&);
 template std::uint64_t strict_consumer::instantiate_with_lock(redislock::mutex&);
 template std::uint64_t strict_consumer::instantiate_with_lock(redislock::reentrant_mutex&);
 template std::uint64_t strict_consumer::instantiate_with_lock(redislock::shared_mutex&);
@@ -66,12 +91,20 @@ namespace {
     h.async_unlock([](std::error_code, redislock::release_status) {});
   });
   m.async_try_lock_for(100ms, [](std::error_code, redislock::async_hold) {});
+  m.async_lock(5s, [](std::error_code, redislock::async_hold) {});
+  m.async_try_lock_for(100ms, 5s, [](std::error_code, redislock::async_hold) {});
   redislock::async_semaphore s(c, "strict-semaphore", 2);
+  s.async_acquire(5s, [](std::error_code, redislock::async_hold) {});
+  s.async_try_acquire_for(100ms, 5s, [](std::error_code, redislock::async_hold) {});
   s.async_acquire([](std::error_code, redislock::async_hold) {});
   s.async_try_acquire_for(100ms, [](std::error_code, redislock::async_hold) {});
   redislock::async_shared_mutex sh(c, "strict-shared");
   sh.async_lock_shared([](std::error_code, redislock::async_hold) {});
   sh.async_try_lock_shared_for(100ms, [](std::error_code, redislock::async_hold) {});
+  sh.async_lock(5s, [](std::error_code, redislock::async_hold) {});
+  sh.async_lock_shared(5s, [](std::error_code, redislock::async_hold) {});
+  sh.async_try_lock_for(100ms, 5s, [](std::error_code, redislock::async_hold) {});
+  sh.async_try_lock_shared_for(100ms, 5s, [](std::error_code, redislock::async_hold) {});
 }
 
 }  // namespace
