@@ -7,9 +7,8 @@
 /// unlock_shared_and_report()): acquire returns true when it got the lock before the deadline
 /// (none: wait forever) for a hold of `lease` (options().lease unless the call gave one; the
 /// kind checks it with checked_hold_lease), unlock_and_report returns a release_status and may
-/// throw. acquire
-/// may be private if the mixin is a friend. unlock() and unlock_shared() are the noexcept
-/// wrappers of the reporting ones, written here once for every kind.
+/// throw. acquire may be private if the mixin is a friend. unlock() and unlock_shared() are
+/// the noexcept wrappers of the reporting ones, written here once for every kind.
 ///
 /// Observation (observe.hpp) is written here once too: every acquisition goes through
 /// observed_acquire(), and each kind's unlock_and_report() starts with
@@ -51,10 +50,7 @@ class timed_lockable {
  public:
   /// Blocks until acquired. Throws connection_error / timeout_error when Redis cannot be
   /// reached (an attempt never hangs beyond the client's timeouts).
-  void lock() {
-    const cancel_scope uncancellable(nullptr);  // never cancelled, even within a cancellable call (an observer's)
-    observed(true, [&] { return self().acquire(std::nullopt, default_lease()); });
-  }
+  void lock() { lock(default_lease()); }
 
   /// As lock(), try_lock_for() and try_lock_until(), with `lease` for this hold instead of
   /// options().lease: the acquisition (a hand-off too) sets it, auto_renew renews to it and
@@ -191,10 +187,7 @@ class timed_lockable {
 template <class Self>
 class shared_timed_lockable {
  public:
-  void lock_shared() {
-    const cancel_scope uncancellable(nullptr);  // as timed_lockable::lock()
-    observed(true, [&] { return self().acquire_shared(std::nullopt, default_lease()); });
-  }
+  void lock_shared() { lock_shared(default_lease()); }
   bool try_lock_shared() { return uncancellable_shared(steady::now(), false, default_lease()); }
 
   template <class Rep, class Period>
