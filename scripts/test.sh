@@ -125,7 +125,7 @@ sanitized() {  # <dir> <sanitizers> <optimisation> <jobs>
 
 hiredis1_tarball="${REDISLOCK_HIREDIS1_TARBALL:-$PWD/../shared/deps/hiredis-1.2.0.tar.gz}"
 hiredis1_prefix="$PWD/build/hiredis1-prefix"
-# The hiredis1 variant's programs: the tests that exercise hiredis itself, and bench_mutex (its
+# The hiredis1 variant's test files: the tests that exercise hiredis itself, and bench_mutex (its
 # TLS-vs-TCP cycle); not the other benchmarks, nor the strict consumers.
 hiredis_tests="test_connection;test_client;test_script;test_tls;test_mutex;test_wakeups;test_watchdog"
 # test_async_cluster and test_async_sentinel close and retarget hiredis async connections from

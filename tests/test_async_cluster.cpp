@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_async_cluster {
+
 using namespace redislock;
 using redislock_test::loop;
 using redislock_test::outcome;
@@ -599,3 +601,5 @@ TEST(AsyncClusterSeeds, UnreachableSeedFailsWithConnectionFailed) {
 }
 
 }  // namespace
+
+}  // namespace test_async_cluster

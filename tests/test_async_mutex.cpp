@@ -42,6 +42,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_async_mutex {
+
 using namespace redislock;
 using redislock_test::eventually;
 using redislock_test::loop;
@@ -1353,3 +1355,5 @@ TEST(AsyncOptions, MinReplicasIsRefusedAtConstruction) {
   EXPECT_THROW(async_semaphore(c, "replicated", 2, o), invalid_argument);
   EXPECT_THROW(async_shared_mutex(c, "replicated", o), invalid_argument);
 }
+
+}  // namespace test_async_mutex

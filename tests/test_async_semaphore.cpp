@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_async_semaphore {
+
 using namespace redislock;
 using redislock_test::eventually;
 using redislock_test::outcome;
@@ -879,3 +881,5 @@ TEST_F(AsyncSemaphoreTest, AndTheReadWriteLockTakeALeasePerCall) {
 }
 
 }  // namespace
+
+}  // namespace test_async_semaphore

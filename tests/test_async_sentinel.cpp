@@ -26,6 +26,8 @@
 #include <thread>
 #include <utility>
 
+namespace test_async_sentinel {
+
 using namespace std::chrono_literals;
 using redislock::async_errc;
 using redislock::async_hold;
@@ -561,3 +563,5 @@ TEST_F(async_sentinel_test, a_failover_moves_holds_waiters_and_new_acquisitions_
   // old master need not be reconfigured yet, which Sentinel does seconds later).
   expect_notified_handoff();
 }
+
+}  // namespace test_async_sentinel

@@ -22,6 +22,8 @@
 #include <thread>
 #include <utility>
 
+namespace test_async_tls {
+
 using namespace redislock;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
@@ -183,3 +185,5 @@ TEST_F(AsyncTlsTest, MutualTlsWithAClientCertificate) {
 }
 
 }  // namespace
+
+}  // namespace test_async_tls

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_cancel {
+
 using namespace redislock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -288,3 +290,5 @@ TEST_F(CancelTest, AStopRequestEndsTheWaitOfTheStdStopTokenOverloads) {
 #endif
 
 }  // namespace
+
+}  // namespace test_cancel

@@ -37,6 +37,8 @@
 
 extern char** environ;
 
+namespace test_cli {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -1218,3 +1220,5 @@ TEST_F(cli_test, SentinelUrlLocksOnTheServicesMaster) {
 }
 
 }  // namespace
+
+}  // namespace test_cli

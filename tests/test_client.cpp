@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_client {
+
 using namespace redislock;
 using redislock_test::redis_server;
 
@@ -142,3 +144,5 @@ TEST(Client, AChildOfForkGetsATypedErrorAndLeavesTheParentsClientIntact) {
   EXPECT_TRUE(renewed->still_held());
   renewed->unlock();
 }
+
+}  // namespace test_client

@@ -3,6 +3,7 @@
 // MOVED with a stale map, live resharding of a held lock's slot, and a primary failover.
 // Waiters are woken by sharded pub/sub notices (SSUBSCRIBE on the slot's owner).
 #include "eventually.hpp"
+#include "mutex_access.hpp"
 #include "redis_cluster.hpp"
 #include "redis_stats.hpp"
 #include "steady_contention.hpp"
@@ -26,6 +27,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace test_cluster {
 
 using namespace redislock;
 using redislock_test::eventually;
@@ -1116,14 +1119,6 @@ TEST(Cluster, AWaiterWithAStaleMapSubscribesOnTheNewMasterAfterAFailover) {
   EXPECT_TRUE(cluster->wait_until_stable(seconds(10))) << cluster->unstable_because();
 }
 
-// Reaches the mutex's private state (declared by mutex.hpp for tests): its kept subscription.
-struct redislock::detail::mutex_test_access {
-  static detail::subscriber::subscription& subscription(basic_mutex<cluster_client>& m) {
-    return m.channel_subscription_;
-  }
-  static const std::string& channel(basic_mutex<cluster_client>& m) { return m.channel_; }
-};
-
 // The state a wait that starved on a demoted master left its lock object in: the object's
 // subscription, kept for its next wait, on the demoted master (a replica of the slot's owner,
 // which accepts SSUBSCRIBE for its master's slots and never ends it). The next wait, the map
@@ -1337,3 +1332,5 @@ TEST(Cluster, MasterCrashAutomaticFailover) {
   EXPECT_TRUE(held.still_held());
   EXPECT_EQ(held.unlock_and_report(), release_status::released);
 }
+
+}  // namespace test_cluster

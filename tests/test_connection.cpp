@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <thread>
 
+namespace test_connection {
+
 using namespace redislock;
 using redislock_test::redis_server;
 using std::chrono::milliseconds;
@@ -303,3 +305,5 @@ TEST(ConnectionTls, WithoutTlsSupportRedissIsAClearError) {
   GTEST_SKIP() << "built with TLS support";
 #endif
 }
+
+}  // namespace test_connection

@@ -31,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_deadline {
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -307,3 +309,5 @@ TEST(Deadline, AQueuedWaiterLeavesTheQueueAfterItsDeadline) {
     admin.command({"FLUSHALL"});
   }
 }
+
+}  // namespace test_deadline

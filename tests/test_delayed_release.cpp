@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+namespace test_delayed_release {
+
 using namespace redislock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -213,3 +215,5 @@ TEST_F(DelayedRelease, AFailedNestedReadNeverReleasesTheOuterReadHold) {
 }
 
 }  // namespace
+
+}  // namespace test_delayed_release

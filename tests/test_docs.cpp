@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+namespace test_docs {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -350,3 +352,5 @@ INSTANTIATE_TEST_SUITE_P(Markdown, Docs, ::testing::ValuesIn(markdown_files()),
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return name;
                          });
+
+}  // namespace test_docs

@@ -25,6 +25,8 @@
 template class redislock::basic_election<redislock::sentinel_client>;
 template class redislock::basic_election<redislock::cluster_client>;
 
+namespace test_election {
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -671,3 +673,5 @@ TEST_F(Election, AResignationThatCannotDrawATermWritesNothing) {
 }
 
 }  // namespace
+
+}  // namespace test_election

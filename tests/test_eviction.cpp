@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+namespace test_eviction {
+
 using namespace redislock;
 using redislock_test::acl_channel_rules;
 using redislock_test::redis_server;
@@ -106,3 +108,5 @@ TEST(Eviction, AThrowingWarningHookDoesNotFailTheLockCall) {
 }
 
 }  // namespace
+
+}  // namespace test_eviction

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_fair_mutex {
+
 using namespace redislock;
 using redislock_test::child_process;
 using redislock_test::command_calls;
@@ -334,3 +336,5 @@ TEST_F(FairTest, ALeftoverPlaceOfAFailedWaitIsSkipped) {
   ASSERT_EQ(waited.wait_for(seconds(10)), std::future_status::ready);
   EXPECT_TRUE(waited.get()) << "the release handed the lock to the failed wait's leftover place";
 }
+
+}  // namespace test_fair_mutex

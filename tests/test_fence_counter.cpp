@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+namespace test_fence_counter {
+
 using namespace redislock;
 using std::chrono::seconds;
 
@@ -256,3 +258,5 @@ TEST_F(FenceCounter, AFenceLifetimeOutsideItsRangeIsRefusedBeforeAnythingIsSent)
 }
 
 }  // namespace
+
+}  // namespace test_fence_counter

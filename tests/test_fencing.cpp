@@ -11,6 +11,8 @@
 
 #include <sys/wait.h>
 
+namespace test_fencing {
+
 using namespace redislock;
 using redislock_test::redis_server;
 using redislock_test::worker_process;
@@ -49,3 +51,5 @@ TEST(Fencing, AHolderPausedPastItsLeaseHasItsLateWriteRejected) {
   EXPECT_TRUE(next.still_held());
   next.unlock();
 }
+
+}  // namespace test_fencing

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_hash_tags {
+
 using namespace redislock;
 using namespace std::chrono_literals;
 
@@ -162,3 +164,5 @@ TEST_F(HashTags, NamesThatWouldBreakTheTagAreRejectedAndRedisIsUnchanged) {
 }
 
 }  // namespace
+
+}  // namespace test_hash_tags

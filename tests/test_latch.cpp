@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace test_latch {
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -739,3 +741,5 @@ TEST_F(Latch, ACountDownOnADeadClusterMasterEndsWithinTheClientsBound) {
 }
 
 }  // namespace
+
+}  // namespace test_latch

@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_lease_loss {
+
 using namespace redislock;
 using redislock_test::lost_signal;
 using redislock_test::redis_server;
@@ -261,3 +263,5 @@ TEST(LeaseLoss, AShorterExtendCountsFromItsSendWhileItsReplyIsHeldUp) {
     EXPECT_EQ(m.unlock_and_report(), release_status::lease_expired);
   }
 }
+
+}  // namespace test_lease_loss

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_lock_contract {
+
 using namespace redislock;
 using redislock_test::command_monitor;
 using redislock_test::eventually;
@@ -889,3 +891,5 @@ TEST(LockOptionsRecheck, OutOfRangeIntervalsAreRejected) {
 }
 
 }  // namespace
+
+}  // namespace test_lock_contract

@@ -15,6 +15,8 @@
 #include <string>
 #include <thread>
 
+namespace test_lock_kinds_waiting {
+
 using namespace redislock;
 using redislock_test::eventually;
 using redislock_test::lost_signal;
@@ -407,3 +409,5 @@ TEST_F(KindsTest, ExtendShorterThanTheRenewedLeaseIsRefused) {
   r.unlock();
   m.unlock();
 }
+
+}  // namespace test_lock_kinds_waiting

@@ -6,6 +6,7 @@
 // tested; without Valkey's lua module or a Lua-less build (scripts/servers.sh valkey9-nolua)
 // those ways of losing scripting are skipped, saying so.
 #include "eventually.hpp"
+#include "mutex_access.hpp"
 #include "redis_server.hpp"
 #include "redis_stats.hpp"
 #include "server_version.hpp"
@@ -23,17 +24,14 @@
 #include <thread>
 #include <vector>
 
+namespace test_lua_free {
+
 using namespace redislock;
 using redislock_test::command_monitor;
 using redislock_test::eventually;
 using redislock_test::redis_server;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// Reaches the mutex's private state (declared by mutex.hpp for tests).
-struct redislock::detail::mutex_test_access {
-  static std::string token(const mutex& m) { return m.current_token(); }
-};
 
 namespace {
 
@@ -780,3 +778,5 @@ TEST(ServerFeatures, FoundOncePerConnectionAndAgainAfterAReconnect) {
 }
 
 }  // namespace
+
+}  // namespace test_lua_free

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_members {
+
 using namespace redislock;
 using redislock_test::command_calls;
 using std::chrono::milliseconds;
@@ -256,3 +258,5 @@ TEST_F(MembersTest, LeaseConfirmedUntilOnEveryKind) {
 }
 
 }  // namespace
+
+}  // namespace test_members

@@ -4,6 +4,7 @@
 // fencing, hand-off): test_lock_contract.cpp.
 #include "eventually.hpp"
 #include "freeze_waiter.hpp"
+#include "mutex_access.hpp"
 #include "server_fixture.hpp"
 #include "tcp_proxy.hpp"
 
@@ -17,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_mutex {
+
 using namespace redislock;
 using redislock_test::command_calls;
 using redislock_test::redis_server;
@@ -24,14 +27,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 using MutexTest = redislock_test::server_test;
-
-// Reaches the mutex's private state (declared by mutex.hpp for tests).
-struct redislock::detail::mutex_test_access {
-  // As after the server refused SET NX GET (Redis before 7.0).
-  static void without_set_get(mutex& m) { m.set_get_supported_.store(false); }
-  // The token of the object's current (or next) acquisition.
-  static std::string token(const mutex& m) { return m.current_token(); }
-};
 
 TEST_F(MutexTest, LockSetsAKeyWithTheLeaseAndUnlockDeletesIt) {
   mutex m(*pool, "orders", lease(seconds(10)));
@@ -387,3 +382,5 @@ TEST_F(MutexTest, AnAttemptWhoseReplyWasLostLeavesNoLockBehindItsObject) {
   EXPECT_TRUE(other.try_lock_for(seconds(2))) << "the lost attempt's lock stays with an abandoned token";
   if (other.owns_lock()) other.unlock();
 }
+
+}  // namespace test_mutex

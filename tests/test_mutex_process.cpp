@@ -8,6 +8,8 @@
 
 #include <vector>
 
+namespace test_mutex_process {
+
 using namespace redislock;
 using redislock_test::redis_server;
 using redislock_test::worker_process;
@@ -35,3 +37,5 @@ TEST(MutexProcesses, AKilledHoldersLockFreesWhenItsLeaseRunsOut) {
   m.unlock();
   EXPECT_EQ(m.last_release(), release_status::released);
 }
+
+}  // namespace test_mutex_process

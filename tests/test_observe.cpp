@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_observe {
+
 using namespace redislock;
 using redislock_test::eventually;
 using redislock_test::recorder;
@@ -397,3 +399,5 @@ TEST(ObservePrometheus, TheCheckerRejectsBrokenText) {
 }
 
 }  // namespace
+
+}  // namespace test_observe

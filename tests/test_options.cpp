@@ -9,6 +9,8 @@
 #include <set>
 #include <vector>
 
+namespace test_options {
+
 using namespace redislock;
 
 TEST(ParseUri, HostPortDb) {
@@ -369,3 +371,5 @@ TEST(LeaseClock, AnUnansweredCommandCapsEveryLaterCount) {
   EXPECT_EQ(c.until(), at(1500));
   EXPECT_EQ(c.counted(), milliseconds(500));
 }
+
+}  // namespace test_options

@@ -14,6 +14,8 @@
 #include <functional>
 #include <memory>
 
+namespace test_redis_down {
+
 using namespace redislock;
 using redislock_test::redis_server;
 using redislock_test::tcp_proxy;
@@ -148,3 +150,5 @@ TEST(RedisDown, LatencyBelowTheTimeoutIsOnlySlow) {
   EXPECT_GT(m.remaining_lease().count(), 0);
   EXPECT_EQ(m.unlock_and_report(), release_status::released);
 }
+
+}  // namespace test_redis_down

@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_redlock {
+
 using namespace redislock;
 using redislock_test::child_process;
 using redislock_test::redis_server;
@@ -972,3 +974,5 @@ TEST(Redlock, ALeaseGivenToTheCallIsTheHolds) {
 }
 
 }  // namespace
+
+}  // namespace test_redlock

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_reentrant_mutex {
+
 using namespace redislock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -844,3 +846,5 @@ TEST_F(ReentrantTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
   EXPECT_TRUE(c.still_held());
   c.unlock();
 }
+
+}  // namespace test_reentrant_mutex

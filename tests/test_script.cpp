@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+namespace test_script {
+
 using namespace redislock;
 using redislock_test::command_calls;
 using redislock_test::redis_server;
@@ -131,3 +133,5 @@ TEST(Script, ScriptErrorsAreTyped) {
   c.command({"HSET", "h", "f", "v"});
   EXPECT_THROW(wrong.run(c, {"h"}, {}), wrong_type_error);
 }
+
+}  // namespace test_script

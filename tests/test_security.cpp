@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_security {
+
 using namespace redislock;
 using redislock_test::acl_channel_rules;
 using redislock_test::eventually;
@@ -386,3 +388,5 @@ TEST(Security, PasswordsNeverAppearInErrors) {
     EXPECT_EQ(msg.find(pw), std::string::npos) << msg;
   }
 }
+
+}  // namespace test_security

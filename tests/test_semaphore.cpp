@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_semaphore {
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -569,3 +571,5 @@ TEST_F(Semaphore, AnAttemptWhoseReplyWasLostLeavesNoPermitBehindItsObject) {
       << "the lost attempt's permit stays with an abandoned token for its whole lease";
   if (other.owns_lock()) other.release();
 }
+
+}  // namespace test_semaphore

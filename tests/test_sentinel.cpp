@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_sentinel {
+
 using namespace std::chrono_literals;
 using redislock_test::failover_seen;
 using redislock_test::sentinel_topology;
@@ -714,3 +716,5 @@ TEST_F(sentinel_test, a_waiter_follows_a_failover_to_the_new_master_under_conten
   EXPECT_EQ(stale.master_changes(), 1u);
   EXPECT_EQ(stale.wait_stats().fallback_waits, 0u);
 }
+
+}  // namespace test_sentinel

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_shared_mutex {
+
 using namespace redislock;
 using redislock_test::command_calls;
 using redislock_test::hash_fields;
@@ -104,7 +106,7 @@ lock_options patient() {
 struct SharedTest : redislock_test::server_test {
   /// Waiters queued on the server for the lock at `key`.
   long long zcard(const std::string& key) { return admin->command({"ZCARD", key + ":squeue"})->integer; }
-  long long server_now_ms() { return ::server_now_ms(*admin); }
+  long long server_now_ms() { return test_shared_mutex::server_now_ms(*admin); }
 };
 
 TEST_F(SharedTest, ReadersReallyOverlap) {
@@ -1027,3 +1029,5 @@ TEST_F(SharedTest, AHandOffNoticeReadAfterARefusedAttemptIsNotAHold) {
   if (w_holds) w.unlock();
   c.unlock();
 }
+
+}  // namespace test_shared_mutex

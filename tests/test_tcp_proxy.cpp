@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+namespace test_tcp_proxy {
+
 using redislock_test::redis_server;
 using redislock_test::tcp_proxy;
 using std::chrono::milliseconds;
@@ -237,3 +239,5 @@ TEST_F(TcpProxy, TheLibraryTimesOutThroughAPartitionAndRecoversAfter) {
 }
 
 }  // namespace
+
+}  // namespace test_tcp_proxy

@@ -12,6 +12,8 @@
 #include <future>
 #include <thread>
 
+namespace test_thread_exit {
+
 using namespace redislock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -102,3 +104,5 @@ TEST_F(ThreadExit, AThreadThatExitsAfterItsObjectIsGoneIsHarmless) {
 }
 
 }  // namespace
+
+}  // namespace test_thread_exit

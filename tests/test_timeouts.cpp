@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_timeouts {
+
 using namespace redislock;
 using redislock_test::eventually;
 using std::chrono::milliseconds;
@@ -388,3 +390,5 @@ TYPED_TEST(TimedMembers, MaxWaitsUntilTheEvent) {
 }
 
 }  // namespace
+
+}  // namespace test_timeouts

@@ -15,6 +15,8 @@
 #include <future>
 #include <string>
 
+namespace test_tls {
+
 using namespace redislock;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
@@ -222,3 +224,5 @@ TEST_F(TlsOtherNameTest, TlsServerNameOverridesTheNameVerified) {
 }
 
 }  // namespace
+
+}  // namespace test_tls

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_wakeups {
+
 using namespace redislock;
 using redislock_test::acl_channel_rules;
 using redislock_test::command_calls;
@@ -638,3 +640,5 @@ TEST_F(WakeupTest, AWaiterWhoseQueueEntryVanishedIsQueuedAgainByItsNextRefresh) 
   EXPECT_TRUE(waited.get());
   waiter.unlock();
 }
+
+}  // namespace test_wakeups

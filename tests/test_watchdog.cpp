@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_watchdog {
+
 using namespace redislock;
 using redislock_test::command_calls;
 using redislock_test::redis_server;
@@ -331,3 +333,5 @@ TEST_F(WatchdogTest, AnExtendFromAnOnLostIsCountedWithItsLease) {
   b.unlock();
   a.unlock();
 }
+
+}  // namespace test_watchdog

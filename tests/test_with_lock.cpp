@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+namespace test_with_lock {
+
 using namespace redislock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -230,3 +232,5 @@ TEST(WithLockRedlock, RunsUnderARenewedRedlockAndSignalsAMajorityLoss) {
 }
 
 }  // namespace
+
+}  // namespace test_with_lock

@@ -49,7 +49,7 @@
 namespace redislock {
 
 namespace detail {
-struct mutex_test_access;  // tests reach private state through it (defined by a test, if at all)
+struct mutex_test_access;  // tests reach private state through it (tests/harness/mutex_access.hpp)
 }
 
 template <class Client>
