@@ -24,6 +24,7 @@
 // try_lock() calls try_lock_for(0) (held to the deadline of try_lock: the slack).
 
 #include "history.hpp"
+#include "mutex_access.hpp"  // the mutex's owner token, for the observer
 
 #include <redislock/redislock.hpp>
 
@@ -37,14 +38,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-// The mutex's owner token, for the observer (the friend the library leaves for tests).
-struct redislock::detail::mutex_test_access {
-  template <class Client>
-  static std::string token(const redislock::basic_mutex<Client>& m) {
-    return m.current_token();
-  }
-};
 
 namespace redislock_model {
 
